@@ -1,0 +1,1 @@
+"""embedstream: Kafka text events in, embeddings out, with adaptive batching."""

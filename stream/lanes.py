@@ -1,0 +1,77 @@
+"""Buckets of buffered items: one per (priority, model, encoding format, dimensions).
+
+A batch is always cut from one bucket, so a call never mixes models, formats or dimensions.
+Pure data structures; the batcher shell decides when to cut.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Priority(IntEnum):
+    HIGH = 0
+    LOW = 1
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BucketKey:
+    priority: Priority
+    model: str
+    encoding_format: str
+    dimensions: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Pending(Generic[T]):
+    """One buffered item: its token estimate, arrival time (injected clock) and payload."""
+
+    tokens: int
+    arrival: float
+    payload: T
+
+
+class Bucket(Generic[T]):
+    def __init__(self, key: BucketKey) -> None:
+        self.key = key
+        self._items: deque[Pending[T]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Pending[T]]:
+        return iter(self._items)
+
+    def add(self, item: Pending[T]) -> None:
+        self._items.append(item)
+
+    @property
+    def oldest_arrival(self) -> float:
+        return self._items[0].arrival
+
+    def token_counts(self, limit: int) -> list[int]:
+        """Token estimates of the first ``limit`` items (enough to size one batch)."""
+        out: list[int] = []
+        for item in self._items:
+            if len(out) == limit:
+                break
+            out.append(item.tokens)
+        return out
+
+    def take(self, n: int) -> list[Pending[T]]:
+        return [self._items.popleft() for _ in range(min(n, len(self._items)))]
+
+    def drop_where(self, predicate: Callable[[T], bool]) -> list[Pending[T]]:
+        kept: deque[Pending[T]] = deque()
+        dropped: list[Pending[T]] = []
+        for item in self._items:
+            (dropped if predicate(item.payload) else kept).append(item)
+        self._items = kept
+        return dropped
+

@@ -1,0 +1,50 @@
+"""Which offset of a partition is safe to commit when items finish out of order.
+
+Records are tracked in fetch order (increasing offsets) and completed in any order. The commit
+position is the lowest offset not yet completed, or one past the highest tracked offset when
+everything is done, so a commit never moves past unfinished work.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class PartitionOffsets:
+    def __init__(self) -> None:
+        self._outstanding: deque[int] = deque()
+        self._completed: set[int] = set()
+        self._next_after_tracked: int | None = None
+        self._committed: int | None = None
+
+    def track(self, offset: int) -> None:
+        if self._next_after_tracked is not None and offset < self._next_after_tracked:
+            raise ValueError(f"offset {offset} tracked out of order")
+        self._outstanding.append(offset)
+        self._next_after_tracked = offset + 1
+
+    def complete(self, offset: int) -> None:
+        self._completed.add(offset)
+        while self._outstanding and self._outstanding[0] in self._completed:
+            self._completed.discard(self._outstanding.popleft())
+
+    @property
+    def pending(self) -> int:
+        return len(self._outstanding)
+
+    def safe_offset(self) -> int | None:
+        """The offset to commit (Kafka's "next record to read"), or None if nothing tracked."""
+        if self._outstanding:
+            return self._outstanding[0]
+        return self._next_after_tracked
+
+    def to_commit(self) -> int | None:
+        """The safe offset if it moved since the last `mark_committed`, else None."""
+        safe = self.safe_offset()
+        if safe is None or (self._committed is not None and safe <= self._committed):
+            return None
+        return safe
+
+    def mark_committed(self, offset: int) -> None:
+        if self._committed is None or offset > self._committed:
+            self._committed = offset

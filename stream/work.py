@@ -1,0 +1,28 @@
+"""A request in flight through the pipeline, with the Kafka coordinates it must be acked at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stream.events import EmbedRequest
+from stream.lanes import Priority
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(slots=True)
+class WorkItem:
+    request: EmbedRequest
+    origin: Origin
+    raw: bytes
+    priority: Priority
+    timestamp_ms: int  # when the request first entered Kafka: end-to-end latency starts here
+    attempts: int = 0  # calls already made for this request (carried across the retry topic)
+    first_failure_ms: int | None = None
+    first_error: str | None = None
+    generation: int = 0  # assignment generation; stale once its partition is revoked

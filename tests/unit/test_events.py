@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from stream.errors import InvalidEvent
+from stream.events import (
+    EmbedRequest,
+    EmbedResult,
+    Failure,
+    dead_letter_headers,
+    decode_request,
+    encode_request,
+    headers_dict,
+)
+
+
+def test_minimal_request() -> None:
+    assert decode_request(b'{"id":"a","text":"hello"}') == EmbedRequest(id="a", text="hello")
+
+
+def test_full_request_round_trips() -> None:
+    request = EmbedRequest(
+        id="r-1", text="hi", model="m", encoding_format="base64", dimensions=64,
+        metadata={"doc": 7}, deadline_ms=1_700_000_000_000,
+    )
+    assert decode_request(encode_request(request)) == request
+
+
+def test_rfc3339_deadline() -> None:
+    raw = b'{"id":"a","text":"t","deadline":"2026-01-01T00:00:00Z"}'
+    assert decode_request(raw).deadline_ms == 1_767_225_600_000
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (None, "empty_value"),
+        (b"\xff\xfe{}", "invalid_utf8"),
+        (b"{not json", "invalid_json"),
+        (b"[1,2]", "not_an_object"),
+        (b'{"text":"x"}', "missing_id"),
+        (b'{"id":7,"text":"x"}', "invalid_id"),
+        (b'{"id":"","text":"x"}', "invalid_id"),
+        (b'{"id":"a"}', "missing_text"),
+        (b'{"id":"a","text":5}', "invalid_text"),
+        (b'{"id":"a","text":"   "}', "empty_text"),
+        (b'{"id":"a","text":"x","model":3}', "invalid_model"),
+        (b'{"id":"a","text":"x","encoding_format":"int8"}', "invalid_encoding_format"),
+        (b'{"id":"a","text":"x","dimensions":0}', "invalid_dimensions"),
+        (b'{"id":"a","text":"x","dimensions":true}', "invalid_dimensions"),
+        (b'{"id":"a","text":"x","metadata":[]}', "invalid_metadata"),
+        (b'{"id":"a","text":"x","deadline":"tomorrow"}', "invalid_deadline"),
+        (b'{"id":"a","text":"x","deadline":"2026-01-01T00:00:00"}', "invalid_deadline"),
+    ],
+)
+def test_malformed_input_is_rejected_with_a_reason(raw: bytes | None, reason: str) -> None:
+    with pytest.raises(InvalidEvent) as info:
+        decode_request(raw)
+    assert info.value.reason == reason
+    assert info.value.message
+
+
+def test_oversized_value() -> None:
+    raw = orjson.dumps({"id": "a", "text": "x" * 100})
+    with pytest.raises(InvalidEvent) as info:
+        decode_request(raw, max_bytes=50)
+    assert info.value.reason == "oversized"
+
+
+def test_result_encoding() -> None:
+    result = EmbedResult("a", "m", [0.5, -0.5], 2, 3, {"k": 1}, 1, 12.3456)
+    assert orjson.loads(result.encode()) == {
+        "id": "a", "model": "m", "embedding": [0.5, -0.5], "dimensions": 2,
+        "usage": {"tokens": 3}, "metadata": {"k": 1}, "attempts": 1, "latency_ms": 12.346,
+    }
+
+
+def test_dead_letter_headers_truncate_the_message() -> None:
+    failure = Failure("PermanentItemError", "too_long", "é" * 2000, 2, "t", 3, 42, 1, 2)
+    headers = headers_dict(dead_letter_headers(failure))
+    assert headers["embedstream.error.reason"] == "too_long"
+    assert headers["embedstream.source.offset"] == "42"
+    assert len(headers["embedstream.error.message"].encode()) <= 1024

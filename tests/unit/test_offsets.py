@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stream.offsets import PartitionOffsets
+
+
+def test_nothing_tracked_means_nothing_to_commit() -> None:
+    assert PartitionOffsets().to_commit() is None
+
+
+def test_commits_the_lowest_unfinished_offset() -> None:
+    tracker = PartitionOffsets()
+    for offset in (10, 11, 12, 15):  # gaps happen (compaction, transaction markers)
+        tracker.track(offset)
+    tracker.complete(11)
+    tracker.complete(12)
+    assert tracker.to_commit() == 10
+    tracker.complete(10)
+    assert tracker.to_commit() == 15
+    tracker.complete(15)
+    assert tracker.to_commit() == 16
+    tracker.mark_committed(16)
+    assert tracker.to_commit() is None
+    assert tracker.pending == 0
+
+
+def test_rejects_out_of_order_tracking() -> None:
+    tracker = PartitionOffsets()
+    tracker.track(5)
+    with pytest.raises(ValueError):
+        tracker.track(5)
+
+
+@given(st.integers(min_value=1, max_value=200), st.randoms(use_true_random=False))
+def test_never_commits_past_an_unfinished_offset(n: int, rng: random.Random) -> None:
+    tracker = PartitionOffsets()
+    offsets = sorted(rng.sample(range(n * 3), n))
+    for offset in offsets:
+        tracker.track(offset)
+    order = list(offsets)
+    rng.shuffle(order)
+    done: set[int] = set()
+    for offset in order:
+        tracker.complete(offset)
+        done.add(offset)
+        safe = tracker.to_commit()
+        assert safe is not None
+        # every tracked offset below the commit point is finished
+        assert all(o in done for o in offsets if o < safe)
+        unfinished = [o for o in offsets if o not in done]
+        assert safe == (min(unfinished) if unfinished else offsets[-1] + 1)
