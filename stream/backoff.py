@@ -15,5 +15,5 @@ class Backoff:
     def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
         """Delay before attempt ``attempt + 1``; never shorter than the provider's retry-after."""
         step = min(self.cap_s, self.base_s * 2 ** max(attempt - 1, 0))
-        drawn = step * (1.0 - self.jitter * rng.random())
+        drawn: float = step * (1.0 - self.jitter * rng.random())
         return max(drawn, retry_after or 0.0)

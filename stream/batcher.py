@@ -7,6 +7,7 @@ clock and the backlog source (consumer lag), which keeps the timing rules testab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -79,10 +80,8 @@ class Batcher(Generic[T]):
                 timeout = self._launch_ready()
                 # Safe: nothing can add items between deciding and clearing (no await).
                 self._wake.clear()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
-                except TimeoutError:
-                    pass
         finally:
             if self._in_flight:
                 await asyncio.gather(*self._in_flight, return_exceptions=True)
@@ -131,7 +130,7 @@ class Batcher(Generic[T]):
         except Exception:
             log.exception("dispatch of a batch of %d failed", len(items))
         finally:
-            self._in_flight.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._in_flight.discard(asyncio.current_task())
             self._wake.set()
 
 

@@ -44,12 +44,15 @@ class Settings:
     connect_timeout_s: float = _setting(15.0, "How long start-up waits for the broker.")
     # Provider
     base_url: str | None = _setting(
-        None, "OpenAI-compatible base URL (ends in /v1). Falls back to OPENAI_BASE_URL.",
+        None,
+        "OpenAI-compatible base URL (ends in /v1). Falls back to OPENAI_BASE_URL.",
         env="OPENAI_BASE_URL",
     )
     api_key: str | None = _setting(
-        None, "Provider API key. Falls back to OPENAI_API_KEY. Never logged.",
-        secret=True, env="OPENAI_API_KEY",
+        None,
+        "Provider API key. Falls back to OPENAI_API_KEY. Never logged.",
+        secret=True,
+        env="OPENAI_API_KEY",
     )
     model: str = _setting("text-embedding-3-small", "Model used when a request names none.")
     encoding_format: EncodingFormat = _setting(
@@ -158,9 +161,17 @@ def _literal_values(kind: str) -> tuple[str, ...]:
 def validate(s: Settings) -> None:
     """Cross-field and range checks. Each failure names exactly one setting."""
     positive_ints = (
-        "session_timeout_ms", "heartbeat_interval_ms", "max_poll_records", "commit_interval_ms",
-        "max_batch_size", "max_batch_tokens", "max_input_tokens", "max_concurrency",
-        "max_buffered_items", "max_attempts", "max_event_bytes",
+        "session_timeout_ms",
+        "heartbeat_interval_ms",
+        "max_poll_records",
+        "commit_interval_ms",
+        "max_batch_size",
+        "max_batch_tokens",
+        "max_input_tokens",
+        "max_concurrency",
+        "max_buffered_items",
+        "max_attempts",
+        "max_event_bytes",
     )
     for name in positive_ints:
         if getattr(s, name) <= 0:

@@ -39,7 +39,9 @@ def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedReq
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidEvent("invalid_utf8", f"value is not UTF-8: {exc.reason} at {exc.start}")
+        raise InvalidEvent(
+            "invalid_utf8", f"value is not UTF-8: {exc.reason} at byte {exc.start}"
+        ) from None
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -94,7 +96,8 @@ def _encoding_format(doc: dict[str, Any]) -> str | None:
         return None
     if value not in ENCODING_FORMATS:
         raise InvalidEvent(
-            "invalid_encoding_format", f"field 'encoding_format' must be float or base64, got {value!r}"
+            "invalid_encoding_format",
+            f"field 'encoding_format' must be float or base64, got {value!r}",
         )
     return str(value)
 

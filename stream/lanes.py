@@ -74,4 +74,3 @@ class Bucket(Generic[T]):
             (dropped if predicate(item.payload) else kept).append(item)
         self._items = kept
         return dropped
-

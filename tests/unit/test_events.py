@@ -21,8 +21,13 @@ def test_minimal_request() -> None:
 
 def test_full_request_round_trips() -> None:
     request = EmbedRequest(
-        id="r-1", text="hi", model="m", encoding_format="base64", dimensions=64,
-        metadata={"doc": 7}, deadline_ms=1_700_000_000_000,
+        id="r-1",
+        text="hi",
+        model="m",
+        encoding_format="base64",
+        dimensions=64,
+        metadata={"doc": 7},
+        deadline_ms=1_700_000_000_000,
     )
     assert decode_request(encode_request(request)) == request
 
@@ -71,8 +76,14 @@ def test_oversized_value() -> None:
 def test_result_encoding() -> None:
     result = EmbedResult("a", "m", [0.5, -0.5], 2, 3, {"k": 1}, 1, 12.3456)
     assert orjson.loads(result.encode()) == {
-        "id": "a", "model": "m", "embedding": [0.5, -0.5], "dimensions": 2,
-        "usage": {"tokens": 3}, "metadata": {"k": 1}, "attempts": 1, "latency_ms": 12.346,
+        "id": "a",
+        "model": "m",
+        "embedding": [0.5, -0.5],
+        "dimensions": 2,
+        "usage": {"tokens": 3},
+        "metadata": {"k": 1},
+        "attempts": 1,
+        "latency_ms": 12.346,
     }
 
 

@@ -1,0 +1,172 @@
+"""What happens to one batch: deadline check, the call, and one outcome per item.
+
+Outcomes: a result, a retry-topic record (transient failure), or a dead letter (permanent
+failure or attempts exhausted). A batch the provider rejects as a whole is split in halves until
+the bad items are isolated, so one bad item never fails its batch-mates. Provider-wide failures
+(bad key, unknown model) keep the batch and retry it after a backoff: they never dead-letter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from stream.backoff import Backoff
+from stream.embedder import BatchCall, BatchOutcome, EmbeddingBackend
+from stream.errors import EmbedStreamError, PermanentItemError, ProviderWideError, TransientError
+from stream.events import EmbedResult, Failure
+from stream.lanes import BucketKey, Pending
+from stream.policy import FlushReason
+from stream.sink import Sink, now_ms
+from stream.work import WorkItem
+
+log = logging.getLogger(__name__)
+
+# Whole-batch failures that may be caused by a single item: split to find it.
+SPLITTABLE = frozenset({"rejected", "timeout", "malformed_response"})
+
+
+@dataclass
+class PipelineStats:
+    calls: int = 0
+    items_sent: int = 0
+    results: int = 0
+    retries: int = 0
+    dead_letters: int = 0
+    provider_ok: bool = True
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+class Pipeline:
+    def __init__(
+        self,
+        backend: EmbeddingBackend,
+        sink: Sink,
+        on_done: Callable[[WorkItem], None],
+        *,
+        max_attempts: int,
+        backoff: Backoff | None = None,
+        rng: random.Random | None = None,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self._backend = backend
+        self._sink = sink
+        self._on_done = on_done
+        self._max_attempts = max_attempts
+        self._backoff = backoff or Backoff()
+        self._rng = rng or random.Random()
+        self._clock_ms = clock_ms
+        self.stats = PipelineStats()
+
+    async def dispatch(
+        self, key: BucketKey, batch: list[Pending[WorkItem]], reason: FlushReason
+    ) -> None:
+        del reason  # recorded by the batcher's flush hook
+        live: list[Pending[WorkItem]] = []
+        for pending in batch:
+            deadline = pending.payload.request.deadline_ms
+            if deadline is not None and self._clock_ms() > deadline:
+                err = PermanentItemError("deadline_exceeded", "deadline passed before sending")
+                await self.dead_letter(pending.payload, err)
+            else:
+                pending.payload.attempts += 1
+                live.append(pending)
+        if live:
+            await self._call(key, live)
+
+    async def _call(self, key: BucketKey, batch: list[Pending[WorkItem]]) -> None:
+        call = BatchCall(
+            model=key.model,
+            texts=[p.payload.request.text for p in batch],
+            encoding_format=key.encoding_format,
+            dimensions=key.dimensions,
+        )
+        provider_failures = 0
+        while True:
+            self.stats.calls += 1
+            self.stats.items_sent += len(batch)
+            try:
+                outcome = await self._backend.embed(call)
+            except ProviderWideError as exc:
+                # Nobody can be served: hold this batch (and its call slot) and try again later.
+                provider_failures += 1
+                self.stats.provider_ok = False
+                delay = self._backoff.delay(provider_failures, self._rng, exc.retry_after)
+                log.error("provider unusable (%s): %s; retrying in %.1fs", exc.reason, exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            except (PermanentItemError, TransientError) as exc:
+                self.stats.provider_ok = True
+                await self._failed(key, batch, exc)
+                return
+            self.stats.provider_ok = True
+            self.stats.batch_sizes.append(len(batch))
+            await self._succeeded(key, batch, outcome)
+            return
+
+    async def _failed(
+        self, key: BucketKey, batch: list[Pending[WorkItem]], exc: EmbedStreamError
+    ) -> None:
+        if len(batch) > 1 and exc.reason in SPLITTABLE:
+            middle = len(batch) // 2
+            await asyncio.gather(self._call(key, batch[:middle]), self._call(key, batch[middle:]))
+            return
+        await asyncio.gather(*(self._item_failed(p.payload, exc) for p in batch))
+
+    async def _item_failed(self, item: WorkItem, exc: EmbedStreamError) -> None:
+        if not exc.retriable or item.attempts >= self._max_attempts:
+            await self.dead_letter(item, exc)
+            return
+        now = self._clock_ms()
+        if item.first_failure_ms is None:
+            item.first_failure_ms = now
+            item.first_error = f"{exc.reason}: {exc.message}"
+        delay = self._backoff.delay(item.attempts, self._rng, exc.retry_after)
+        await self._sink.retry(item, now + int(delay * 1000), f"{exc.reason}: {exc.message}")
+        self.stats.retries += 1
+        self._on_done(item)
+
+    async def dead_letter(self, item: WorkItem, exc: EmbedStreamError) -> None:
+        now = self._clock_ms()
+        failure = Failure(
+            error_class=type(exc).__name__,
+            reason=exc.reason,
+            message=exc.message,
+            attempts=item.attempts,
+            source_topic=item.origin.topic,
+            source_partition=item.origin.partition,
+            source_offset=item.origin.offset,
+            first_failure_ms=item.first_failure_ms or now,
+            last_failure_ms=now,
+        )
+        await self._sink.dead_letter(item.raw, item.request.id.encode(), failure)
+        self.stats.dead_letters += 1
+        self._on_done(item)
+
+    async def _succeeded(
+        self, key: BucketKey, batch: list[Pending[WorkItem]], outcome: BatchOutcome
+    ) -> None:
+        estimated = sum(p.tokens for p in batch) or 1
+        now = self._clock_ms()
+        sends = []
+        for pending, vector in zip(batch, outcome.vectors, strict=True):
+            item = pending.payload
+            result = EmbedResult(
+                id=item.request.id,
+                model=key.model,
+                embedding=vector,
+                dimensions=outcome.dimensions,
+                # The provider reports usage per call; each item gets its estimated share.
+                tokens=round(outcome.total_tokens * pending.tokens / estimated),
+                metadata=item.request.metadata,
+                attempts=item.attempts,
+                latency_ms=float(now - item.timestamp_ms),
+            )
+            sends.append(self._sink.result(item, result))
+        await asyncio.gather(*sends)
+        self.stats.results += len(batch)
+        for pending in batch:
+            self._on_done(pending.payload)

@@ -1,0 +1,32 @@
+"""Fixtures shared by integration tests, which need a real broker.
+
+Start one with `bash ops/kafka/kafka.sh start` and export the printed address:
+EMBEDSTREAM_TEST_BOOTSTRAP=127.0.0.1:39092. Without it these tests are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from stream.topics import delete_topics, list_topics
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> str:
+    address = os.environ.get("EMBEDSTREAM_TEST_BOOTSTRAP", "")
+    if not address:
+        pytest.skip("EMBEDSTREAM_TEST_BOOTSTRAP unset; run `bash ops/kafka/kafka.sh start`")
+    return address
+
+
+@pytest.fixture
+async def unique_prefix(bootstrap: str) -> AsyncIterator[str]:
+    """A topic prefix no other test uses; its topics are deleted afterwards."""
+    prefix = f"test.{uuid.uuid4().hex[:12]}."
+    yield prefix
+    # The broker is shared and long-lived; do not let test topics pile up.
+    await delete_topics(bootstrap, await list_topics(bootstrap, prefix))

@@ -1,0 +1,146 @@
+"""Typed helpers shared by integration tests: publish requests, read outcomes, committed lag."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from stream.app import default_backend
+from stream.config import Settings, load_settings
+from stream.kafka import partitions_of
+from stream.processor import Processor
+from stream.topics import create_topics, load_topic_specs
+
+
+def settings_for(bootstrap: str, prefix: str, base_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "topic_prefix": prefix,
+        "group_id": prefix + "group",
+        "base_url": base_url,
+        "metrics_port": 0,
+        "fetch_max_wait_ms": 50,
+        "commit_interval_ms": 200,
+        "session_timeout_ms": 10_000,
+        "max_wait_ms": 20,
+    }
+    values.update(overrides)
+    return load_settings(env={}, overrides=values)
+
+
+async def create_all_topics(settings: Settings) -> None:
+    await create_topics(settings.bootstrap_servers, load_topic_specs(settings.topic_prefix))
+
+
+async def publish(
+    bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes]]
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, key=key) for key, value in records]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def request(request_id: str, text: str, **fields: Any) -> tuple[bytes, bytes]:
+    return request_id.encode(), orjson.dumps({"id": request_id, "text": text, **fields})
+
+
+async def read_topic(bootstrap: str, topic: str, *, idle_s: float = 1.0) -> list[Any]:
+    """Every record of a topic (read_committed), stopping after `idle_s` without new data."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+    )
+    await consumer.start()
+    try:
+        tps = await partitions_of(consumer, topic)
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        records: list[Any] = []
+        last = time.monotonic()
+        while True:
+            batch = await consumer.getmany(timeout_ms=100)
+            for recs in batch.values():
+                records.extend(recs)
+            if batch:
+                last = time.monotonic()
+            caught_up = all([await consumer.position(tp) >= end[tp] for tp in tps])
+            if caught_up and time.monotonic() - last >= idle_s:
+                return records
+    finally:
+        await consumer.stop()
+
+
+async def wait_for_ids(
+    bootstrap: str, topic: str, ids: set[str], timeout_s: float
+) -> dict[str, list[dict[str, Any]]]:
+    """Read `topic` until every id has at least one record; returns records by id."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+    )
+    await consumer.start()
+    seen: dict[str, list[dict[str, Any]]] = {}
+    try:
+        tps = await partitions_of(consumer, topic)
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout_s
+        while not ids.issubset(seen) and time.monotonic() < deadline:
+            for recs in (await consumer.getmany(timeout_ms=200)).values():
+                for record in recs:
+                    doc = orjson.loads(record.value)
+                    seen.setdefault(doc["id"], []).append(doc)
+        return seen
+    finally:
+        await consumer.stop()
+
+
+async def committed_lag(bootstrap: str, group: str, topics: Sequence[str]) -> dict[str, int]:
+    """Per topic: end offsets minus the group's committed offsets, summed over partitions."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+        lag: dict[str, int] = {}
+        for topic in topics:
+            tps = await partitions_of(consumer, topic)
+            ends = await consumer.end_offsets(tps)
+            lag[topic] = sum(
+                ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in tps
+            )
+        return lag
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def running_processor(settings: Settings) -> AsyncIterator[Processor]:
+    processor = Processor(settings, default_backend(settings))
+    task = asyncio.create_task(processor.run())
+    try:
+        await asyncio.wait_for(_assigned_or_failed(processor, task), 60)
+        yield processor
+    finally:
+        processor.stop()
+        await asyncio.wait_for(task, 60)
+
+
+async def _assigned_or_failed(processor: Processor, task: asyncio.Task[None]) -> None:
+    waiter = asyncio.ensure_future(processor.assigned.wait())
+    done, _ = await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        waiter.cancel()
+        task.result()  # raises the processor's start-up error

@@ -1,0 +1,121 @@
+"""The JSON Schemas in topics/schemas accept the documents they promise and reject others."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+SCHEMA_DIR = Path(__file__).parents[2] / "topics" / "schemas"
+SCHEMA_NAMES = ["request", "result", "dead_letter_headers"]
+
+
+@cache
+def validator(name: str) -> Any:
+    schema = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text(encoding="utf-8"))
+    # format_checker: "format" is only an annotation in 2020-12 unless asserted.
+    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+@pytest.mark.parametrize("name", SCHEMA_NAMES)
+def test_schema_is_valid_draft_2020_12(name: str) -> None:
+    Draft202012Validator.check_schema(validator(name).schema)
+
+
+REQUEST = {"id": "r-1", "text": "hello"}
+RESULT = {
+    "id": "r-1",
+    "model": "text-embedding-3-small",
+    "embedding": [0.1, -0.2, 3],
+    "dimensions": 3,
+    "usage": {"tokens": 1},
+    "metadata": None,
+    "attempts": 1,
+    "latency_ms": 12.5,
+}
+DEAD_LETTER_HEADERS = {
+    "embedstream.error.class": "BadRequestError",
+    "embedstream.error.message": "input too long",
+    "embedstream.error.attempts": "3",
+    "embedstream.source.topic": "embed.requests.high",
+    "embedstream.source.partition": "0",
+    "embedstream.source.offset": "42",
+    "embedstream.failure.first": "2025-01-01T12:00:00.123Z",
+    "embedstream.failure.last": "2025-01-01T12:00:05+00:00",
+}
+
+
+def changed(document: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """A copy of document with changes applied; a value of ... removes the key."""
+    result = {**document, **changes}
+    return {key: value for key, value in result.items() if value is not ...}
+
+
+VALID = [
+    ("request", REQUEST),
+    (
+        "request",
+        changed(
+            REQUEST,
+            model="m",
+            encoding_format="base64",
+            dimensions=256,
+            metadata={"tenant": "a", "n": [1]},
+            deadline="2025-06-01T10:00:00Z",
+        ),
+    ),
+    ("request", changed(REQUEST, deadline=1_750_000_000_000)),
+    ("request", changed(REQUEST, deadline="2025-06-01T10:00:00.5+02:00")),
+    ("request", changed(REQUEST, future_field=True)),
+    ("result", RESULT),
+    ("result", changed(RESULT, embedding="AACAPwAAAEA=", metadata={"tenant": "a"})),
+    ("result", changed(RESULT, usage={"tokens": 0}, latency_ms=0)),
+    ("dead_letter_headers", DEAD_LETTER_HEADERS),
+    ("dead_letter_headers", {**DEAD_LETTER_HEADERS, "traceparent": "00-abc-def-01"}),
+]
+
+INVALID = [
+    ("request", changed(REQUEST, id=...)),
+    ("request", changed(REQUEST, id="")),
+    ("request", changed(REQUEST, text="")),
+    ("request", changed(REQUEST, text=5)),
+    ("request", changed(REQUEST, encoding_format="int8")),
+    ("request", changed(REQUEST, dimensions=0)),
+    ("request", changed(REQUEST, dimensions=1.5)),
+    ("request", changed(REQUEST, metadata="tenant=a")),
+    ("request", changed(REQUEST, deadline="tomorrow")),
+    ("request", changed(REQUEST, deadline="2025-06-01")),
+    ("request", changed(REQUEST, deadline=-1)),
+    ("request", ["not", "an", "object"]),
+    ("result", changed(RESULT, embedding=[])),
+    ("result", changed(RESULT, embedding=["0.1"])),
+    ("result", changed(RESULT, embedding="not base64!")),
+    ("result", changed(RESULT, metadata=...)),
+    ("result", changed(RESULT, usage={})),
+    ("result", changed(RESULT, attempts=0)),
+    ("result", changed(RESULT, latency_ms=-1)),
+    ("result", changed(RESULT, dimensions=0)),
+    ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.error.class": ...})),
+    ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.error.attempts": "0"})),
+    ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.source.offset": 42})),
+    ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.source.partition": "-1"})),
+    (
+        "dead_letter_headers",
+        changed(DEAD_LETTER_HEADERS, **{"embedstream.failure.last": "1735732805000"}),
+    ),
+    ("dead_letter_headers", {**DEAD_LETTER_HEADERS, "other": b"bytes"}),
+]
+
+
+@pytest.mark.parametrize(("name", "document"), VALID)
+def test_valid_documents_pass(name: str, document: Any) -> None:
+    validator(name).validate(document)
+
+
+@pytest.mark.parametrize(("name", "document"), INVALID)
+def test_invalid_documents_fail(name: str, document: Any) -> None:
+    assert not validator(name).is_valid(document)

@@ -1,0 +1,215 @@
+"""Loading, prefixing and validating topics.toml; the pure table/drift helpers."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stream.topics import (
+    DEFAULT_PREFIX,
+    PACKAGED_TOPICS_FILE,
+    TOPIC_KEYS,
+    TopicConfigError,
+    TopicDescription,
+    TopicNames,
+    TopicSpec,
+    describe_drift,
+    format_description,
+    load_topic_specs,
+    parse_topic_specs,
+    topic_names,
+)
+
+CANONICAL_TOPICS_FILE = Path(__file__).parents[2] / "topics" / "topics.toml"
+
+
+def canonical_document() -> dict[str, Any]:
+    return tomllib.loads(CANONICAL_TOPICS_FILE.read_text(encoding="utf-8"))
+
+
+def test_packaged_copy_is_identical_to_canonical_file() -> None:
+    # The wheel ships stream/topics.toml; topics/topics.toml is what people edit.
+    assert PACKAGED_TOPICS_FILE.read_bytes() == CANONICAL_TOPICS_FILE.read_bytes()
+
+
+def test_default_load_prefixes_every_topic_in_key_order() -> None:
+    specs = load_topic_specs(DEFAULT_PREFIX)
+    assert [spec.key for spec in specs] == list(TOPIC_KEYS)
+    assert [spec.name for spec in specs] == [
+        "embed.requests.high",
+        "embed.requests.low",
+        "embed.retry",
+        "embed.results",
+        "embed.dlq",
+    ]
+    assert all(spec.replication_factor == 1 for spec in specs)
+    assert all(spec.configs["cleanup.policy"] == "delete" for spec in specs)
+
+
+def test_declared_sizes_and_partitions() -> None:
+    by_key = {spec.key: spec for spec in load_topic_specs(DEFAULT_PREFIX)}
+    assert by_key["requests_high"].partitions == 4
+    assert by_key["dead_letters"].partitions == 1
+    assert by_key["requests_high"].configs["max.message.bytes"] == "1048576"
+    results_limit = int(by_key["results"].configs["max.message.bytes"])
+    assert results_limit > int(by_key["requests_high"].configs["max.message.bytes"])
+    dlq_retention = int(by_key["dead_letters"].configs["retention.ms"])
+    assert dlq_retention > int(by_key["requests_low"].configs["retention.ms"])
+
+
+@pytest.mark.parametrize("prefix", ["", "t-1_x.", "tenant."])
+def test_custom_prefix(prefix: str) -> None:
+    names = topic_names(prefix)
+    assert names == TopicNames(
+        requests_high=f"{prefix}requests.high",
+        requests_low=f"{prefix}requests.low",
+        retry=f"{prefix}retry",
+        results=f"{prefix}results",
+        dead_letters=f"{prefix}dlq",
+    )
+
+
+def test_explicit_path_wins_over_packaged_copy(tmp_path: Path) -> None:
+    text = CANONICAL_TOPICS_FILE.read_text(encoding="utf-8")
+    custom = tmp_path / "topics.toml"
+    custom.write_text(text.replace('name = "dlq"', 'name = "dead"'), encoding="utf-8")
+    assert topic_names("p.", custom).dead_letters == "p.dead"
+
+
+def test_topic_replication_factor_overrides_default() -> None:
+    document = canonical_document()
+    document["defaults"]["replication_factor"] = 3
+    document["topics"]["dead_letters"]["replication_factor"] = 2
+    by_key = {spec.key: spec for spec in parse_topic_specs(document, "x.")}
+    assert by_key["results"].replication_factor == 3
+    assert by_key["dead_letters"].replication_factor == 2
+
+
+def test_toml_scalars_become_kafka_config_strings() -> None:
+    document = canonical_document()
+    document["topics"]["retry"]["configs"] = {
+        "retention.ms": 60_000,
+        "preallocate": True,
+        "min.cleanable.dirty.ratio": 0.25,
+    }
+    retry = parse_topic_specs(document, "")[2]
+    assert retry.configs == {
+        "retention.ms": "60000",
+        "preallocate": "true",
+        "min.cleanable.dirty.ratio": "0.25",
+    }
+
+
+def broken(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """The canonical document with the entry at path replaced (or removed, for None)."""
+    document = copy.deepcopy(canonical_document())
+    table = document
+    for part in path[:-1]:
+        table = table[part]
+    if value is None:
+        del table[path[-1]]
+    else:
+        table[path[-1]] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        (broken(("topics", "retry", "partitions"), 0), r"topic 'retry', key 'partitions'.*got 0"),
+        (broken(("topics", "retry", "partitions"), "4"), r"topic 'retry', key 'partitions'"),
+        (broken(("topics", "retry", "partitions"), True), r"topic 'retry', key 'partitions'"),
+        (broken(("topics", "results", "partitions"), None), r"topic 'results', key 'partitions'"),
+        (
+            broken(("topics", "dead_letters", "replication_factor"), -1),
+            r"topic 'dead_letters', key 'replication_factor'",
+        ),
+        (broken(("defaults", "replication_factor"), 0), r"\[defaults\] key 'replication_factor'"),
+        (broken(("topics", "results", "name"), ""), r"topic 'results', key 'name'"),
+        (broken(("topics", "results", "name"), "a/b"), r"'x\.a/b' is not a legal Kafka topic"),
+        (broken(("topics", "retry", "partiton"), 4), r"topic 'retry': unknown key\(s\) partiton"),
+        (
+            broken(("topics", "retries"), {"name": "r", "partitions": 1}),
+            r"unknown key\(s\) retries",
+        ),
+        (broken(("topics", "retry"), None), r"\[topics\] lacks retry"),
+        (broken(("topics", "retry"), "retry"), r"topic 'retry': must be a table"),
+        (broken(("topics", "retry", "configs"), {"x": [1]}), r"topic 'retry', config 'x'"),
+        (broken(("topics", "retry", "name"), "dlq"), r"several topics are named x\.dlq"),
+        (broken(("topics",), None), r"\[topics\]: must be a table"),
+        (broken(("extra",), 1), r"unknown key\(s\) extra"),
+    ],
+)
+def test_invalid_declarations_name_the_topic_and_key(
+    document: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(TopicConfigError, match=expected):
+        parse_topic_specs(document, "x.")
+
+
+def test_illegal_prefix_is_rejected() -> None:
+    with pytest.raises(TopicConfigError, match="not a legal Kafka topic name"):
+        load_topic_specs("embed/")
+
+
+def test_overlong_name_is_rejected() -> None:
+    with pytest.raises(TopicConfigError, match="at most 249"):
+        load_topic_specs("p" * 240)
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "topics.toml"
+    path.write_text("[topics\n", encoding="utf-8")
+    with pytest.raises(TopicConfigError, match=r"topics\.toml: invalid TOML"):
+        load_topic_specs("", path)
+
+
+SPEC = TopicSpec(
+    key="retry",
+    name="embed.retry",
+    partitions=4,
+    replication_factor=1,
+    configs={"retention.ms": "1000", "cleanup.policy": "delete"},
+)
+
+
+def described(partitions: int = 4, retention: str = "1000") -> TopicDescription:
+    return TopicDescription(
+        name="embed.retry",
+        partitions=partitions,
+        replication_factor=1,
+        configs={"retention.ms": retention, "cleanup.policy": "delete", "segment.ms": "9"},
+    )
+
+
+def test_drift_is_empty_when_broker_matches_declaration() -> None:
+    assert describe_drift(SPEC, described()) == []
+
+
+def test_drift_lists_each_difference() -> None:
+    assert describe_drift(SPEC, described(partitions=2, retention="5")) == [
+        "partitions 2 (declared 4)",
+        "retention.ms=5 (declared 1000)",
+    ]
+    assert describe_drift(SPEC, None) == ["missing"]
+
+
+def test_format_description_shows_declared_configs_and_status() -> None:
+    dlq = TopicSpec("dead_letters", "embed.dlq", 1, 1, {})
+    table = format_description([SPEC, dlq], [described(partitions=2)])
+    header, retry_row, dlq_row = table.splitlines()
+    assert header.split() == ["TOPIC", "PARTITIONS", "RF", "CONFIGS", "STATUS"]
+    assert retry_row.split()[:5] == [
+        "embed.retry",
+        "2",
+        "1",
+        "cleanup.policy=delete",
+        "retention.ms=1000",
+    ]
+    assert retry_row.endswith("partitions 2 (declared 4)")
+    assert "segment.ms" not in table  # undeclared broker configs are not shown
+    assert dlq_row.split() == ["embed.dlq", "-", "-", "-", "missing"]
