@@ -19,7 +19,6 @@ from stream.errors import ConfigError
 ENV_PREFIX = "EMBEDSTREAM_"
 
 EncodingFormat = Literal["float", "base64"]
-Delivery = Literal["at_least_once", "exactly_once"]
 LogFormat = Literal["plain", "json"]
 
 
@@ -71,8 +70,7 @@ class Settings:
     max_buffered_items: int = _setting(
         5_000, "Most items held in memory; above it fetching pauses."
     )
-    # Delivery
-    delivery: Delivery = _setting("at_least_once", "at_least_once or exactly_once.")
+    # Failures
     max_attempts: int = _setting(5, "Attempts before an item is dead-lettered.")
     max_event_bytes: int = _setting(1_048_576, "Largest request event accepted.")
     # Operations
@@ -142,7 +140,7 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
             return int(value)
         if kind == "float":
             return float(value)
-        if kind.startswith("Literal") or kind in ("EncodingFormat", "Delivery", "LogFormat"):
+        if kind.startswith("Literal") or kind in ("EncodingFormat", "LogFormat"):
             allowed = _literal_values(kind)
             text = str(value)
             if text not in allowed:
@@ -154,7 +152,7 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
 
 
 def _literal_values(kind: str) -> tuple[str, ...]:
-    aliases = {"EncodingFormat": EncodingFormat, "Delivery": Delivery, "LogFormat": LogFormat}
+    aliases = {"EncodingFormat": EncodingFormat, "LogFormat": LogFormat}
     return tuple(str(v) for v in get_args(aliases[kind]))
 
 

@@ -7,7 +7,7 @@ dead-letter headers carry, so one malformed event can be parked without stopping
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -211,10 +211,15 @@ def dead_letter_headers(failure: Failure) -> list[tuple[str, bytes]]:
         "source.topic": failure.source_topic,
         "source.partition": str(failure.source_partition),
         "source.offset": str(failure.source_offset),
-        "failure.first": str(failure.first_failure_ms),
-        "failure.last": str(failure.last_failure_ms),
+        "failure.first": rfc3339(failure.first_failure_ms),
+        "failure.last": rfc3339(failure.last_failure_ms),
     }
     return [(HEADER_PREFIX + k, v.encode("utf-8")) for k, v in pairs.items()]
+
+
+def rfc3339(epoch_ms: int) -> str:
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def headers_dict(headers: Any) -> dict[str, str]:

@@ -18,6 +18,8 @@ from stream.topics import delete_topics, list_topics
 @pytest.fixture(scope="session")
 def bootstrap() -> str:
     address = os.environ.get("EMBEDSTREAM_TEST_BOOTSTRAP", "")
+    if not address and os.environ.get("EMBEDSTREAM_REQUIRE_BROKER") == "1":
+        pytest.fail("EMBEDSTREAM_REQUIRE_BROKER=1 but EMBEDSTREAM_TEST_BOOTSTRAP is unset")
     if not address:
         pytest.skip("EMBEDSTREAM_TEST_BOOTSTRAP unset; run `bash ops/kafka/kafka.sh start`")
     return address

@@ -36,7 +36,7 @@ def test_openai_fallback_variables() -> None:
         ({"EMBEDSTREAM_SCALE_FACTOR": "0"}, "scale_factor"),
         ({"EMBEDSTREAM_MODEL": " "}, "model"),
         ({"EMBEDSTREAM_BOOTSTRAP_SERVERS": "nohostport"}, "bootstrap_servers"),
-        ({"EMBEDSTREAM_DELIVERY": "maybe"}, "delivery"),
+        ({"EMBEDSTREAM_LOG_FORMAT": "xml"}, "log_format"),
         ({"EMBEDSTREAM_METRICS_PORT": "70000"}, "metrics_port"),
         ({"EMBEDSTREAM_BASE_URL": "ftp://x"}, "base_url"),
         ({"EMBEDSTREAM_MAX_BUFFERED_ITEMS": "10"}, "max_buffered_items"),

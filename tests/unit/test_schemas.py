@@ -100,7 +100,7 @@ INVALID = [
     ("result", changed(RESULT, latency_ms=-1)),
     ("result", changed(RESULT, dimensions=0)),
     ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.error.class": ...})),
-    ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.error.attempts": "0"})),
+    ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.error.attempts": "-1"})),
     ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.source.offset": 42})),
     ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.source.partition": "-1"})),
     (
@@ -119,3 +119,26 @@ def test_valid_documents_pass(name: str, document: Any) -> None:
 @pytest.mark.parametrize(("name", "document"), INVALID)
 def test_invalid_documents_fail(name: str, document: Any) -> None:
     assert not validator(name).is_valid(document)
+
+
+def test_what_the_code_writes_matches_the_schemas() -> None:
+    """The schemas document the real formats: encode with the code, validate with the schema."""
+    import orjson
+
+    from stream.events import (
+        EmbedRequest,
+        EmbedResult,
+        Failure,
+        dead_letter_headers,
+        encode_request,
+        headers_dict,
+    )
+
+    request = EmbedRequest("r1", "text", "m", "base64", 8, {"a": 1}, 1_767_225_600_000)
+    validator("request").validate(orjson.loads(encode_request(request)))
+    result = EmbedResult("r1", "m", "AAAA", 1, 3, None, 1, 4.5)
+    validator("result").validate(orjson.loads(result.encode()))
+    failure = Failure(
+        "InvalidEvent", "invalid_json", "bad", 0, "t", 0, 7, 1_767_225_600_000, 1_767_225_600_001
+    )
+    validator("dead_letter_headers").validate(headers_dict(dead_letter_headers(failure)))

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install the test dependencies, start Apache Kafka
+# (KRaft, loopback, jars from Maven Central, cached), lint, type-check, run pytest, stop Kafka.
+# Extra arguments go to pytest (e.g. `bash ops/test.sh tests/unit -x`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'
+
+export EMBEDSTREAM_KAFKA_PORT="${EMBEDSTREAM_KAFKA_PORT:-39092}"
+export EMBEDSTREAM_PYTHON="$PYTHON"
+bash ops/kafka/kafka.sh start
+trap 'bash ops/kafka/kafka.sh stop >/dev/null 2>&1 || true' EXIT
+export EMBEDSTREAM_TEST_BOOTSTRAP="127.0.0.1:$EMBEDSTREAM_KAFKA_PORT"
+# Integration tests fail (not skip) when the broker is missing: CI must not go green without it.
+export EMBEDSTREAM_REQUIRE_BROKER=1
+
+"$PYTHON" -m ruff check .
+"$PYTHON" -m ruff format --check .
+"$PYTHON" -m mypy
+status=0
+"$PYTHON" -m pytest -p no:cacheprovider "$@" || status=$?
+if [[ $status -ne 0 ]]; then
+  echo "---- tests failed (exit $status); tail of the Kafka broker log ----" >&2
+  bash ops/kafka/kafka.sh log 2>/dev/null | tail -n 150 >&2 || true
+fi
+exit $status

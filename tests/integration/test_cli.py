@@ -1,0 +1,120 @@
+"""The `embedstream` command line against a real broker: fail-fast config, produce, consume."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from stream.topics import topic_names
+from tests.integration.helpers import create_all_topics, publish, request, settings_for
+
+pytestmark = pytest.mark.integration
+
+
+async def embedstream(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None, limit_s: float = 120
+) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "stream.cli",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), limit_s)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize(
+    ("args", "setting"),
+    [
+        (["--bootstrap-servers", "127.0.0.1:1", "--connect-timeout-s", "2"], "bootstrap_servers"),
+        (["--model", ""], "model"),
+        (["--max-batch-size", "-5"], "max_batch_size"),
+        (["--max-wait-ms", "-1"], "max_wait_ms"),
+        (["--max-concurrency", "0"], "max_concurrency"),
+    ],
+)
+async def test_bad_configuration_fails_at_start_naming_the_setting(
+    bootstrap: str, unique_prefix: str, args: list[str], setting: str
+) -> None:
+    settings = settings_for(bootstrap, unique_prefix, "http://127.0.0.1:9/v1")
+    await create_all_topics(settings)
+    names = topic_names(unique_prefix)
+    await publish(bootstrap, names.requests_low, [request("a", "some text")])
+    group = unique_prefix + "bad"
+    code, _, err = await embedstream(
+        "run",
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic-prefix",
+        unique_prefix,
+        "--group-id",
+        group,
+        "--metrics-port",
+        "0",
+        *args,
+    )
+    assert code == 2
+    assert f"setting {setting} (EMBEDSTREAM_{setting.upper()})" in err
+    # Nothing was consumed: the group never committed anything.
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        assert await admin.list_consumer_group_offsets(group) == {}
+    finally:
+        await admin.close()
+
+
+async def test_produce_then_consume_round_trip(
+    bootstrap: str, unique_prefix: str, tmp_path: Path
+) -> None:
+    settings = settings_for(bootstrap, unique_prefix, "http://127.0.0.1:9/v1")
+    await create_all_topics(settings)
+    common = ["--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix]
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"id": "j1", "text": "json line"}\n\n{"id": "j2", "text": "two"}\n')
+    code, _, err = await embedstream("produce", str(lines), "--priority", "high", *common)
+    assert code == 0, err
+    assert "sent 2 requests" in err
+    code, _, err = await embedstream(
+        "produce", "--plain", "--quiet", *common, stdin=b"first text\nsecond text\n"
+    )
+    assert code == 0, err
+    # Requests are not results; consume reads what the results topic holds: write two there.
+    names = topic_names(unique_prefix)
+    await publish(bootstrap, names.results, [(b"r", b'{"id": "r", "embedding": [1.0]}')])
+    code, out, err = await embedstream(
+        "consume", "--from-beginning", "--limit", "1", *common, limit_s=60
+    )
+    assert code == 0, err
+    assert [orjson.loads(line) for line in out.splitlines()] == [{"id": "r", "embedding": [1.0]}]
+    from tests.integration.helpers import read_topic
+
+    high = await read_topic(bootstrap, names.requests_high, idle_s=0.2)
+    low = await read_topic(bootstrap, names.requests_low, idle_s=0.2)
+    assert sorted(orjson.loads(r.value)["id"] for r in high) == ["j1", "j2"]
+    assert sorted(orjson.loads(r.value)["text"] for r in low) == ["first text", "second text"]
+    assert all(r.key == orjson.loads(r.value)["id"].encode() for r in high + low)
+
+
+async def test_topics_create_twice_is_a_no_op(bootstrap: str, unique_prefix: str) -> None:
+    common = ["--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix]
+    code, out, _ = await embedstream("topics", "create", *common)
+    assert code == 0 and "5 created" in out
+    code, out, _ = await embedstream("topics", "create", *common)
+    assert code == 0 and "0 created, 5 already existed" in out
+    code, out, _ = await embedstream("topics", "list", *common)
+    assert sorted(out.split()) == sorted(
+        unique_prefix + n for n in ("requests.high", "requests.low", "retry", "results", "dlq")
+    )
