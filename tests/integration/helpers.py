@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from stream.app import default_backend
 from stream.config import Settings, load_settings
@@ -105,25 +106,41 @@ async def wait_for_ids(
         await consumer.stop()
 
 
+async def group_offsets(bootstrap: str, group: str) -> dict[TopicPartition, int]:
+    """A group's committed offsets ({} for a group that never committed).
+
+    On a fresh broker the first coordinator lookup creates __consumer_offsets and fails with
+    GroupCoordinatorNotAvailable until it exists, so retry that for a while.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        for _ in range(60):
+            try:
+                offsets = await admin.list_consumer_group_offsets(group)
+            except GroupCoordinatorNotAvailableError:
+                await asyncio.sleep(0.5)
+                continue
+            return {tp: meta.offset for tp, meta in offsets.items()}
+        raise TimeoutError(f"no coordinator for group {group}")
+    finally:
+        await admin.close()
+
+
 async def committed_lag(bootstrap: str, group: str, topics: Sequence[str]) -> dict[str, int]:
     """Per topic: end offsets minus the group's committed offsets, summed over partitions."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    committed = await group_offsets(bootstrap, group)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await admin.start()
     await consumer.start()
     try:
-        committed = await admin.list_consumer_group_offsets(group)
         lag: dict[str, int] = {}
         for topic in topics:
             tps = await partitions_of(consumer, topic)
             ends = await consumer.end_offsets(tps)
-            lag[topic] = sum(
-                ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in tps
-            )
+            lag[topic] = sum(ends[tp] - committed.get(tp, 0) for tp in tps)
         return lag
     finally:
         await consumer.stop()
-        await admin.close()
 
 
 @contextlib.asynccontextmanager

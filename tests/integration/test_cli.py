@@ -9,10 +9,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from stream.topics import topic_names
-from tests.integration.helpers import create_all_topics, publish, request, settings_for
+from tests.integration.helpers import (
+    create_all_topics,
+    group_offsets,
+    publish,
+    read_topic,
+    request,
+    settings_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -68,12 +74,7 @@ async def test_bad_configuration_fails_at_start_naming_the_setting(
     assert code == 2
     assert f"setting {setting} (EMBEDSTREAM_{setting.upper()})" in err
     # Nothing was consumed: the group never committed anything.
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        assert await admin.list_consumer_group_offsets(group) == {}
-    finally:
-        await admin.close()
+    assert await group_offsets(bootstrap, group) == {}
 
 
 async def test_produce_then_consume_round_trip(
@@ -99,8 +100,6 @@ async def test_produce_then_consume_round_trip(
     )
     assert code == 0, err
     assert [orjson.loads(line) for line in out.splitlines()] == [{"id": "r", "embedding": [1.0]}]
-    from tests.integration.helpers import read_topic
-
     high = await read_topic(bootstrap, names.requests_high, idle_s=0.2)
     low = await read_topic(bootstrap, names.requests_low, idle_s=0.2)
     assert sorted(orjson.loads(r.value)["id"] for r in high) == ["j1", "j2"]

@@ -1,0 +1,259 @@
+"""Prometheus metrics of one processor, on an injected registry.
+
+Never the global default registry: tests, and several processors in one process, each get their
+own. Labels carry only small fixed vocabularies (lane, flush reason, outcome, error class and
+reason, topic/partition), never request ids or text, so series counts stay bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import suppress
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LANES = ("high", "low")
+QUEUE_LANES = (*LANES, "delayed")
+FLUSH_REASONS = ("size", "tokens", "time", "drain")
+
+# Every family as named in the text exposition (counters with their ``_total`` suffix);
+# histograms expose ``_bucket``, ``_sum`` and ``_count`` series under these names.
+METRIC_NAMES: frozenset[str] = frozenset(
+    {
+        "embedstream_queue_depth",
+        "embedstream_consumer_lag",
+        "embedstream_consumer_lag_seconds",
+        "embedstream_batch_size",
+        "embedstream_batch_tokens",
+        "embedstream_item_wait_seconds",
+        "embedstream_end_to_end_latency_seconds",
+        "embedstream_flushes_total",
+        "embedstream_api_calls_total",
+        "embedstream_api_latency_seconds",
+        "embedstream_api_errors_total",
+        "embedstream_results_total",
+        "embedstream_retries_total",
+        "embedstream_dead_letters_total",
+        "embedstream_paused_partitions",
+        "embedstream_in_flight_calls",
+        "embedstream_concurrency_limit",
+        "embedstream_adaptive_wait_seconds",
+        "embedstream_ready",
+        "embedstream_buffered_items",
+    }
+)
+
+BATCH_SIZE_BUCKETS = tuple(float(2**i) for i in range(12))  # 1 .. 2048 inputs per call
+BATCH_TOKEN_BUCKETS = tuple(float(4**i) for i in range(2, 11))  # 16 .. ~1M tokens
+WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+API_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Retries with backoff can hold an item for many minutes, so the tail reaches an hour.
+END_TO_END_BUCKETS = (
+    *(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    *(30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0),
+)
+
+
+class Metrics:
+    """Every metric the pipeline updates, with one small typed method per update."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+
+        self._queue_depth = Gauge(
+            "embedstream_queue_depth",
+            "Items buffered in memory per lane (high, low, delayed retries).",
+            ["lane"],
+            registry=r,
+        )
+        self._lag = Gauge(
+            "embedstream_consumer_lag",
+            "Consumer lag in offsets: high watermark minus position.",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self._lag_seconds = Gauge(
+            "embedstream_consumer_lag_seconds",
+            "Age in seconds of the oldest record read but not yet committed; 0 when none.",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self._batch_size = Histogram(
+            "embedstream_batch_size",
+            "Inputs per embeddings call.",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=r,
+        )
+        self._batch_tokens = Histogram(
+            "embedstream_batch_tokens",
+            "Estimated tokens per embeddings call.",
+            buckets=BATCH_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self._item_wait = Histogram(
+            "embedstream_item_wait_seconds",
+            "Seconds an item waited in the batcher from arrival to flush.",
+            ["lane"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self._end_to_end = Histogram(
+            "embedstream_end_to_end_latency_seconds",
+            "Seconds from the Kafka record timestamp to the result being acked.",
+            ["lane"],
+            buckets=END_TO_END_BUCKETS,
+            registry=r,
+        )
+        self._flushes = Counter(
+            "embedstream_flushes_total",
+            "Batches flushed, by reason (size, tokens, time, drain).",
+            ["reason"],
+            registry=r,
+        )
+        self._api_calls = Counter(
+            "embedstream_api_calls_total",
+            "Embeddings API calls, by outcome (ok, error).",
+            ["outcome"],
+            registry=r,
+        )
+        self._api_latency = Histogram(
+            "embedstream_api_latency_seconds",
+            "Seconds per embeddings API call, successful or not.",
+            buckets=API_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._api_errors = Counter(
+            "embedstream_api_errors_total",
+            "Embeddings API errors, by error class and reason code.",
+            ["error_class", "reason"],
+            registry=r,
+        )
+        self._results = Counter(
+            "embedstream_results_total",
+            "Results produced and acked, by lane.",
+            ["lane"],
+            registry=r,
+        )
+        self._retries = Counter(
+            "embedstream_retries_total",
+            "Items sent to the retry topic, by reason code.",
+            ["reason"],
+            registry=r,
+        )
+        self._dead_letters = Counter(
+            "embedstream_dead_letters_total",
+            "Items sent to the dead-letter topic, by reason code.",
+            ["reason"],
+            registry=r,
+        )
+        self._paused_partitions = Gauge(
+            "embedstream_paused_partitions", "Partitions paused for backpressure.", registry=r
+        )
+        self._in_flight = Gauge(
+            "embedstream_in_flight_calls", "Embeddings API calls in progress.", registry=r
+        )
+        self._concurrency_limit = Gauge(
+            "embedstream_concurrency_limit",
+            "Current limit on concurrent embeddings API calls.",
+            registry=r,
+        )
+        self._adaptive_wait = Gauge(
+            "embedstream_adaptive_wait_seconds",
+            "Seconds the oldest item may currently wait before a time flush.",
+            registry=r,
+        )
+        self._ready = Gauge("embedstream_ready", "1 when ready to serve, else 0.", registry=r)
+        self._buffered = Gauge(
+            "embedstream_buffered_items",
+            "All items held in memory (buffered, in flight, delayed); drives backpressure.",
+            registry=r,
+        )
+        self._create_known_series()
+
+    def _create_known_series(self) -> None:
+        # Series that exist from the start read 0 instead of "no data", so rate() and
+        # alerts work before the first event of each kind.
+        for lane in QUEUE_LANES:
+            self._queue_depth.labels(lane=lane)
+        for lane in LANES:
+            self._item_wait.labels(lane=lane)
+            self._end_to_end.labels(lane=lane)
+            self._results.labels(lane=lane)
+        for reason in FLUSH_REASONS:
+            self._flushes.labels(reason=reason)
+        for outcome in ("ok", "error"):
+            self._api_calls.labels(outcome=outcome)
+
+    # ----------------------------------------------------------------- batching
+
+    def set_queue_depth(self, lane: str, items: int) -> None:
+        self._queue_depth.labels(lane=lane).set(items)
+
+    def set_buffered_items(self, items: int) -> None:
+        self._buffered.set(items)
+
+    def set_adaptive_wait(self, seconds: float) -> None:
+        self._adaptive_wait.set(seconds)
+
+    def observe_flush(
+        self, lane: str, reason: str, items: int, tokens: int, waits_s: Sequence[float]
+    ) -> None:
+        """One batch cut: its size, tokens, why it was cut and how long each item waited."""
+        self._flushes.labels(reason=reason).inc()
+        self._batch_size.observe(items)
+        self._batch_tokens.observe(tokens)
+        wait = self._item_wait.labels(lane=lane)
+        for seconds in waits_s:
+            wait.observe(seconds)
+
+    # ----------------------------------------------------------------- provider calls
+
+    def observe_call(self, latency_s: float, ok: bool) -> None:
+        self._api_calls.labels(outcome="ok" if ok else "error").inc()
+        self._api_latency.observe(latency_s)
+
+    def observe_error(self, error_class: str, reason: str) -> None:
+        self._api_errors.labels(error_class=error_class, reason=reason).inc()
+
+    def set_in_flight_calls(self, calls: int) -> None:
+        self._in_flight.set(calls)
+
+    def set_concurrency_limit(self, limit: int) -> None:
+        self._concurrency_limit.set(limit)
+
+    # ----------------------------------------------------------------- outcomes
+
+    def observe_result(self, lane: str, end_to_end_s: float) -> None:
+        self._results.labels(lane=lane).inc()
+        # Record timestamps come from producer clocks; skew must not yield negative latency.
+        self._end_to_end.labels(lane=lane).observe(max(end_to_end_s, 0.0))
+
+    def count_retry(self, reason: str) -> None:
+        self._retries.labels(reason=reason).inc()
+
+    def count_dead_letter(self, reason: str) -> None:
+        self._dead_letters.labels(reason=reason).inc()
+
+    # ----------------------------------------------------------------- consumer
+
+    def set_lag(self, topic: str, partition: int, offsets: int) -> None:
+        self._lag.labels(topic=topic, partition=str(partition)).set(offsets)
+
+    def set_lag_seconds(self, topic: str, partition: int, seconds: float) -> None:
+        # Same clock-skew concern as end-to-end latency.
+        self._lag_seconds.labels(topic=topic, partition=str(partition)).set(max(seconds, 0.0))
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop a revoked partition's series so stale lag does not linger on dashboards."""
+        # Older prometheus-client versions raise KeyError for a series never set.
+        with suppress(KeyError):
+            self._lag.remove(topic, str(partition))
+        with suppress(KeyError):
+            self._lag_seconds.remove(topic, str(partition))
+
+    def set_paused_partitions(self, count: int) -> None:
+        self._paused_partitions.set(count)
+
+    def set_ready(self, ready: bool) -> None:
+        self._ready.set(1 if ready else 0)
