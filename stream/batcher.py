@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from stream.lanes import Bucket, BucketKey, Pending
+from stream.lanes import Bucket, BucketKey, Pending, Priority
 from stream.policy import BatchLimits, Flush, FlushReason, Wait, batch_length, decide
 
 T = TypeVar("T")
@@ -43,11 +43,18 @@ class Batcher(Generic[T]):
         self._in_flight: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._draining = False
-        self.on_flush: Callable[[BucketKey, int, FlushReason], None] | None = None
+        self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
+        # Observes every cut batch (metrics): key, items, reason, and the clock reading.
+        self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
+            None
+        )
 
     @property
     def buffered(self) -> int:
         return self._buffered
+
+    def buffered_in(self, priority: Priority) -> int:
+        return self._buffered_by_priority[priority]
 
     @property
     def in_flight(self) -> int:
@@ -59,13 +66,16 @@ class Batcher(Generic[T]):
             bucket = self._buckets[key] = Bucket(key)
         bucket.add(Pending(tokens, self._clock(), payload))
         self._buffered += 1
+        self._buffered_by_priority[key.priority] += 1
         self._wake.set()
 
     def drop_where(self, predicate: Callable[[T], bool]) -> list[T]:
         """Remove buffered (not yet sent) items, e.g. those of revoked partitions."""
         dropped: list[T] = []
         for bucket in self._buckets.values():
-            dropped.extend(p.payload for p in bucket.drop_where(predicate))
+            gone = bucket.drop_where(predicate)
+            self._buffered_by_priority[bucket.key.priority] -= len(gone)
+            dropped.extend(p.payload for p in gone)
         self._buffered -= len(dropped)
         return dropped
 
@@ -119,8 +129,9 @@ class Batcher(Generic[T]):
         counts = bucket.token_counts(self._limits.max_items + 1)
         items = bucket.take(batch_length(counts, self._limits))
         self._buffered -= len(items)
+        self._buffered_by_priority[bucket.key.priority] -= len(items)
         if self.on_flush is not None:
-            self.on_flush(bucket.key, len(items), reason)
+            self.on_flush(bucket.key, items, reason, self._clock())
         task = asyncio.create_task(self._call(bucket.key, items, reason))
         self._in_flight.add(task)
 

@@ -13,24 +13,35 @@ from collections import deque
 class PartitionOffsets:
     def __init__(self) -> None:
         self._outstanding: deque[int] = deque()
+        self._timestamps: dict[int, int] = {}
         self._completed: set[int] = set()
         self._next_after_tracked: int | None = None
         self._committed: int | None = None
 
-    def track(self, offset: int) -> None:
+    def track(self, offset: int, timestamp_ms: int | None = None) -> None:
         if self._next_after_tracked is not None and offset < self._next_after_tracked:
             raise ValueError(f"offset {offset} tracked out of order")
         self._outstanding.append(offset)
+        if timestamp_ms is not None:
+            self._timestamps[offset] = timestamp_ms
         self._next_after_tracked = offset + 1
 
     def complete(self, offset: int) -> None:
         self._completed.add(offset)
         while self._outstanding and self._outstanding[0] in self._completed:
-            self._completed.discard(self._outstanding.popleft())
+            done = self._outstanding.popleft()
+            self._completed.discard(done)
+            self._timestamps.pop(done, None)
 
     @property
     def pending(self) -> int:
         return len(self._outstanding)
+
+    def oldest_timestamp_ms(self) -> int | None:
+        """Timestamp of the oldest unfinished record: what lag in seconds is measured from."""
+        if not self._outstanding:
+            return None
+        return self._timestamps.get(self._outstanding[0])
 
     def safe_offset(self) -> int | None:
         """The offset to commit (Kafka's "next record to read"), or None if nothing tracked."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from stream.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from stream.errors import EmbedStreamError, PermanentItemError, ProviderWideError, TransientError
 from stream.events import EmbedResult, Failure
 from stream.lanes import BucketKey, Pending
+from stream.metrics import Metrics
 from stream.policy import FlushReason
 from stream.sink import Sink, now_ms
 from stream.work import WorkItem
@@ -51,6 +53,7 @@ class Pipeline:
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = now_ms,
+        metrics: Metrics | None = None,
     ) -> None:
         self._backend = backend
         self._sink = sink
@@ -60,6 +63,7 @@ class Pipeline:
         self._rng = rng or random.Random()
         self._clock_ms = clock_ms
         self.stats = PipelineStats()
+        self._metrics = metrics or Metrics()
 
     async def dispatch(
         self, key: BucketKey, batch: list[Pending[WorkItem]], reason: FlushReason
@@ -88,9 +92,18 @@ class Pipeline:
         while True:
             self.stats.calls += 1
             self.stats.items_sent += len(batch)
+            started = time.perf_counter()
             try:
                 outcome = await self._backend.embed(call)
-            except ProviderWideError as exc:
+            except EmbedStreamError as exc:
+                self._metrics.observe_call(time.perf_counter() - started, ok=False)
+                self._metrics.observe_error(type(exc).__name__, exc.reason)
+                if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
+                    raise
+                if not isinstance(exc, ProviderWideError):
+                    self.stats.provider_ok = True
+                    await self._failed(key, batch, exc)
+                    return
                 # Nobody can be served: hold this batch (and its call slot) and try again later.
                 provider_failures += 1
                 self.stats.provider_ok = False
@@ -98,10 +111,7 @@ class Pipeline:
                 log.error("provider unusable (%s): %s; retrying in %.1fs", exc.reason, exc, delay)
                 await asyncio.sleep(delay)
                 continue
-            except (PermanentItemError, TransientError) as exc:
-                self.stats.provider_ok = True
-                await self._failed(key, batch, exc)
-                return
+            self._metrics.observe_call(outcome.latency_s, ok=True)
             self.stats.provider_ok = True
             self.stats.batch_sizes.append(len(batch))
             await self._succeeded(key, batch, outcome)
@@ -127,6 +137,7 @@ class Pipeline:
         delay = self._backoff.delay(item.attempts, self._rng, exc.retry_after)
         await self._sink.retry(item, now + int(delay * 1000), f"{exc.reason}: {exc.message}")
         self.stats.retries += 1
+        self._metrics.count_retry(exc.reason)
         self._on_done(item)
 
     async def dead_letter(self, item: WorkItem, exc: EmbedStreamError) -> None:
@@ -144,6 +155,7 @@ class Pipeline:
         )
         await self._sink.dead_letter(item.raw, item.request.id.encode(), failure)
         self.stats.dead_letters += 1
+        self._metrics.count_dead_letter(exc.reason)
         self._on_done(item)
 
     async def _succeeded(
@@ -168,5 +180,7 @@ class Pipeline:
             sends.append(self._sink.result(item, result))
         await asyncio.gather(*sends)
         self.stats.results += len(batch)
+        lane = key.priority.name.lower()
         for pending in batch:
+            self._metrics.observe_result(lane, (now - pending.payload.timestamp_ms) / 1000.0)
             self._on_done(pending.payload)

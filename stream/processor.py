@@ -22,11 +22,14 @@ from stream.config import Settings
 from stream.embedder import EmbeddingBackend
 from stream.errors import InvalidEvent, PermanentItemError
 from stream.events import Failure, decode_request
+from stream.health import Health
 from stream.kafka import ConsumerRebalanceListener, TopicPartition, make_consumer, make_producer
-from stream.lanes import BucketKey, Priority
+from stream.lanes import BucketKey, Pending, Priority
+from stream.metrics import Metrics
 from stream.offsets import PartitionOffsets
 from stream.pipeline import Pipeline
-from stream.policy import BatchLimits
+from stream.policy import BatchLimits, FlushReason
+from stream.server import OpsServer
 from stream.sink import (
     ENQUEUED_AT,
     PRIORITY,
@@ -58,6 +61,7 @@ class Processor:
         backend: EmbeddingBackend,
         *,
         token_counter: TokenCounter = estimate_tokens,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.topics: TopicNames = topic_names(settings.topic_prefix)
@@ -74,7 +78,11 @@ class Processor:
         self._delayed_wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.assigned = asyncio.Event()
-        limits = BatchLimits(
+        self.joined = False
+        self.metrics = metrics or Metrics()
+        self.health: Health | None = None
+        self.ops_server: OpsServer | None = None
+        self.limits = limits = BatchLimits(
             max_items=settings.max_batch_size,
             max_tokens=settings.max_batch_tokens,
             max_wait_s=settings.max_wait_ms / 1000.0,
@@ -84,6 +92,7 @@ class Processor:
         self.batcher: Batcher[WorkItem] = Batcher(
             limits, self._dispatch, max_concurrency=settings.max_concurrency, backlog=self.lag
         )
+        self.batcher.on_flush = self._observe_flush
 
     # -- public surface ---------------------------------------------------------------------
 
@@ -98,6 +107,46 @@ class Processor:
     def stop(self) -> None:
         self._stopping.set()
 
+    # What the health loop reads (stream.health.Observed).
+    @property
+    def provider_ok(self) -> bool:
+        return self.pipeline is None or self.pipeline.stats.provider_ok
+
+    def partitions(self) -> dict[TopicPartition, PartitionOffsets]:
+        return dict(self._offsets)
+
+    def lag_by_partition(self) -> dict[TopicPartition, int]:
+        return dict(self._lag)
+
+    def paused_count(self) -> int:
+        return len(self._paused)
+
+    def buffered_in(self, priority: Priority) -> int:
+        return self.batcher.buffered_in(priority)
+
+    def delayed_count(self) -> int:
+        return len(self._delayed)
+
+    def held_items(self) -> int:
+        return self.held
+
+    def in_flight(self) -> int:
+        return self.batcher.in_flight
+
+    def concurrency_limit(self) -> int:
+        return self.settings.max_concurrency
+
+    def _observe_flush(
+        self, key: BucketKey, items: list[Pending[WorkItem]], reason: FlushReason, now: float
+    ) -> None:
+        self.metrics.observe_flush(
+            key.priority.name.lower(),
+            reason,
+            len(items),
+            sum(p.tokens for p in items),
+            [now - p.arrival for p in items],
+        )
+
     async def run(self) -> None:
         """Consume until `stop()`, then drain in-flight work, commit and close."""
         self._producer = make_producer(self.settings)
@@ -105,7 +154,11 @@ class Processor:
         try:
             sink = Sink(self._producer, self.topics)
             self.pipeline = Pipeline(
-                self._backend, sink, self._done, max_attempts=self.settings.max_attempts
+                self._backend,
+                sink,
+                self._done,
+                max_attempts=self.settings.max_attempts,
+                metrics=self.metrics,
             )
             self._sink = sink
             self._consumer = make_consumer(self.settings, [])
@@ -114,9 +167,19 @@ class Processor:
                 listener=_Listener(self),
             )
             await self._consumer.start()
+            self.health = Health(self, self.metrics, self._producer)
+            if self.settings.metrics_port:
+                self.ops_server = OpsServer(self.metrics, self.health.readiness)
+                await self.ops_server.start(self.settings.metrics_host, self.settings.metrics_port)
+            health_task = asyncio.create_task(self.health.run())
             try:
                 await self._run_loops()
             finally:
+                health_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await health_task
+                if self.ops_server is not None:
+                    await self.ops_server.stop()
                 await self._consumer.stop()
         finally:
             await self._producer.stop()
@@ -229,7 +292,7 @@ class Processor:
     # -- intake -----------------------------------------------------------------------------
 
     async def _intake(self, tp: TopicPartition, record: Any) -> None:
-        self._offsets[tp].track(record.offset)
+        self._offsets[tp].track(record.offset, record.timestamp)
         origin = Origin(record.topic, record.partition, record.offset)
         headers = {k: (v or b"").decode("utf-8", "replace") for k, v in record.headers or ()}
         try:
@@ -344,6 +407,7 @@ class Processor:
         log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.joined = True
         for tp in assigned:
             self._offsets[tp] = PartitionOffsets()
             self._generation[tp] = self._generation.get(tp, 0) + 1

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 import random
 
+import aiohttp
 import pytest
 
+from stream.config import Settings
+from stream.embedded import free_port
 from stream.simulator.model import expected_vector
 from stream.simulator.server import SimulatorServer
 from stream.topics import topic_names
@@ -24,6 +27,19 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.integration
 
 N = 5000
+
+
+async def _get(settings: Settings, path: str, *, status_only: bool = False) -> str:
+    url = f"http://127.0.0.1:{settings.metrics_port}{path}"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return str(response.status) if status_only else await response.text()
+
+
+def _sample(exposition: str, series: str) -> float:
+    for line in exposition.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{series} not exported")
 
 
 def _texts(n: int) -> dict[str, str]:
@@ -49,7 +65,9 @@ async def test_every_request_gets_exactly_one_correct_result(
     bootstrap: str, unique_prefix: str
 ) -> None:
     async with SimulatorServer() as simulator:
-        settings = settings_for(bootstrap, unique_prefix, simulator.url, max_batch_size=64)
+        settings = settings_for(
+            bootstrap, unique_prefix, simulator.url, max_batch_size=64, metrics_port=free_port()
+        )
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         texts = _texts(N)
@@ -61,6 +79,11 @@ async def test_every_request_gets_exactly_one_correct_result(
             await publish(bootstrap, names.requests_low, low)
             seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=180)
             assert set(seen) == set(ids)
+            exposition = await _get(settings, "/metrics")
+            assert _sample(exposition, 'embedstream_results_total{lane="high"}') == N // 5
+            assert _sample(exposition, 'embedstream_results_total{lane="low"}') == N - N // 5
+            assert _sample(exposition, "embedstream_batch_size_count") < N / 4
+            assert await _get(settings, "/readyz", status_only=True) == "200"
         # After a clean stop, read everything once more: no duplicates, correct vectors.
         records = await read_topic(bootstrap, names.results)
         assert len(records) == N

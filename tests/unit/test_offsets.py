@@ -54,3 +54,14 @@ def test_never_commits_past_an_unfinished_offset(n: int, rng: random.Random) -> 
         assert all(o in done for o in offsets if o < safe)
         unfinished = [o for o in offsets if o not in done]
         assert safe == (min(unfinished) if unfinished else offsets[-1] + 1)
+
+
+def test_oldest_timestamp_follows_the_commit_point() -> None:
+    tracker = PartitionOffsets()
+    tracker.track(0, 1_000)
+    tracker.track(1, 2_000)
+    assert tracker.oldest_timestamp_ms() == 1_000
+    tracker.complete(1)
+    assert tracker.oldest_timestamp_ms() == 1_000
+    tracker.complete(0)
+    assert tracker.oldest_timestamp_ms() is None
