@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -117,3 +118,31 @@ async def test_topics_create_twice_is_a_no_op(bootstrap: str, unique_prefix: str
     assert sorted(out.split()) == sorted(
         unique_prefix + n for n in ("requests.high", "requests.low", "retry", "results", "dlq")
     )
+
+
+async def test_sigterm_drains_commits_and_exits_zero(bootstrap: str, unique_prefix: str) -> None:
+    from stream.simulator.server import SimulatorServer
+    from tests.integration.helpers import committed_lag, wait_for_ids
+
+    async with SimulatorServer() as simulator:
+        settings = settings_for(bootstrap, unique_prefix, simulator.url)
+        await create_all_topics(settings)
+        names = topic_names(unique_prefix)
+        ids = [f"s{i}" for i in range(300)]
+        await publish(bootstrap, names.requests_low, [request(i, f"text {i}") for i in ids])
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "stream.cli", "run",
+            "--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix,
+            "--group-id", settings.group_id, "--base-url", simulator.url, "--metrics-port", "0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=90)
+            assert set(seen) == set(ids)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert "stopped cleanly" in err.decode()
+        lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
+        assert lag == {names.requests_low: 0}
