@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stream.backoff import Backoff
+from stream.dedup import unique_texts
 from stream.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from stream.errors import EmbedStreamError, PermanentItemError, ProviderWideError, TransientError
 from stream.events import EmbedResult, Failure
@@ -38,6 +39,7 @@ class PipelineStats:
     results: int = 0
     retries: int = 0
     dead_letters: int = 0
+    deduplicated: int = 0
     provider_ok: bool = True
     batch_sizes: list[int] = field(default_factory=list)
 
@@ -82,16 +84,19 @@ class Pipeline:
             await self._call(key, live)
 
     async def _call(self, key: BucketKey, batch: list[Pending[WorkItem]]) -> None:
+        # Identical texts in one bucket are sent once; the vector is fanned out below.
+        distinct, mapping = unique_texts([p.payload.request.text for p in batch])
+        self.stats.deduplicated += len(batch) - len(distinct)
         call = BatchCall(
             model=key.model,
-            texts=[p.payload.request.text for p in batch],
+            texts=distinct,
             encoding_format=key.encoding_format,
             dimensions=key.dimensions,
         )
         provider_failures = 0
         while True:
             self.stats.calls += 1
-            self.stats.items_sent += len(batch)
+            self.stats.items_sent += len(distinct)
             started = time.perf_counter()
             try:
                 outcome = await self._backend.embed(call)
@@ -114,7 +119,8 @@ class Pipeline:
             self._metrics.observe_call(outcome.latency_s, ok=True)
             self.stats.provider_ok = True
             self.stats.batch_sizes.append(len(batch))
-            await self._succeeded(key, batch, outcome)
+            vectors = [outcome.vectors[i] for i in mapping]
+            await self._succeeded(key, batch, vectors, outcome)
             return
 
     async def _failed(
@@ -159,12 +165,16 @@ class Pipeline:
         self._on_done(item)
 
     async def _succeeded(
-        self, key: BucketKey, batch: list[Pending[WorkItem]], outcome: BatchOutcome
+        self,
+        key: BucketKey,
+        batch: list[Pending[WorkItem]],
+        vectors: list[list[float] | str],
+        outcome: BatchOutcome,
     ) -> None:
         estimated = sum(p.tokens for p in batch) or 1
         now = self._clock_ms()
         sends = []
-        for pending, vector in zip(batch, outcome.vectors, strict=True):
+        for pending, vector in zip(batch, vectors, strict=True):
             item = pending.payload
             result = EmbedResult(
                 id=item.request.id,

@@ -1,0 +1,71 @@
+"""The batching engine as a library: concurrency of callers becomes batches."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from stream.errors import PermanentItemError
+from stream.inprocess import BatchingClient
+from stream.testing import RecordingBackend, reject_texts_containing, vector_for
+
+
+async def test_concurrent_callers_are_batched_and_each_gets_its_own_vector() -> None:
+    backend = RecordingBackend(latency_s=0.01)
+    async with BatchingClient(backend, max_batch_size=64, max_concurrency=2) as client:
+        texts = [f"text number {i}" for i in range(500)]
+        vectors = await asyncio.gather(*(client.embed(t) for t in texts))
+    assert vectors == [vector_for(t) for t in texts]
+    assert len(backend.calls) < 500 / 8
+    assert all(len(call.texts) <= 64 for call in backend.calls)
+    assert backend.peak_in_flight <= 2
+
+
+async def test_identical_texts_are_sent_once() -> None:
+    backend = RecordingBackend()
+    async with BatchingClient(backend, max_wait_ms=50) as client:
+        vectors = await client.embed_many(["same"] * 10 + ["other"])
+    assert vectors == [vector_for("same")] * 10 + [vector_for("other")]
+    assert sum(len(c.texts) for c in backend.calls) == 2
+
+
+async def test_buckets_never_mix_models_or_dimensions() -> None:
+    backend = RecordingBackend()
+    async with BatchingClient(backend, max_wait_ms=50) as client:
+        await asyncio.gather(
+            *(client.embed(f"a{i}", model="m1") for i in range(5)),
+            *(client.embed(f"b{i}", model="m2") for i in range(5)),
+            *(client.embed(f"c{i}", model="m1", dimensions=8) for i in range(5)),
+        )
+    keys = {(c.model, c.dimensions, tuple(t[0] for t in c.texts)) for c in backend.calls}
+    for model, dimensions, firsts in keys:
+        assert len(set(firsts)) == 1  # one bucket per call
+        assert (model, dimensions) in {("m1", None), ("m2", None), ("m1", 8)}
+
+
+async def test_one_rejected_input_fails_only_its_caller() -> None:
+    backend = RecordingBackend(fail=reject_texts_containing("POISON"))
+    async with BatchingClient(backend, max_wait_ms=50, max_batch_size=16) as client:
+        texts = [f"fine {i}" for i in range(15)] + ["POISON pill"]
+        results = await asyncio.gather(*(client.embed(t) for t in texts), return_exceptions=True)
+    assert results[:15] == [vector_for(t) for t in texts[:15]]
+    assert isinstance(results[15], PermanentItemError)
+    # Splitting in halves finds one bad item in at most 2*ceil(log2 16)+1 calls.
+    assert len(backend.calls) <= 2 * 4 + 1
+
+
+@pytest.mark.parametrize(("text", "reason"), [("   ", "empty_text"), ("x" * 40_000, "too_long")])
+async def test_bad_input_is_refused_before_any_call(text: str, reason: str) -> None:
+    backend = RecordingBackend()
+    async with BatchingClient(backend) as client:
+        with pytest.raises(PermanentItemError) as info:
+            await client.embed(text)
+    assert info.value.reason == reason
+    assert backend.calls == []
+
+
+async def test_using_it_unstarted_is_an_error() -> None:
+    client = BatchingClient(RecordingBackend())
+    with pytest.raises(RuntimeError, match="not started"):
+        client.submit("x")
