@@ -137,6 +137,11 @@ class SimulatorConfig:
     hang_s: float = 3600.0
     shuffle_rate: float = 0.0  # return `data` out of index order
     reject_texts_containing: str | None = None  # 400 naming the first input containing it
+    # Flaky items: a call holding a text containing this answers 500 until that text has
+    # failed `fail_times` times; later calls succeed (tests "fails twice, then succeeds").
+    fail_texts_containing: str | None = None
+    fail_times: int = 0
+    record_calls: bool = False  # keep a CallRecord per call (tests check call timing)
     auth_key: str | None = None  # required "Authorization: Bearer <key>" when set
     seed: int = 0
 
@@ -156,6 +161,10 @@ class SimulatorConfig:
                 raise ValueError(f"{name} must be >= 0")
         if self.reject_texts_containing == "":
             raise ValueError("reject_texts_containing must not be empty (use None to disable)")
+        if self.fail_texts_containing == "":
+            raise ValueError("fail_texts_containing must not be empty (use None to disable)")
+        if self.fail_times < 0:
+            raise ValueError("fail_times must be >= 0")
 
     def replace(self, **changes: object) -> SimulatorConfig:
         """A copy with ``changes`` applied, type-checked so JSON from /admin/faults is safe."""
@@ -178,6 +187,8 @@ def _coerce(name: str, hint: object, value: object) -> object:
     if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is bool and isinstance(value, bool):
         return value
     if hint == (str | None) and (value is None or isinstance(value, str)):
         return value
@@ -436,6 +447,32 @@ def check_rejected_texts(config: SimulatorConfig, request: EmbeddingRequest) -> 
                 param=f"input[{index}]",
                 code="input_rejected",
             )
+
+
+def flaky_failure(
+    config: SimulatorConfig, request: EmbeddingRequest, failures: dict[str, int]
+) -> bool:
+    """True if this call must fail because it holds a flaky text with failures to go.
+
+    Counts one failure for every flaky text in the call, so each text fails exactly
+    ``fail_times`` times whatever batches it travels in."""
+    needle = config.fail_texts_containing
+    if needle is None or config.fail_times <= 0:
+        return False
+    due = [t for t in request.inputs if needle in t and failures.get(t, 0) < config.fail_times]
+    for text in due:
+        failures[text] = failures.get(text, 0) + 1
+    return bool(due)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One embeddings call as the simulator saw it, for tests that check timing."""
+
+    received_at: float  # the simulator's clock when the request arrived
+    inputs: tuple[str, ...]
+    status: int
+    retry_after_s: float | None = None
 
 
 # --------------------------------------------------------------------------- responses

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -24,6 +25,7 @@ from aiohttp import web
 
 from stream.simulator.model import (
     ApiError,
+    CallRecord,
     SimulatorConfig,
     Stats,
     TokenBucket,
@@ -31,6 +33,7 @@ from stream.simulator.model import (
     check_auth,
     check_rejected_texts,
     decide_faults,
+    flaky_failure,
     invalid_request,
     latency_s,
     parse_request,
@@ -75,6 +78,8 @@ class SimulatorServer:
         self._rate_limited_until = 0.0
         self._apply_rate_limits(self._config, window_changed=True)
         self._handlers: set[asyncio.Task[object]] = set()
+        self._flaky_failures: dict[str, int] = {}
+        self.calls: list[CallRecord] = []  # filled when config.record_calls is set
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
 
@@ -188,24 +193,43 @@ class SimulatorServer:
 
     async def _handle_embeddings(self, request: web.Request) -> web.Response:
         self.stats.calls += 1
+        received_at = self._clock()
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
+        inputs: list[str] = []
         try:
-            return await self._serve_embeddings(request)
+            response = await self._serve_embeddings(request, inputs)
+            self._record(received_at, inputs, 200, None)
+            return response
         except ApiError as error:
             self.stats.record_error(error.status)
+            retry_after = error.headers.get("retry-after")
+            self._record(
+                received_at, inputs, error.status, float(retry_after) if retry_after else None
+            )
             return _error_response(error)
         finally:
             if task is not None:
                 self._handlers.discard(task)
 
-    async def _serve_embeddings(self, request: web.Request) -> web.Response:
+    def _record(
+        self, received_at: float, inputs: list[str], status: int, retry_after: float | None
+    ) -> None:
+        if self._config.record_calls:
+            self.calls.append(CallRecord(received_at, tuple(inputs), status, retry_after))
+
+    async def _serve_embeddings(self, request: web.Request, inputs: list[str]) -> web.Response:
         config = self._config  # one consistent view for the whole call
+        body = await request.read()
+        with contextlib.suppress(ApiError):  # only to record what was asked, for the call log
+            inputs.extend(parse_request(body, config).inputs)
         check_auth(config, request.headers.get("Authorization"))
         self._check_rate_limit()
-        parsed = parse_request(await request.read(), config)
+        parsed = parse_request(body, config)
         check_rejected_texts(config, parsed)
+        if flaky_failure(config, parsed, self._flaky_failures):
+            raise server_error()
         faults = decide_faults(config, len(parsed.inputs), self._rng)
         if faults.fail:
             raise server_error()
@@ -218,9 +242,9 @@ class SimulatorServer:
                 await self._sleep(latency_s(config, parsed))
             finally:
                 self.stats.leave()
-        body = build_response(parsed, faults.order)
+        answer = build_response(parsed, faults.order)
         self.stats.record_served(parsed)
-        return _json_response(body)
+        return _json_response(answer)
 
     async def _handle_healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -489,3 +489,19 @@ async def test_serve_forever_serves_until_cancelled(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_flaky_texts_fail_exactly_fail_times_then_succeed(
+    start: Start, http: aiohttp.ClientSession
+) -> None:
+    config = SimulatorConfig(
+        base_ms=0, fail_texts_containing="FLAKY", fail_times=2, record_calls=True
+    )
+    server = await start(config)
+    body = {"model": "m", "input": ["fine", "FLAKY one"]}
+    statuses = [(await post(http, server, body))[0] for _ in range(4)]
+    assert statuses == [500, 500, 200, 200]
+    assert [c.status for c in server.calls] == statuses
+    assert server.calls[0].inputs == ("fine", "FLAKY one")
+    status, _, _ = await post(http, server, {"model": "m", "input": ["FLAKY two"]})
+    assert status == 500  # counted per text, not per call
