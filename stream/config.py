@@ -20,6 +20,9 @@ ENV_PREFIX = "EMBEDSTREAM_"
 
 EncodingFormat = Literal["float", "base64"]
 LogFormat = Literal["plain", "json"]
+ProviderProfile = Literal["openai", "dashscope", "generic"]
+ConcurrencyMode = Literal["fixed", "adaptive"]
+OversizePolicy = Literal["dead_letter", "truncate"]
 
 
 def _setting(default: Any, help: str, *, secret: bool = False, env: str | None = None) -> Any:
@@ -58,6 +61,12 @@ class Settings:
         "float", "Encoding used when a request names none: float or base64."
     )
     request_timeout_s: float = _setting(30.0, "Timeout of one embeddings call.")
+    provider_profile: ProviderProfile = _setting(
+        "openai", "Provider limits: openai, dashscope or generic (see Provider limits)."
+    )
+    allowed_models: str = _setting(
+        "", "Comma-separated models requests may name; empty allows any."
+    )
     # Batching
     max_batch_size: int = _setting(256, "Most inputs in one call.")
     max_batch_tokens: int = _setting(100_000, "Most estimated tokens in one call.")
@@ -67,17 +76,41 @@ class Settings:
         64.0, "Backlog depth at which the wait reaches half of max_wait_ms."
     )
     max_concurrency: int = _setting(4, "Most embeddings calls in flight.")
+    concurrency_mode: ConcurrencyMode = _setting(
+        "fixed", "fixed, or adaptive (AIMD: halve on 429/503 or slow calls, grow by one)."
+    )
+    target_latency_ms: float = _setting(
+        0.0, "Adaptive mode: a call slower than this counts as overload; 0 disables."
+    )
+    rate_limit_rpm: float = _setting(0.0, "Most calls per minute (token bucket); 0 is unlimited.")
+    rate_limit_tpm: float = _setting(
+        0.0, "Most estimated tokens per minute (token bucket); 0 is unlimited."
+    )
+    min_low_share: float = _setting(
+        0.1, "Share of calls the low lane keeps while both lanes are backlogged."
+    )
     max_buffered_items: int = _setting(
         5_000, "Most items held in memory; above it fetching pauses."
     )
     # Failures
     max_attempts: int = _setting(5, "Attempts before an item is dead-lettered.")
+    retry_backoff_base_ms: float = _setting(
+        500.0, "First retry delay; doubles per attempt, with jitter."
+    )
+    retry_backoff_cap_ms: float = _setting(30_000.0, "Longest retry delay.")
+    oversize_policy: OversizePolicy = _setting(
+        "dead_letter", "Input over max_input_tokens: dead_letter, or truncate (header notes it)."
+    )
     max_event_bytes: int = _setting(1_048_576, "Largest request event accepted.")
     # Operations
     metrics_host: str = _setting("127.0.0.1", "Address of the /metrics, /healthz, /readyz server.")
     metrics_port: int = _setting(9464, "Port of the metrics server; 0 disables it.")
     log_level: str = _setting("INFO", "Python log level.")
     log_format: LogFormat = _setting("plain", "plain or json log lines.")
+
+    @property
+    def allowed_model_set(self) -> frozenset[str]:
+        return frozenset(m.strip() for m in self.allowed_models.split(",") if m.strip())
 
     def describe(self) -> dict[str, str]:
         """Settings as strings for logs, secrets masked."""
@@ -140,8 +173,8 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
             return int(value)
         if kind == "float":
             return float(value)
-        if kind.startswith("Literal") or kind in ("EncodingFormat", "LogFormat"):
-            allowed = _literal_values(kind)
+        if kind in _LITERALS:
+            allowed = tuple(str(v) for v in get_args(_LITERALS[kind]))
             text = str(value)
             if text not in allowed:
                 raise ConfigError(name, f"must be one of {', '.join(allowed)}; got {text!r}")
@@ -151,9 +184,13 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
         raise ConfigError(name, f"expected {kind}, got {value!r}") from exc
 
 
-def _literal_values(kind: str) -> tuple[str, ...]:
-    aliases = {"EncodingFormat": EncodingFormat, "LogFormat": LogFormat}
-    return tuple(str(v) for v in get_args(aliases[kind]))
+_LITERALS: dict[str, Any] = {
+    "EncodingFormat": EncodingFormat,
+    "LogFormat": LogFormat,
+    "ProviderProfile": ProviderProfile,
+    "ConcurrencyMode": ConcurrencyMode,
+    "OversizePolicy": OversizePolicy,
+}
 
 
 def validate(s: Settings) -> None:
@@ -177,7 +214,14 @@ def validate(s: Settings) -> None:
     for name in ("max_wait_ms", "fetch_max_wait_ms"):
         if getattr(s, name) < 0:
             raise ConfigError(name, f"must be >= 0, got {getattr(s, name)}")
-    for name in ("scale_factor", "request_timeout_s", "connect_timeout_s"):
+    for name in ("rate_limit_rpm", "rate_limit_tpm", "target_latency_ms"):
+        if getattr(s, name) < 0:
+            raise ConfigError(name, f"must be >= 0, got {getattr(s, name)}")
+    if not 0 <= s.min_low_share < 1:
+        raise ConfigError("min_low_share", f"must be in [0, 1), got {s.min_low_share}")
+    if s.retry_backoff_cap_ms < s.retry_backoff_base_ms:
+        raise ConfigError("retry_backoff_cap_ms", "must be at least retry_backoff_base_ms")
+    for name in ("scale_factor", "request_timeout_s", "connect_timeout_s", "retry_backoff_base_ms"):
         if getattr(s, name) <= 0:
             raise ConfigError(name, f"must be > 0, got {getattr(s, name)}")
     if not s.bootstrap_servers.strip():
@@ -188,6 +232,8 @@ def validate(s: Settings) -> None:
             raise ConfigError("bootstrap_servers", f"expected host:port, got {server.strip()!r}")
     if not s.model.strip():
         raise ConfigError("model", "must not be empty")
+    if s.allowed_models and s.model not in s.allowed_model_set:
+        raise ConfigError("model", f"{s.model!r} is not in allowed_models")
     if not s.group_id.strip():
         raise ConfigError("group_id", "must not be empty")
     if s.heartbeat_interval_ms >= s.session_timeout_ms:

@@ -1,0 +1,159 @@
+"""Provider limits: profiles, the user's narrowing, item admission and batch checks."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stream.limits import (
+    PROFILES,
+    ItemProblem,
+    ProviderLimits,
+    UnknownProfile,
+    batch_violations,
+    check_item,
+    effective_limits,
+    profile,
+)
+
+BOTH = frozenset({"float", "base64"})
+SMALL = ProviderLimits(3, 10, 25, frozenset({"float"}))
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("openai", ProviderLimits(2048, 8192, 300_000, BOTH)),
+        ("dashscope", ProviderLimits(10, 8192, 80_000, frozenset({"float"}))),
+        ("generic", ProviderLimits(2048, 32_768, 1_000_000, BOTH)),
+    ],
+)
+def test_profiles(name: str, expected: ProviderLimits) -> None:
+    assert profile(name) == expected
+    assert PROFILES[name] == expected
+
+
+def test_unknown_profile_lists_known_names() -> None:
+    with pytest.raises(UnknownProfile) as info:
+        profile("azure")
+    assert isinstance(info.value, KeyError)
+    assert isinstance(info.value, ValueError)
+    assert str(info.value) == "unknown provider profile 'azure'; known: dashscope, generic, openai"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_inputs": 0},
+        {"max_tokens_per_input": -1},
+        {"max_tokens_per_request": 0},
+        {"max_inputs": True},
+        {"max_tokens_per_input": 30},  # larger than the request limit: could never be sent
+        {"encoding_formats": frozenset()},
+        {"encoding_formats": frozenset({"float", "int8"})},
+    ],
+)
+def test_invalid_limits(kwargs: dict[str, object]) -> None:
+    fields: dict[str, object] = {
+        "max_inputs": 3,
+        "max_tokens_per_input": 10,
+        "max_tokens_per_request": 25,
+        "encoding_formats": frozenset({"float"}),
+    }
+    with pytest.raises(ValueError):
+        ProviderLimits(**{**fields, **kwargs})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("base", "size", "batch_tokens", "input_tokens", "expected"),
+    [
+        # the user is tighter on everything
+        ("openai", 256, 100_000, 4096, ProviderLimits(256, 4096, 100_000, BOTH)),
+        # the provider is tighter on everything
+        ("dashscope", 256, 100_000, 10_000, ProviderLimits(10, 8192, 80_000, frozenset({"float"}))),
+        # mixed
+        ("generic", 4096, 50_000, 8192, ProviderLimits(2048, 8192, 50_000, BOTH)),
+    ],
+)
+def test_effective_limits(
+    base: str, size: int, batch_tokens: int, input_tokens: int, expected: ProviderLimits
+) -> None:
+    got = effective_limits(
+        profile(base),
+        max_batch_size=size,
+        max_batch_tokens=batch_tokens,
+        max_input_tokens=input_tokens,
+    )
+    assert got == expected
+
+
+def test_effective_limits_rejects_non_positive_settings() -> None:
+    with pytest.raises(ValueError):
+        effective_limits(
+            profile("openai"), max_batch_size=0, max_batch_tokens=1, max_input_tokens=1
+        )
+
+
+@pytest.mark.parametrize(
+    ("limits", "text", "tokens", "fmt", "reason"),
+    [
+        (SMALL, "hello", 2, "float", None),
+        (SMALL, "", 1, "float", "empty_text"),
+        (SMALL, " \t\n", 1, "float", "empty_text"),
+        (ProviderLimits(3, 10, 25, BOTH, reject_empty=False), "", 1, "float", None),
+        (SMALL, "x" * 40, 10, "float", None),  # exactly at the limit is allowed
+        (SMALL, "x" * 44, 11, "float", "too_long"),
+        (SMALL, "hello", 2, "base64", "unsupported_encoding_format"),
+        (SMALL, "", 11, "base64", "empty_text"),  # the first problem wins
+        (SMALL, "hello", 11, "base64", "too_long"),
+    ],
+)
+def test_check_item(
+    limits: ProviderLimits, text: str, tokens: int, fmt: str, reason: str | None
+) -> None:
+    problem = check_item(limits, text=text, tokens=tokens, encoding_format=fmt)
+    assert (problem.reason if problem else None) == reason
+
+
+def test_too_long_message_states_estimate_and_limit() -> None:
+    assert check_item(SMALL, text="long", tokens=11, encoding_format="float") == ItemProblem(
+        "too_long", "input is an estimated 11 tokens; the limit is 10 tokens per input"
+    )
+
+
+@pytest.mark.parametrize(
+    ("counts", "fmt", "expected"),
+    [
+        ([10, 10, 5], "float", []),
+        ([], "float", ["batch is empty"]),
+        ([1, 1, 1, 1], "float", ["4 inputs > max_inputs 3"]),
+        ([10, 10, 6], "float", ["26 tokens > max_tokens_per_request 25"]),
+        ([1, 11], "float", ["input 1: 11 tokens > max_tokens_per_input 10"]),
+        ([1], "base64", ["encoding_format 'base64' not allowed"]),
+        (
+            [11, 11, 11, 1],
+            "base64",
+            [
+                "4 inputs > max_inputs 3",
+                "34 tokens > max_tokens_per_request 25",
+                "input 0: 11 tokens > max_tokens_per_input 10",
+                "input 1: 11 tokens > max_tokens_per_input 10",
+                "input 2: 11 tokens > max_tokens_per_input 10",
+                "encoding_format 'base64' not allowed",
+            ],
+        ),
+    ],
+)
+def test_batch_violations(counts: list[int], fmt: str, expected: list[str]) -> None:
+    assert batch_violations(SMALL, counts, fmt) == expected
+
+
+@given(st.lists(st.integers(min_value=0, max_value=12), max_size=6))
+def test_batch_violations_agree_with_each_limit(counts: list[int]) -> None:
+    within = (
+        0 < len(counts) <= SMALL.max_inputs
+        and sum(counts) <= SMALL.max_tokens_per_request
+        and all(c <= SMALL.max_tokens_per_input for c in counts)
+    )
+    assert (batch_violations(SMALL, counts, "float") == []) == within
