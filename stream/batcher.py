@@ -1,7 +1,8 @@
 """The asyncio shell around the pure policy: buffers items, asks the policy, launches calls.
 
 It owns no I/O of its own: ``dispatch`` (the embedder plus sink) is injected, and so are the
-clock and the backlog source (consumer lag), which keeps the timing rules testable.
+clock, the backlog source (consumer lag) and the governor that says whether, and for which
+lane, another call may start. That keeps every timing rule testable.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from stream.governor import Governor
 from stream.lanes import Bucket, BucketKey, Pending, Priority
 from stream.policy import BatchLimits, Flush, FlushReason, Wait, batch_length, decide
 
@@ -29,21 +31,22 @@ class Batcher(Generic[T]):
         limits: BatchLimits,
         dispatch: Dispatch[T],
         *,
-        max_concurrency: int,
+        governor: Governor | None = None,
+        max_concurrency: int = 4,
         clock: Callable[[], float] = time.monotonic,
         backlog: Callable[[], int] = lambda: 0,
     ) -> None:
         self._limits = limits
         self._dispatch = dispatch
-        self._max_concurrency = max_concurrency
         self._clock = clock
+        self.governor = governor or Governor(max_concurrency=max_concurrency, clock=clock)
         self._backlog = backlog
         self._buckets: dict[BucketKey, Bucket[T]] = {}
         self._buffered = 0
+        self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._in_flight: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._draining = False
-        self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
         # Observes every cut batch (metrics): key, items, reason, and the clock reading.
         self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
             None
@@ -84,6 +87,10 @@ class Batcher(Generic[T]):
         self._draining = True
         self._wake.set()
 
+    def poke(self) -> None:
+        """Re-evaluate now (e.g. the governor's gate or limits changed from outside)."""
+        self._wake.set()
+
     async def run(self) -> None:
         try:
             while not (self._draining and self._buffered == 0 and not self._in_flight):
@@ -97,33 +104,44 @@ class Batcher(Generic[T]):
                 await asyncio.gather(*self._in_flight, return_exceptions=True)
 
     def _launch_ready(self) -> float | None:
-        """Launch every batch that is due while call slots are free; return the next wake-up."""
-        while len(self._in_flight) < self._max_concurrency:
+        """Launch every due batch the governor admits; return when to look again (None: on
+        the next event, i.e. an added item or a finished call)."""
+        while True:
+            blocked = self.governor.blocked_for()
+            if blocked > 0:
+                return blocked
             now = self._clock()
             depth = self._buffered + self._backlog()
-            ready = self._next_ready(now, depth)
-            if isinstance(ready, tuple):
-                self._launch(*ready)
-                continue
-            return ready
-        return None  # no free slot: a finishing call wakes us
+            high, low, soonest = self._ready_by_lane(now, depth)
+            lane = self.governor.pick(high is not None, low is not None)
+            if lane is None:
+                return soonest
+            chosen = high if lane is Priority.HIGH else low
+            assert chosen is not None
+            self._launch(*chosen)
 
-    def _next_ready(self, now: float, depth: int) -> tuple[Bucket[T], FlushReason] | float | None:
+    def _ready_by_lane(
+        self, now: float, depth: int
+    ) -> tuple[
+        tuple[Bucket[T], FlushReason] | None, tuple[Bucket[T], FlushReason] | None, float | None
+    ]:
+        """The most urgent due bucket of each lane, and the soonest time another falls due."""
+        ready: dict[Priority, tuple[Bucket[T], FlushReason]] = {}
         soonest: float | None = None
         for bucket in sorted(self._buckets.values(), key=_bucket_order):
-            if not bucket:
+            if not bucket or bucket.key.priority in ready:
                 continue
             counts = bucket.token_counts(self._limits.max_items + 1)
             decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth)
             if isinstance(decision, Flush):
-                return bucket, decision.reason
-            if self._draining:
-                return bucket, "drain"
-            if isinstance(decision, Wait):
+                ready[bucket.key.priority] = (bucket, decision.reason)
+            elif self._draining:
+                ready[bucket.key.priority] = (bucket, "drain")
+            elif isinstance(decision, Wait):
                 soonest = decision.seconds if soonest is None else min(soonest, decision.seconds)
         if soonest is not None:
-            return max(soonest, 0.0005)
-        return None
+            soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder
+        return ready.get(Priority.HIGH), ready.get(Priority.LOW), soonest
 
     def _launch(self, bucket: Bucket[T], reason: FlushReason) -> None:
         counts = bucket.token_counts(self._limits.max_items + 1)
@@ -132,16 +150,26 @@ class Batcher(Generic[T]):
         self._buffered_by_priority[bucket.key.priority] -= len(items)
         if self.on_flush is not None:
             self.on_flush(bucket.key, items, reason, self._clock())
-        task = asyncio.create_task(self._call(bucket.key, items, reason))
+        lane = bucket.key.priority
+        self.governor.started(lane)
+        delay = self.governor.reserve(sum(p.tokens for p in items))
+        task = asyncio.create_task(self._call(bucket.key, items, reason, delay))
         self._in_flight.add(task)
 
-    async def _call(self, key: BucketKey, items: list[Pending[T]], reason: FlushReason) -> None:
+    async def _call(
+        self, key: BucketKey, items: list[Pending[T]], reason: FlushReason, delay: float
+    ) -> None:
         try:
+            if delay > 0:
+                await asyncio.sleep(delay)  # RPM/TPM budget: hold the slot, not the loop
             await self._dispatch(key, items, reason)
         except Exception:
             log.exception("dispatch of a batch of %d failed", len(items))
         finally:
-            self._in_flight.discard(asyncio.current_task())
+            self.governor.finished(key.priority)
+            task = asyncio.current_task()
+            if task is not None:
+                self._in_flight.discard(task)
             self._wake.set()
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import openai
@@ -33,6 +33,7 @@ class BatchOutcome:
     dimensions: int
     total_tokens: int
     latency_s: float
+    headers: Mapping[str, str] = field(default_factory=dict)  # rate-limit hints for the gate
 
 
 class EmbeddingBackend(Protocol):
@@ -56,9 +57,10 @@ class OpenAIEmbedder:
 
     async def embed(self, call: BatchCall) -> BatchOutcome:
         started = time.perf_counter()
+        create = self._client.embeddings.with_raw_response.create
         try:
             if call.encoding_format == "base64":
-                response = await self._client.embeddings.create(
+                raw = await create(
                     model=call.model,
                     input=list(call.texts),
                     encoding_format="base64",
@@ -67,20 +69,29 @@ class OpenAIEmbedder:
             else:
                 # Left unset, the client asks for base64 on the wire and decodes it to floats:
                 # a quarter of the bytes of a JSON float list.
-                response = await self._client.embeddings.create(
+                raw = await create(
                     model=call.model, input=list(call.texts), dimensions=_dims(call.dimensions)
                 )
+            response = raw.parse()
         except openai.APIError as exc:
             raise classify(exc) from exc
+        except (ValueError, TypeError) as exc:  # a body the client cannot parse
+            raise TransientError("malformed_response", f"unreadable response: {exc}") from exc
         latency = time.perf_counter() - started
-        return _outcome(call, response, latency)
+        headers = {k.lower(): v for k, v in raw.headers.items() if k.lower().startswith(_HINTS)}
+        return _outcome(call, response, latency, headers)
 
 
 def _dims(dimensions: int | None) -> int | Omit:
     return omit if dimensions is None else dimensions
 
 
-def _outcome(call: BatchCall, response: object, latency: float) -> BatchOutcome:
+_HINTS = ("retry-after", "x-ratelimit-")
+
+
+def _outcome(
+    call: BatchCall, response: object, latency: float, headers: Mapping[str, str]
+) -> BatchOutcome:
     data = getattr(response, "data", None)
     if not isinstance(data, list) or len(data) != len(call.texts):
         got = len(data) if isinstance(data, list) else "no"
@@ -98,7 +109,7 @@ def _outcome(call: BatchCall, response: object, latency: float) -> BatchOutcome:
     dims = _dimensions_of(vectors[0])
     usage = getattr(response, "usage", None)
     tokens = int(getattr(usage, "total_tokens", 0) or 0)
-    return BatchOutcome([v for v in vectors if v is not None], dims, tokens, latency)
+    return BatchOutcome([v for v in vectors if v is not None], dims, tokens, latency, headers)
 
 
 def _checked_vector(vector: object, call: BatchCall) -> list[float] | str:

@@ -103,7 +103,7 @@ class BatchingClient:
         """Queue one text; the future resolves to its vector. Raises at once on bad input."""
         if self._runner is None:
             raise RuntimeError("BatchingClient not started: use `async with` or start()")
-        if not text.strip():
+        if not text or text.isspace():
             raise PermanentItemError("empty_text", "text is empty or only whitespace")
         tokens = self._count_tokens(text)
         if tokens > self._max_input_tokens:
@@ -141,7 +141,13 @@ class BatchingClient:
         self, texts: Sequence[str], *, priority: Literal["high", "low"] = "low"
     ) -> list[Vector]:
         futures = [self.submit(text, priority=priority) for text in texts]
-        return list(await asyncio.gather(*futures))
+        # Awaiting in order is cheaper than gather() (no per-future callbacks) and the batcher
+        # runs in the background meanwhile, so the total wait is the same.
+        try:
+            return [await future for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()  # no-op for finished ones; drops the rest if we failed early
 
     async def _dispatch(
         self, key: BucketKey, batch: list[Pending[_Request]], reason: FlushReason
@@ -153,9 +159,11 @@ class BatchingClient:
         distinct, mapping = unique_texts([r.text for r in requests])
         call = BatchCall(key.model, distinct, key.encoding_format, key.dimensions)
         self.calls += 1
+        governor = self._batcher.governor
         try:
             outcome = await self._backend.embed(call)
         except EmbedStreamError as exc:
+            governor.on_failure(exc)
             if len(requests) > 1 and exc.reason in SPLITTABLE:
                 # Find the bad input; its batch-mates still get their vectors.
                 middle = len(requests) // 2
@@ -167,6 +175,7 @@ class BatchingClient:
                 if not request.future.done():
                     request.future.set_exception(exc)
             return
+        governor.on_success(outcome.latency_s, outcome.headers)
         for request, index in zip(requests, mapping, strict=True):
             if not request.future.done():  # the caller may have been cancelled
                 request.future.set_result(outcome.vectors[index])

@@ -20,6 +20,7 @@ from stream.dedup import unique_texts
 from stream.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from stream.errors import EmbedStreamError, PermanentItemError, ProviderWideError, TransientError
 from stream.events import EmbedResult, Failure
+from stream.governor import Governor
 from stream.lanes import BucketKey, Pending
 from stream.metrics import Metrics
 from stream.policy import FlushReason
@@ -56,6 +57,7 @@ class Pipeline:
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = now_ms,
         metrics: Metrics | None = None,
+        governor: Governor | None = None,
     ) -> None:
         self._backend = backend
         self._sink = sink
@@ -66,6 +68,7 @@ class Pipeline:
         self._clock_ms = clock_ms
         self.stats = PipelineStats()
         self._metrics = metrics or Metrics()
+        self._governor = governor
 
     async def dispatch(
         self, key: BucketKey, batch: list[Pending[WorkItem]], reason: FlushReason
@@ -103,6 +106,8 @@ class Pipeline:
             except EmbedStreamError as exc:
                 self._metrics.observe_call(time.perf_counter() - started, ok=False)
                 self._metrics.observe_error(type(exc).__name__, exc.reason)
+                if self._governor is not None:
+                    self._governor.on_failure(exc)
                 if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
                     raise
                 if not isinstance(exc, ProviderWideError):
@@ -114,9 +119,13 @@ class Pipeline:
                 self.stats.provider_ok = False
                 delay = self._backoff.delay(provider_failures, self._rng, exc.retry_after)
                 log.error("provider unusable (%s): %s; retrying in %.1fs", exc.reason, exc, delay)
+                if self._governor is not None:
+                    self._governor.hold(delay)  # nobody else calls meanwhile either
                 await asyncio.sleep(delay)
                 continue
             self._metrics.observe_call(outcome.latency_s, ok=True)
+            if self._governor is not None:
+                self._governor.on_success(outcome.latency_s, outcome.headers)
             self.stats.provider_ok = True
             self.stats.batch_sizes.append(len(batch))
             vectors = [outcome.vectors[i] for i in mapping]

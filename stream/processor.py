@@ -9,22 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import logging
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from stream.backoff import Backoff
 from stream.batcher import Batcher
 from stream.config import Settings
+from stream.delayed import DelayQueue
 from stream.embedder import EmbeddingBackend
-from stream.errors import InvalidEvent, PermanentItemError
-from stream.events import Failure, decode_request
+from stream.events import Failure
+from stream.flow import fetch_budget, partitions_to_pause
+from stream.governor import Governor
 from stream.health import Health
+from stream.intake import Admitted, Intake
 from stream.kafka import ConsumerRebalanceListener, TopicPartition, make_consumer, make_producer
 from stream.lanes import BucketKey, Pending, Priority
+from stream.limits import effective_limits, profile
 from stream.metrics import Metrics
 from stream.offsets import PartitionOffsets
 from stream.pipeline import Pipeline
@@ -46,12 +50,7 @@ from stream.work import Origin, WorkItem
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(order=True)
-class _Delayed:
-    not_before_ms: int
-    seq: int
-    item: WorkItem
+FETCH_TIMEOUT_MS = 100
 
 
 class Processor:
@@ -69,12 +68,12 @@ class Processor:
         self._count_tokens = token_counter
         self._consumer: Any = None
         self._producer: Any = None
+        self._sink: Sink | None = None
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._generation: dict[TopicPartition, int] = {}
         self._lag: dict[TopicPartition, int] = {}
         self._paused: set[TopicPartition] = set()
-        self._delayed: list[_Delayed] = []
-        self._delayed_seq = 0
+        self._delayed: DelayQueue[WorkItem] = DelayQueue()
         self._delayed_wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.assigned = asyncio.Event()
@@ -82,15 +81,31 @@ class Processor:
         self.metrics = metrics or Metrics()
         self.health: Health | None = None
         self.ops_server: OpsServer | None = None
-        self.limits = limits = BatchLimits(
-            max_items=settings.max_batch_size,
-            max_tokens=settings.max_batch_tokens,
+        provider = effective_limits(
+            profile(settings.provider_profile),
+            max_batch_size=settings.max_batch_size,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_input_tokens=settings.max_input_tokens,
+        )
+        self.intake = Intake(settings, provider, token_counter)
+        self.limits = BatchLimits(
+            max_items=provider.max_inputs,
+            max_tokens=provider.max_tokens_per_request,
             max_wait_s=settings.max_wait_ms / 1000.0,
             scale_factor=settings.scale_factor,
         )
+        self.governor = Governor(
+            max_concurrency=settings.max_concurrency,
+            clock=time.monotonic,
+            adaptive=settings.concurrency_mode == "adaptive",
+            target_latency_s=settings.target_latency_ms / 1000.0 or None,
+            min_low_share=settings.min_low_share,
+            rpm=settings.rate_limit_rpm,
+            tpm=settings.rate_limit_tpm,
+        )
         self.pipeline: Pipeline | None = None
         self.batcher: Batcher[WorkItem] = Batcher(
-            limits, self._dispatch, max_concurrency=settings.max_concurrency, backlog=self.lag
+            self.limits, self._dispatch, governor=self.governor, backlog=self.lag
         )
         self.batcher.on_flush = self._observe_flush
 
@@ -134,33 +149,28 @@ class Processor:
         return self.batcher.in_flight
 
     def concurrency_limit(self) -> int:
-        return self.settings.max_concurrency
+        return self.governor.limit.limit
 
-    def _observe_flush(
-        self, key: BucketKey, items: list[Pending[WorkItem]], reason: FlushReason, now: float
-    ) -> None:
-        self.metrics.observe_flush(
-            key.priority.name.lower(),
-            reason,
-            len(items),
-            sum(p.tokens for p in items),
-            [now - p.arrival for p in items],
-        )
+    # -- lifecycle --------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Consume until `stop()`, then drain in-flight work, commit and close."""
         self._producer = make_producer(self.settings)
         await self._producer.start()
         try:
-            sink = Sink(self._producer, self.topics)
+            self._sink = Sink(self._producer, self.topics)
             self.pipeline = Pipeline(
                 self._backend,
-                sink,
+                self._sink,
                 self._done,
                 max_attempts=self.settings.max_attempts,
+                backoff=Backoff(
+                    base_s=self.settings.retry_backoff_base_ms / 1000.0,
+                    cap_s=self.settings.retry_backoff_cap_ms / 1000.0,
+                ),
                 metrics=self.metrics,
+                governor=self.governor,
             )
-            self._sink = sink
             self._consumer = make_consumer(self.settings, [])
             self._consumer.subscribe(
                 [self.topics.requests_high, self.topics.requests_low, self.topics.retry],
@@ -184,8 +194,6 @@ class Processor:
         finally:
             await self._producer.stop()
 
-    # -- loops ------------------------------------------------------------------------------
-
     async def _run_loops(self) -> None:
         batcher_task = asyncio.create_task(self.batcher.run())
         delayed_task = asyncio.create_task(self._release_delayed())
@@ -198,43 +206,66 @@ class Processor:
             delayed_task.cancel()
             self.batcher.drain()
             await batcher_task
-            committer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await committer
-            with contextlib.suppress(asyncio.CancelledError):
-                await delayed_task
+            for task in (committer, delayed_task):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await self._commit(self._offsets.keys())
+
+    # -- fetching and backpressure ----------------------------------------------------------
 
     async def _fetch_until_stopped(self) -> None:
         while not self._stopping.is_set():
             self._apply_backpressure()
-            room = self.settings.max_buffered_items - self.held
-            if room <= 0:
-                await self._wait_for_room()
-                continue
-            fetch = asyncio.ensure_future(
-                self._consumer.getmany(
-                    timeout_ms=200, max_records=min(room, self.settings.max_poll_records)
-                )
+            low_fetching = any(
+                tp not in self._paused and not self._is_high(tp) for tp in self._offsets
             )
-            stop_wait = asyncio.ensure_future(self._stopping.wait())
-            done, _ = await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-            stop_wait.cancel()
-            if fetch not in done:
-                fetch.cancel()
-                with contextlib.suppress(asyncio.CancelledError, KafkaError):
-                    await fetch
-                break
-            for tp, records in fetch.result().items():
+            budget = fetch_budget(
+                held=self.held,
+                limit=self.settings.max_buffered_items,
+                low_fetching=low_fetching,
+                max_poll=self.settings.max_poll_records,
+            )
+            if budget <= 0:
+                await self._sleep_unless_stopping(0.05)
+                continue
+            batch = await self._fetch(budget)
+            if batch is None:
+                return
+            for tp, records in self._high_first(batch):
                 if tp not in self._offsets:
                     continue  # revoked while the fetch was in flight
                 for record in records:
                     await self._intake(tp, record)
                 self._update_lag(tp, records[-1].offset + 1)
 
-    async def _wait_for_room(self) -> None:
+    async def _fetch(self, budget: int) -> dict[TopicPartition, list[Any]] | None:
+        """One fetch, abandoned (None) as soon as a stop is requested."""
+        fetch = asyncio.ensure_future(
+            self._consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=budget)
+        )
+        stop_wait = asyncio.ensure_future(self._stopping.wait())
+        done, _ = await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        if fetch not in done:
+            fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                await fetch
+            return None
+        result: dict[TopicPartition, list[Any]] = fetch.result()
+        return result
+
+    def _high_first(
+        self, batch: dict[TopicPartition, list[Any]]
+    ) -> list[tuple[TopicPartition, list[Any]]]:
+        return sorted(batch.items(), key=lambda pair: not self._is_high(pair[0]))
+
+    def _is_high(self, tp: TopicPartition) -> bool:
+        return bool(tp.topic == self.topics.requests_high)
+
+    async def _sleep_unless_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), 0.05)
+            await asyncio.wait_for(self._stopping.wait(), seconds)
 
     def _update_lag(self, tp: TopicPartition, position: int) -> None:
         highwater = self._consumer.highwater(tp)
@@ -242,27 +273,25 @@ class Processor:
             self._lag[tp] = max(0, highwater - position)
 
     def _apply_backpressure(self) -> None:
-        """Pause low priority first, then everything; resume below half (hysteresis)."""
-        limit = self.settings.max_buffered_items
-        held = self.held
-        assigned = set(self._offsets)
-        if held >= limit:
-            wanted = assigned
-        elif held >= 0.8 * limit:
-            wanted = {tp for tp in assigned if tp.topic != self.topics.requests_high} | (
-                self._paused & assigned
-            )
-        elif held < 0.5 * limit:
-            wanted = set()
-        else:
-            wanted = self._paused & assigned
+        wanted = partitions_to_pause(
+            held=self.held,
+            limit=self.settings.max_buffered_items,
+            provider_blocked=not self.provider_ok or self.governor.blocked_for() > 0,
+            assigned=self._offsets,
+            paused=self._paused,
+            is_high=self._is_high,
+        )
         to_pause = wanted - self._paused
-        to_resume = (self._paused & assigned) - wanted
+        to_resume = (self._paused & set(self._offsets)) - wanted
         if to_pause:
             self._consumer.pause(*to_pause)
+            log.info("paused %d partitions (held %d)", len(to_pause), self.held)
         if to_resume:
             self._consumer.resume(*to_resume)
+            log.info("resumed %d partitions (held %d)", len(to_resume), self.held)
         self._paused = wanted
+
+    # -- commits ----------------------------------------------------------------------------
 
     async def _commit_periodically(self) -> None:
         while True:
@@ -295,47 +324,38 @@ class Processor:
         self._offsets[tp].track(record.offset, record.timestamp)
         origin = Origin(record.topic, record.partition, record.offset)
         headers = {k: (v or b"").decode("utf-8", "replace") for k, v in record.headers or ()}
-        try:
-            request = decode_request(record.value, max_bytes=self.settings.max_event_bytes)
-        except InvalidEvent as exc:
-            await self._dead_letter_raw(record, origin, exc.reason, exc.message, headers)
+        verdict = self.intake.admit(record.value)
+        attempts = int(headers.get(RETRY_ATTEMPTS, 0))
+        if not isinstance(verdict, Admitted):
+            await self._reject(record, origin, verdict.error_class, verdict.reason,
+                               verdict.message, attempts)  # fmt: skip
             return
+        first_failure = headers.get(RETRY_FIRST_FAILURE)
         item = WorkItem(
-            request=request,
+            request=verdict.request,
             origin=origin,
             raw=record.value,
             priority=self._priority(record.topic, headers),
             timestamp_ms=int(headers.get(ENQUEUED_AT, record.timestamp)),
-            attempts=int(headers.get(RETRY_ATTEMPTS, 0)),
-            first_failure_ms=int(headers[RETRY_FIRST_FAILURE])
-            if RETRY_FIRST_FAILURE in headers
-            else None,
+            attempts=attempts,
+            first_failure_ms=int(first_failure) if first_failure else None,
             first_error=headers.get(RETRY_FIRST_ERROR),
             generation=self._generation[tp],
+            model=verdict.model,
+            encoding_format=verdict.encoding_format,
+            tokens=verdict.tokens,
+            truncated_from=verdict.truncated_from,
         )
-        tokens = self._count_tokens(request.text)
-        if tokens > self.settings.max_input_tokens:
-            message = f"about {tokens} tokens, limit {self.settings.max_input_tokens}"
-            assert self.pipeline is not None
-            await self.pipeline.dead_letter(item, PermanentItemError("too_long", message))
-            return
         not_before = int(headers.get(RETRY_NOT_BEFORE, 0))
         if not_before > now_ms():
-            self._delayed_seq += 1
-            heapq.heappush(self._delayed, _Delayed(not_before, self._delayed_seq, item))
+            self._delayed.push(not_before, item)
             self._delayed_wake.set()
             return
-        self._submit(item, tokens)
+        self._submit(item)
 
-    def _submit(self, item: WorkItem, tokens: int) -> None:
-        request = item.request
-        key = BucketKey(
-            priority=item.priority,
-            model=request.model or self.settings.model,
-            encoding_format=request.encoding_format or self.settings.encoding_format,
-            dimensions=request.dimensions,
-        )
-        self.batcher.add(key, tokens, item)
+    def _submit(self, item: WorkItem) -> None:
+        key = BucketKey(item.priority, item.model, item.encoding_format, item.request.dimensions)
+        self.batcher.add(key, item.tokens, item)
 
     def _priority(self, topic: str, headers: dict[str, str]) -> Priority:
         if topic == self.topics.requests_high:
@@ -349,37 +369,45 @@ class Processor:
         while True:
             self._delayed_wake.clear()
             now = now_ms()
-            while self._delayed and self._delayed[0].not_before_ms <= now:
-                item = heapq.heappop(self._delayed).item
+            for item in self._delayed.pop_due(now):
                 if self._is_current(item):
-                    self._submit(item, self._count_tokens(item.request.text))
-            timeout = (self._delayed[0].not_before_ms - now) / 1000.0 if self._delayed else None
+                    self._submit(item)
+            due = self._delayed.next_due_ms()
+            timeout = (due - now) / 1000.0 if due is not None else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._delayed_wake.wait(), timeout)
 
-    async def _dead_letter_raw(
-        self, record: Any, origin: Origin, reason: str, message: str, headers: dict[str, str]
-    ) -> None:
+    async def _reject(
+        self, record: Any, origin: Origin, error_class: str, reason: str, message: str,
+        attempts: int,
+    ) -> None:  # fmt: skip
         now = now_ms()
-        failure = Failure(
-            error_class="InvalidEvent",
-            reason=reason,
-            message=message,
-            attempts=int(headers.get(RETRY_ATTEMPTS, 0)),
-            source_topic=origin.topic,
-            source_partition=origin.partition,
-            source_offset=origin.offset,
-            first_failure_ms=now,
-            last_failure_ms=now,
-        )
+        failure = Failure(error_class, reason, message, attempts, origin.topic,
+                          origin.partition, origin.offset, now, now)  # fmt: skip
+        assert self._sink is not None
         await self._sink.dead_letter(record.value, record.key, failure)
-        self._complete(origin, self._generation.get(TopicPartition(origin.topic, origin.partition)))
+        self.metrics.count_dead_letter(reason)
+        tp = TopicPartition(origin.topic, origin.partition)
+        self._complete(origin, self._generation.get(tp))
 
     # -- completion and rebalance -----------------------------------------------------------
 
-    async def _dispatch(self, key: BucketKey, batch: list[Any], reason: Any) -> None:
+    async def _dispatch(
+        self, key: BucketKey, batch: list[Pending[WorkItem]], reason: FlushReason
+    ) -> None:
         assert self.pipeline is not None
         await self.pipeline.dispatch(key, batch, reason)
+
+    def _observe_flush(
+        self, key: BucketKey, items: list[Pending[WorkItem]], reason: FlushReason, now: float
+    ) -> None:
+        self.metrics.observe_flush(
+            key.priority.name.lower(),
+            reason,
+            len(items),
+            sum(p.tokens for p in items),
+            [now - p.arrival for p in items],
+        )
 
     def _done(self, item: WorkItem) -> None:
         self._complete(item.origin, item.generation)
@@ -402,8 +430,7 @@ class Processor:
             self._paused.discard(tp)
             self._generation[tp] = self._generation.get(tp, 0) + 1
         self.batcher.drop_where(lambda item: not self._is_current(item))
-        self._delayed = [d for d in self._delayed if self._is_current(d.item)]
-        heapq.heapify(self._delayed)
+        self._delayed.keep_where(self._is_current)
         log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:

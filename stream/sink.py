@@ -19,6 +19,8 @@ RETRY_FIRST_ERROR = HEADER_PREFIX + "retry.first_error"
 RETRY_FIRST_FAILURE = HEADER_PREFIX + "retry.first_failure"
 PRIORITY = HEADER_PREFIX + "priority"
 ENQUEUED_AT = HEADER_PREFIX + "enqueued_at"
+# On a result whose text was cut to the per-input limit: the token estimate before cutting.
+TRUNCATED_FROM = HEADER_PREFIX + "truncated_from_tokens"
 
 
 def now_ms() -> int:
@@ -31,8 +33,11 @@ class Sink:
         self._topics = topics
 
     async def result(self, item: WorkItem, result: EmbedResult) -> None:
+        headers = []
+        if item.truncated_from is not None:
+            headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
         await self._producer.send_and_wait(
-            self._topics.results, result.encode(), key=item.request.id.encode()
+            self._topics.results, result.encode(), key=item.request.id.encode(), headers=headers
         )
 
     async def retry(self, item: WorkItem, not_before_ms: int, error: str) -> None:

@@ -26,3 +26,7 @@ class WorkItem:
     first_failure_ms: int | None = None
     first_error: str | None = None
     generation: int = 0  # assignment generation; stale once its partition is revoked
+    model: str = ""  # resolved at intake: the request's, or the configured default
+    encoding_format: str = "float"
+    tokens: int = 0  # token estimate of the text as sent
+    truncated_from: int | None = None  # estimate before truncation (oversize_policy=truncate)

@@ -1,0 +1,52 @@
+"""Backpressure through Kafka: which partitions to pause, and how much one fetch may bring. Pure.
+
+Memory is bounded by `limit` held items (read but not finished). Low-priority input may fill
+only `LOW_SHARE` of it, so high-priority records always find room; while the provider is
+rate-limiting or down, low input stops first. Resuming waits until the held count falls below
+half the threshold that paused (hysteresis), so partitions do not flap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+P = TypeVar("P")
+
+LOW_SHARE = 0.8
+RESUME_FRACTION = 0.5
+
+
+def partitions_to_pause(
+    *,
+    held: int,
+    limit: int,
+    provider_blocked: bool,
+    assigned: Iterable[P],
+    paused: set[P],
+    is_high: Callable[[P], bool],
+) -> set[P]:
+    """The set of partitions that should be paused now."""
+    assigned = set(assigned)
+    high = {p for p in assigned if is_high(p)}
+    low = assigned - high
+    low_threshold = LOW_SHARE * limit
+    if provider_blocked:
+        pause_low = True
+        pause_high = held >= RESUME_FRACTION * limit
+    else:
+        pause_low = _hysteresis(held, low_threshold, bool(paused & low))
+        pause_high = _hysteresis(held, limit, bool(paused & high))
+    return (low if pause_low else set()) | (high if pause_high else set())
+
+
+def _hysteresis(held: int, threshold: float, currently_paused: bool) -> bool:
+    if held >= threshold:
+        return True
+    return currently_paused and held >= RESUME_FRACTION * threshold
+
+
+def fetch_budget(*, held: int, limit: int, low_fetching: bool, max_poll: int) -> int:
+    """Most records one fetch may return without breaking the bounds above."""
+    ceiling = LOW_SHARE * limit if low_fetching else limit
+    return max(0, min(max_poll, int(ceiling) - held))

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+
+from stream.errors import ProviderWideError, TransientError
+from stream.governor import Governor
+from stream.lanes import Priority
+from stream.testing import FakeClock
+
+
+def make(clock: FakeClock, **kwargs: object) -> Governor:
+    return Governor(max_concurrency=2, clock=clock, **kwargs)  # type: ignore[arg-type]
+
+
+def test_retry_after_closes_the_gate_for_everyone_until_it_passes() -> None:
+    clock = FakeClock()
+    governor = make(clock)
+    governor.on_failure(TransientError("rate_limited", "429", retry_after=2.0))
+    assert governor.pick(True, True) is None
+    clock.advance(1.999)
+    assert governor.blocked_for() == pytest.approx(0.001)
+    clock.advance(0.001)
+    assert governor.pick(True, False) is Priority.HIGH
+
+
+def test_a_429_without_retry_after_still_pauses() -> None:
+    clock = FakeClock()
+    governor = make(clock)
+    governor.on_failure(TransientError("rate_limited", "429"))
+    assert governor.blocked_for() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("reason", ["http_500", "timeout", "connection"])
+def test_other_transient_errors_do_not_close_the_gate(reason: str) -> None:
+    governor = make(FakeClock())
+    governor.on_failure(TransientError(reason, "x", retry_after=5))
+    assert governor.blocked_for() == 0
+
+
+def test_provider_wide_error_with_retry_after_closes_the_gate() -> None:
+    governor = make(FakeClock())
+    governor.on_failure(ProviderWideError("auth", "401", retry_after=3))
+    assert governor.blocked_for() == pytest.approx(3)
+
+
+def test_exhausted_rate_limit_headers_close_the_gate() -> None:
+    governor = make(FakeClock())
+    governor.on_success(
+        0.01, {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"}
+    )
+    assert governor.blocked_for() == pytest.approx(2)
+
+
+def test_slots_and_low_cap() -> None:
+    governor = make(FakeClock(), min_low_share=0.0)
+    assert governor.pick(False, True) is Priority.LOW
+    governor.started(Priority.LOW)
+    assert governor.pick(False, True) is None  # one of two slots stays free for high
+    assert governor.pick(True, True) is Priority.HIGH
+    governor.started(Priority.HIGH)
+    assert governor.pick(True, True) is None  # full
+    governor.finished(Priority.LOW)
+    assert governor.pick(True, True) is Priority.HIGH
+
+
+def test_adaptive_limit_halves_on_overload() -> None:
+    governor = Governor(max_concurrency=8, clock=FakeClock(), adaptive=True)
+    governor.on_failure(TransientError("http_503", "busy"))
+    assert governor.limit.limit == 4
+
+
+def test_rate_limits_delay_calls() -> None:
+    clock = FakeClock()
+    governor = Governor(max_concurrency=2, clock=clock, rpm=60)  # one call a second, burst 60
+    delays = [governor.reserve(10) for _ in range(61)]
+    assert delays[:60] == [0.0] * 60
+    assert delays[60] == pytest.approx(1.0)
