@@ -34,7 +34,7 @@ class Batcher(Generic[T]):
         governor: Governor | None = None,
         max_concurrency: int = 4,
         clock: Callable[[], float] = time.monotonic,
-        backlog: Callable[[], int] = lambda: 0,
+        backlog: Callable[[Priority], int] = lambda lane: 0,
     ) -> None:
         self._limits = limits
         self._dispatch = dispatch
@@ -94,7 +94,7 @@ class Batcher(Generic[T]):
     async def run(self) -> None:
         try:
             while not (self._draining and self._buffered == 0 and not self._in_flight):
-                timeout = self._launch_ready()
+                timeout = self.launch_due()
                 # Safe: nothing can add items between deciding and clearing (no await).
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -103,16 +103,14 @@ class Batcher(Generic[T]):
             if self._in_flight:
                 await asyncio.gather(*self._in_flight, return_exceptions=True)
 
-    def _launch_ready(self) -> float | None:
+    def launch_due(self) -> float | None:
         """Launch every due batch the governor admits; return when to look again (None: on
         the next event, i.e. an added item or a finished call)."""
         while True:
             blocked = self.governor.blocked_for()
             if blocked > 0:
                 return blocked
-            now = self._clock()
-            depth = self._buffered + self._backlog()
-            high, low, soonest = self._ready_by_lane(now, depth)
+            high, low, soonest = self._ready_by_lane(self._clock())
             lane = self.governor.pick(high is not None, low is not None)
             if lane is None:
                 return soonest
@@ -120,18 +118,25 @@ class Batcher(Generic[T]):
             assert chosen is not None
             self._launch(*chosen)
 
+    def depth(self, lane: Priority) -> int:
+        """The backlog behind a lane's oldest item: its other buffered items plus the consumer
+        lag feeding it. Per lane, so a bulk backlog never makes a high item wait longer."""
+        return max(self._buffered_by_priority[lane] - 1, 0) + self._backlog(lane)
+
     def _ready_by_lane(
-        self, now: float, depth: int
+        self, now: float
     ) -> tuple[
         tuple[Bucket[T], FlushReason] | None, tuple[Bucket[T], FlushReason] | None, float | None
     ]:
         """The most urgent due bucket of each lane, and the soonest time another falls due."""
         ready: dict[Priority, tuple[Bucket[T], FlushReason]] = {}
         soonest: float | None = None
+        depths = {lane: self.depth(lane) for lane in Priority}
         for bucket in sorted(self._buckets.values(), key=_bucket_order):
             if not bucket or bucket.key.priority in ready:
                 continue
             counts = bucket.token_counts(self._limits.max_items + 1)
+            depth = depths[bucket.key.priority]
             decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth)
             if isinstance(decision, Flush):
                 ready[bucket.key.priority] = (bucket, decision.reason)

@@ -40,6 +40,7 @@ class Observed(Protocol):
     def held_items(self) -> int: ...
     def in_flight(self) -> int: ...
     def concurrency_limit(self) -> int: ...
+    def depth(self, lane: Priority) -> int: ...
 
 
 class Health:
@@ -82,7 +83,7 @@ class Health:
         m.set_concurrency_limit(o.concurrency_limit())
         m.set_paused_partitions(o.paused_count())
         lag = o.lag_by_partition()
-        m.set_adaptive_wait(wait_budget(o.limits, o.held_items() + sum(lag.values())))
+        m.set_adaptive_wait(wait_budget(o.limits, o.depth(Priority.LOW)))
         now_ms = time.time() * 1000
         partitions = o.partitions()
         for tp, tracker in partitions.items():

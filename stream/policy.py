@@ -8,8 +8,9 @@ A bucket flushes when
 
 The timer counts from the oldest buffered item's arrival, never from the previous flush, so an
 item that arrives just after a flush is not held for a whole extra window. ``depth`` is the
-backlog: items buffered in memory plus consumer lag. At depth 0 the wait is 0 and a lone item
-goes out at once; as the backlog grows the wait approaches ``max_wait`` and batches fill up.
+backlog behind the oldest item: the other items buffered in memory plus the consumer lag of
+the assigned partitions. At depth 0 the wait is 0 and a lone item goes out at once; as the
+backlog grows the wait approaches ``max_wait`` and batches fill up.
 """
 
 from __future__ import annotations

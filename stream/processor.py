@@ -105,7 +105,7 @@ class Processor:
         )
         self.pipeline: Pipeline | None = None
         self.batcher: Batcher[WorkItem] = Batcher(
-            self.limits, self._dispatch, governor=self.governor, backlog=self.lag
+            self.limits, self._dispatch, governor=self.governor, backlog=self.lag_of
         )
         self.batcher.on_flush = self._observe_flush
 
@@ -113,6 +113,11 @@ class Processor:
 
     def lag(self) -> int:
         return sum(self._lag.values())
+
+    def lag_of(self, lane: Priority) -> int:
+        """Consumer lag feeding a lane (the retry topic counts as low: mostly bulk)."""
+        high = lane is Priority.HIGH
+        return sum(lag for tp, lag in self._lag.items() if self._is_high(tp) == high)
 
     @property
     def held(self) -> int:
@@ -150,6 +155,9 @@ class Processor:
 
     def concurrency_limit(self) -> int:
         return self.governor.limit.limit
+
+    def depth(self, lane: Priority) -> int:
+        return self.batcher.depth(lane)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -1,0 +1,160 @@
+"""The batcher shell driven step by step with a fake clock: what it cuts, and when."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stream.batcher import Batcher
+from stream.governor import Governor
+from stream.lanes import BucketKey, Pending, Priority
+from stream.limits import ProviderLimits, batch_violations
+from stream.policy import BatchLimits, FlushReason
+from stream.testing import FakeClock
+
+KEYS = [
+    BucketKey(Priority.HIGH, "m1", "float", None),
+    BucketKey(Priority.LOW, "m1", "float", None),
+    BucketKey(Priority.LOW, "m2", "float", None),
+    BucketKey(Priority.LOW, "m1", "base64", 64),
+]
+LIMITS = BatchLimits(max_items=8, max_tokens=200, max_wait_s=0.05, scale_factor=4.0)
+PROVIDER = ProviderLimits(8, 200, 200, frozenset({"float", "base64"}))
+
+Arrival = tuple[float, int, int]  # (gap since previous arrival in s, key index, tokens)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.batches: list[tuple[BucketKey, list[Pending[int]], FlushReason, float]] = []
+
+    def __call__(
+        self, key: BucketKey, items: list[Pending[int]], reason: FlushReason, now: float
+    ) -> None:
+        self.batches.append((key, list(items), reason, now))
+
+
+async def _never_finishes(key: BucketKey, items: list[Pending[int]], reason: FlushReason) -> None:
+    await asyncio.Event().wait()
+
+
+async def drive(arrivals: list[Arrival]) -> tuple[Recorder, dict[int, float], FakeClock]:
+    """Add items at their (fake) arrival times, calling launch_due whenever it asked to be."""
+    clock = FakeClock()
+    governor = Governor(max_concurrency=10**6, clock=clock, min_low_share=0.0)
+    batcher: Batcher[int] = Batcher(LIMITS, _never_finishes, governor=governor, clock=clock)
+    recorder = Recorder()
+    batcher.on_flush = recorder
+    arrived: dict[int, float] = {}
+    due: float | None = None
+    for index, (gap, key_index, tokens) in enumerate(arrivals):
+        target = clock.now + gap
+        while due is not None and clock.now + due <= target:
+            clock.advance(due)
+            due = batcher.launch_due()
+        clock.now = target
+        batcher.add(KEYS[key_index], tokens, index)
+        arrived[index] = clock.now
+        # Items arriving at the same instant are added together, as one fetch is.
+        if index + 1 == len(arrivals) or arrivals[index + 1][0] > 0:
+            due = batcher.launch_due()
+    while due is not None:
+        clock.advance(due)
+        due = batcher.launch_due()
+    assert batcher.buffered == 0
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+        task.cancel()
+    return recorder, arrived, clock
+
+
+arrivals_strategy = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=0.03),
+        st.integers(min_value=0, max_value=len(KEYS) - 1),
+        st.integers(min_value=1, max_value=120),
+    ),
+    min_size=1,
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals_strategy)
+def test_batches_keep_limits_never_mix_buckets_and_flush_within_max_wait(
+    arrivals: list[Arrival],
+) -> None:
+    recorder, arrived, _ = asyncio.run(drive(arrivals))
+    flushed = [p.payload for _, items, _, _ in recorder.batches for p in items]
+    assert sorted(flushed) == list(range(len(arrivals)))  # each item exactly once
+    for key, items, _, now in recorder.batches:
+        assert all(arrivals[p.payload][1] == KEYS.index(key) for p in items)
+        assert batch_violations(PROVIDER, [p.tokens for p in items], key.encoding_format) == []
+        for pending in items:
+            assert now - arrived[pending.payload] <= LIMITS.max_wait_s + 1e-9
+
+
+def test_a_lone_item_goes_out_at_once() -> None:
+    recorder, _, _ = asyncio.run(drive([(0.0, 0, 5)]))
+    [(_, items, reason, now)] = recorder.batches
+    assert (len(items), reason, now) == (1, "time", 0.0)
+
+
+def test_a_backlog_forms_full_batches() -> None:
+    recorder, _, _ = asyncio.run(drive([(0.0, 1, 1)] * 40))
+    assert [(len(items), reason) for _, items, reason, _ in recorder.batches] == [(8, "size")] * 5
+
+
+def test_sparse_arrivals_each_go_out_at_once() -> None:
+    recorder, arrived, _ = asyncio.run(drive([(0.02, 1, 3)] * 5))
+    assert [len(items) for _, items, _, _ in recorder.batches] == [1] * 5
+    assert [now for *_, now in recorder.batches] == list(arrived.values())
+
+
+def test_tokens_trigger_cuts_before_the_budget_is_passed() -> None:
+    recorder, _, _ = asyncio.run(drive([(0.0, 1, 1)] + [(0.0, 1, 90)] * 3))
+    # 1 + 90 + 90 fits in 200; the next 90 would not: cut at 3, the rest goes alone.
+    assert [len(items) for _, items, _, _ in recorder.batches] == [3, 1]
+    assert [reason for _, _, reason, _ in recorder.batches] == ["tokens", "time"]
+
+
+async def test_high_item_never_queues_behind_more_than_one_low_batch() -> None:
+    clock = FakeClock()
+    governor = Governor(max_concurrency=2, clock=clock, min_low_share=0.0)
+    batcher: Batcher[int] = Batcher(LIMITS, _never_finishes, governor=governor, clock=clock)
+    recorder = Recorder()
+    batcher.on_flush = recorder
+    for i in range(40):
+        batcher.add(KEYS[1], 1, i)
+    batcher.launch_due()
+    assert [k.priority for k, *_ in recorder.batches] == [Priority.LOW]  # low holds 1 of 2 slots
+    batcher.add(KEYS[0], 1, 100)
+    batcher.launch_due()
+    assert [k.priority for k, *_ in recorder.batches] == [Priority.LOW, Priority.HIGH]
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+        task.cancel()
+
+
+async def test_low_lane_keeps_its_minimum_share_while_both_are_backlogged() -> None:
+    clock = FakeClock()
+    governor = Governor(max_concurrency=1, clock=clock, min_low_share=0.25)
+    finished = asyncio.Event()
+
+    async def quick(key: BucketKey, items: list[Pending[int]], reason: FlushReason) -> None:
+        finished.set()
+
+    batcher: Batcher[int] = Batcher(LIMITS, quick, governor=governor, clock=clock)
+    recorder = Recorder()
+    batcher.on_flush = recorder
+    for i in range(8 * 20):
+        batcher.add(KEYS[0], 1, i)
+        batcher.add(KEYS[1], 1, 1000 + i)
+    for _ in range(20):
+        batcher.launch_due()
+        await asyncio.sleep(0)  # let the call finish and free the slot
+        await asyncio.sleep(0)
+    lanes = [k.priority for k, *_ in recorder.batches]
+    assert len(lanes) == 20
+    assert lanes.count(Priority.LOW) == 5  # a quarter of the calls
+    assert "LOW, LOW" not in ", ".join(p.name for p in lanes)
