@@ -17,7 +17,15 @@ from typing import Generic, TypeVar
 
 from stream.governor import Governor
 from stream.lanes import Bucket, BucketKey, Pending, Priority
-from stream.policy import BatchLimits, Flush, FlushReason, Wait, batch_length, decide
+from stream.policy import (
+    BatchLimits,
+    Flush,
+    FlushReason,
+    Wait,
+    batch_length,
+    decide,
+    spread_length,
+)
 
 T = TypeVar("T")
 Dispatch = Callable[[BucketKey, list[Pending[T]], FlushReason], Awaitable[None]]
@@ -150,12 +158,13 @@ class Batcher(Generic[T]):
 
     def _launch(self, bucket: Bucket[T], reason: FlushReason) -> None:
         counts = bucket.token_counts(self._limits.max_items + 1)
-        items = bucket.take(batch_length(counts, self._limits))
+        lane = bucket.key.priority
+        fits = batch_length(counts, self._limits)
+        items = bucket.take(spread_length(fits, len(bucket), self.governor.free_slots(lane)))
         self._buffered -= len(items)
         self._buffered_by_priority[bucket.key.priority] -= len(items)
         if self.on_flush is not None:
             self.on_flush(bucket.key, items, reason, self._clock())
-        lane = bucket.key.priority
         self.governor.started(lane)
         delay = self.governor.reserve(sum(p.tokens for p in items))
         task = asyncio.create_task(self._call(bucket.key, items, reason, delay))

@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 SPLITTABLE = frozenset({"rejected", "timeout", "malformed_response"})
 
 
+def _refused_for_everyone(exc: EmbedStreamError) -> bool:
+    return isinstance(exc, ProviderWideError) or exc.reason == "rate_limited"
+
+
 @dataclass
 class PipelineStats:
     calls: int = 0
@@ -96,7 +100,7 @@ class Pipeline:
             encoding_format=key.encoding_format,
             dimensions=key.dimensions,
         )
-        provider_failures = 0
+        held_back = 0  # consecutive rate-limit / provider-wide refusals of this batch
         while True:
             self.stats.calls += 1
             self.stats.items_sent += len(distinct)
@@ -110,18 +114,15 @@ class Pipeline:
                     self._governor.on_failure(exc)
                 if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
                     raise
-                if not isinstance(exc, ProviderWideError):
+                if not _refused_for_everyone(exc):
                     self.stats.provider_ok = True
                     await self._failed(key, batch, exc)
                     return
-                # Nobody can be served: hold this batch (and its call slot) and try again later.
-                provider_failures += 1
-                self.stats.provider_ok = False
-                delay = self._backoff.delay(provider_failures, self._rng, exc.retry_after)
-                log.error("provider unusable (%s): %s; retrying in %.1fs", exc.reason, exc, delay)
-                if self._governor is not None:
-                    self._governor.hold(delay)  # nobody else calls meanwhile either
-                await asyncio.sleep(delay)
+                # A rate limit or a refused key says nothing about these items: keep the batch,
+                # spend none of its attempts, and try again once the provider lets us.
+                held_back += 1
+                self.stats.provider_ok = not isinstance(exc, ProviderWideError)
+                await self._hold_back(exc, held_back)
                 continue
             self._metrics.observe_call(outcome.latency_s, ok=True)
             if self._governor is not None:
@@ -131,6 +132,17 @@ class Pipeline:
             vectors = [outcome.vectors[i] for i in mapping]
             await self._succeeded(key, batch, vectors, outcome)
             return
+
+    async def _hold_back(self, exc: EmbedStreamError, times: int) -> None:
+        delay = self._backoff.delay(times, self._rng, exc.retry_after)
+        if isinstance(exc, ProviderWideError):
+            log.error("provider unusable (%s): %s; retrying in %.1fs", exc.reason, exc, delay)
+            if self._governor is not None:
+                self._governor.hold(delay)  # nobody else calls meanwhile either
+        elif self._governor is not None:
+            # The gate already holds everyone until retry-after; wait for it, not longer.
+            delay = max(self._governor.blocked_for(), exc.retry_after or 0.0)
+        await asyncio.sleep(delay)
 
     async def _failed(
         self, key: BucketKey, batch: list[Pending[WorkItem]], exc: EmbedStreamError

@@ -85,3 +85,21 @@ def decide(
     if remaining <= 0:
         return Flush("time")
     return Wait(remaining)
+
+
+# Spreading a backlog over idle call slots stops here: smaller batches would cost more calls
+# than the parallelism saves.
+MIN_SPREAD_ITEMS = 32
+
+
+def spread_length(fits: int, buffered: int, free_slots: int) -> int:
+    """Cut size when several call slots are idle: share the backlog among them.
+
+    One full batch on one slot while others idle makes a burst wait for the slowest call; a
+    backlog of 800 with 8 free slots goes out as 8 calls of 100 instead of 4 of 256 (4 slots
+    left idle). Never below MIN_SPREAD_ITEMS, never above what fits (``fits``).
+    """
+    if free_slots <= 1:
+        return fits
+    share = -(-buffered // free_slots)
+    return min(fits, max(MIN_SPREAD_ITEMS, share))

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream.policy import BatchLimits, Flush, Wait, batch_length, decide, wait_budget
+from stream.policy import (
+    BatchLimits,
+    Flush,
+    Wait,
+    batch_length,
+    decide,
+    spread_length,
+    wait_budget,
+)
 
 LIMITS = BatchLimits(max_items=4, max_tokens=100, max_wait_s=0.1, scale_factor=10.0)
 
@@ -78,3 +86,18 @@ def test_cut_batches_respect_limits(tokens: list[int], max_items: int, max_token
 def test_wait_never_exceeds_max_wait(depth: int, scale: float) -> None:
     limits = BatchLimits(max_items=1, max_tokens=1, max_wait_s=0.25, scale_factor=scale)
     assert 0.0 <= wait_budget(limits, depth) <= 0.25
+
+
+@pytest.mark.parametrize(
+    ("fits", "buffered", "free", "expected"),
+    [
+        (256, 800, 1, 256),  # one slot: nothing to share
+        (256, 800, 8, 100),  # share the backlog among idle slots
+        (256, 4000, 8, 256),  # more than a full batch each: full batches
+        (256, 100, 8, 32),  # never below the minimum piece
+        (20, 100, 8, 20),  # never above what fits
+        (10, 10, 8, 10),
+    ],
+)
+def test_spread_length(fits: int, buffered: int, free: int, expected: int) -> None:
+    assert spread_length(fits, buffered, free) == expected

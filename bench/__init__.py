@@ -1,0 +1,1 @@
+"""Benchmarks (scripts, not tests): run them with ``python bench/<name>.py``."""
