@@ -66,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_settings_flags(consume, COMMON_SETTINGS)
 
+    from stream.top.app import add_cli_arguments as add_top_arguments
+    from stream.verify.app import add_cli_arguments as add_verify_arguments
+
+    add_top_arguments(sub.add_parser("top", help="live view of processors' /metrics"))
+    add_verify_arguments(
+        sub.add_parser("verify", help="check every request got exactly one outcome")
+    )
+
     demo = sub.add_parser("demo", help="embedded broker + simulator + processor, end to end")
     demo.add_argument("--items", type=int, default=3000)
     demo.add_argument("--timeout", type=float, default=300.0, help="give up after S seconds")
@@ -104,6 +112,14 @@ async def _dispatch(ns: argparse.Namespace) -> int:
         return await _produce(ns)
     if command == "consume":
         return await _consume(ns)
+    if command == "top":
+        from stream.top.app import run_top_from_args
+
+        return await run_top_from_args(ns)
+    if command == "verify":
+        from stream.verify.app import main_from_args
+
+        return await main_from_args(ns)
     if command == "demo":
         from stream.demo import run_demo
 

@@ -44,6 +44,7 @@ class EmbeddingBackend(Protocol):
 
 class OpenAIEmbedder:
     def __init__(self, *, base_url: str | None, api_key: str | None, timeout_s: float) -> None:
+        self._secret = api_key
         self._client = AsyncOpenAI(
             base_url=base_url,
             # The simulator and many self-hosted servers need no key; the client insists on one.
@@ -74,7 +75,12 @@ class OpenAIEmbedder:
                 )
             response = raw.parse()
         except openai.APIError as exc:
-            raise classify(exc) from exc
+            error = classify(exc)
+            if self._secret and self._secret in error.message:
+                # Providers may quote the key back; it must not reach logs or dead letters.
+                error.message = error.message.replace(self._secret, "***")
+                error.args = (error.message,)
+            raise error from None
         except (ValueError, TypeError) as exc:  # a body the client cannot parse
             raise TransientError("malformed_response", f"unreadable response: {exc}") from exc
         latency = time.perf_counter() - started

@@ -48,6 +48,11 @@ def make_producer(settings: Settings, **overrides: Any) -> AIOKafkaProducer:
         "client_id": f"{settings.client_id}-producer",
         "acks": "all",
         "linger_ms": 5,
+        # Results are kilobytes each (a float vector as JSON). With aiokafka's 16 KiB default
+        # a batch holds three, and every other pending send waits for the partition to drain
+        # and retries: thousands of wake-ups per batch. 1 MiB keeps a whole call's results in
+        # one produce request.
+        "max_batch_size": 1_048_576,
         "max_request_size": max(1_048_576, settings.max_event_bytes * 2),
         "compression_type": None,
     }

@@ -266,9 +266,11 @@ def check_auth(config: SimulatorConfig, authorization: str | None) -> None:
     """Raise 401 unless the Authorization header carries ``config.auth_key``."""
     if config.auth_key is None or authorization == f"Bearer {config.auth_key}":
         return
+    # Echo the key back, as careless providers and proxies do: clients must scrub it.
+    presented = (authorization or "").removeprefix("Bearer ")
     raise ApiError(
         401,
-        "Incorrect API key provided.",
+        f"Incorrect API key provided: {presented}.",
         error_type="invalid_request_error",
         code="invalid_api_key",
     )
