@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install the test dependencies, start Apache Kafka
-# (KRaft, loopback, jars from Maven Central, cached), lint, type-check, run pytest, stop Kafka.
+# (KRaft, loopback, jars from Maven Central, cached) and Debian's prometheus package, lint,
+# type-check, run pytest, stop Kafka.
 # Extra arguments go to pytest (e.g. `bash ops/test.sh tests/unit -x`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PYTHON="${PYTHON:-python3}"
+# promtool (alert-rule tests) and prometheus (a real scrape) come from Debian's package.
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  else
+    echo "ops/test.sh: install Debian's 'prometheus' package (promtool, prometheus) first" >&2
+    exit 1
+  fi
+fi
 "$PYTHON" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'
 
 export EMBEDSTREAM_KAFKA_PORT="${EMBEDSTREAM_KAFKA_PORT:-39092}"
@@ -14,7 +25,7 @@ bash ops/kafka/kafka.sh start
 trap 'bash ops/kafka/kafka.sh stop >/dev/null 2>&1 || true' EXIT
 export EMBEDSTREAM_TEST_BOOTSTRAP="127.0.0.1:$EMBEDSTREAM_KAFKA_PORT"
 # Integration tests fail (not skip) when the broker is missing: CI must not go green without it.
-export EMBEDSTREAM_REQUIRE_BROKER=1
+export EMBEDSTREAM_REQUIRE_BROKER=1 EMBEDSTREAM_REQUIRE_TOOLS=1
 
 "$PYTHON" -m ruff check .
 "$PYTHON" -m ruff format --check .

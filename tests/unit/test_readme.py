@@ -1,0 +1,38 @@
+"""The README's promises that code can check: its settings table and its commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from stream.cli import build_parser
+from stream.config import reference_rows
+from stream.metrics import METRIC_NAMES
+
+README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+
+
+def test_settings_table_matches_the_code() -> None:
+    table = {
+        m.group(1): (m.group(2), m.group(3))
+        for m in re.finditer(r"^\| `(\w+)` \| `(EMBEDSTREAM_\w+)`[^|]*\| ([^|]+) \|", README, re.M)
+    }
+    expected = {name: (env.split(" ")[0], default) for name, env, default, _ in reference_rows()}
+    assert set(table) == set(expected)
+    for name, (env, default) in expected.items():
+        assert table[name][0] == env
+        shown = table[name][1].strip()
+        assert shown in (f"`{default}`", "unset", "empty"), (name, shown, default)
+
+
+def test_every_documented_command_exists() -> None:
+    commands = set(re.findall(r"^\| `embedstream (\w+)", README, re.M))
+    import argparse
+
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert commands == set(sub.choices)
+
+
+def test_every_metric_is_documented() -> None:
+    documented = set(re.findall(r"`(embedstream_[a-z_]+)", README))
+    assert documented >= METRIC_NAMES
