@@ -4,6 +4,7 @@
 #   kafka.sh fetch    gather the broker jars into the cache (Maven, once)
 #   kafka.sh start    fetch if needed, format storage once, start, wait until ready
 #   kafka.sh stop     SIGTERM, then SIGKILL after 30 s
+#   kafka.sh kill     SIGKILL at once (chaos tests; the data dir is kept)
 #   kafka.sh status   exit 0 and print the bootstrap if running, else exit 1
 #   kafka.sh log      print the broker's stdout/stderr and its INFO log
 #   kafka.sh clean    stop, then delete the data dir (topics and offsets)
@@ -244,6 +245,16 @@ stop() {
   rm -f "$PID_FILE"
 }
 
+# Chaos tests: die like a crashed machine, no clean shutdown (the data dir is kept).
+kill_broker() {
+  local pid
+  if pid="$(running_pid)"; then
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  fi
+  rm -f "$PID_FILE"
+}
+
 status() {
   local pid
   if pid="$(running_pid)"; then
@@ -278,8 +289,9 @@ case "${1:-}" in
   fetch) fetch ;;
   start) start ;;
   stop) stop ;;
+  kill) kill_broker ;;
   status) status ;;
   log) show_log ;;
   clean) clean ;;
-  *) echo "usage: $0 {fetch|start|stop|status|log|clean}" >&2; exit 2 ;;
+  *) echo "usage: $0 {fetch|start|stop|kill|status|log|clean}" >&2; exit 2 ;;
 esac

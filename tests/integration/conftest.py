@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from stream.topics import delete_topics, list_topics
+from tests.integration.broker import PrivateBroker
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +33,16 @@ async def unique_prefix(bootstrap: str) -> AsyncIterator[str]:
     yield prefix
     # The broker is shared and long-lived; do not let test topics pile up.
     await delete_topics(bootstrap, await list_topics(bootstrap, prefix))
+
+
+@pytest.fixture
+async def private_broker() -> AsyncIterator[PrivateBroker]:
+    """A broker of the test's own, which it may stop, kill and restart."""
+    if not os.environ.get("EMBEDSTREAM_TEST_BOOTSTRAP"):
+        pytest.skip("integration tests need the Kafka jars and scripts; see ops/test.sh")
+    broker = PrivateBroker()
+    await broker.start()
+    try:
+        yield broker
+    finally:
+        await broker.remove()

@@ -1,0 +1,375 @@
+"""The deployment files state the facts the code relies on: docker-compose.yml, the Dockerfile,
+the Kubernetes manifests and the Grafana dashboard agree with each other and with the package
+(topics, consumer group, metrics port, probe paths)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stream.config import Settings
+from stream.topics import load_topic_specs
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+DEPLOYMENT = ROOT / "ops" / "k8s" / "deployment.yaml"
+SCALED_OBJECT = ROOT / "ops" / "k8s" / "keda-scaledobject.yaml"
+DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "embedstream.json"
+GRAFANA_DATASOURCE = ROOT / "ops" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+
+SERVICES = ("kafka", "topics", "simulator", "processor", "prometheus", "grafana")
+PINNED_IMAGES = {
+    "kafka": "apache/kafka",
+    "prometheus": "prom/prometheus",
+    "grafana": "grafana/grafana",
+}
+DEFAULTS = Settings()
+
+
+def _load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _load_all_yaml(path: Path) -> list[Any]:
+    return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, Any]:
+    compose = _load_yaml(COMPOSE)
+    assert isinstance(compose, dict) and isinstance(compose.get("services"), dict)
+    found: dict[str, Any] = compose["services"]
+    return found
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str]:
+    """A service's environment as a mapping, whether written as a mapping or a list."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        pairs = (item.split("=", 1) if "=" in item else (item, "") for item in env)
+        return {key: value for key, value in pairs}
+    return {str(key): "" if value is None else str(value) for key, value in env.items()}
+
+
+def _strings(node: Any) -> Iterator[str]:
+    """Every scalar in a parsed YAML/JSON document, as text."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield str(key)
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _strings(item)
+    elif node is not None:
+        yield str(node)
+
+
+# --------------------------------------------------------------------------- docker compose
+
+
+def test_compose_declares_every_service(services: dict[str, Any]) -> None:
+    assert set(SERVICES) <= set(services), sorted(set(SERVICES) - set(services))
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_IMAGES))
+def test_third_party_images_are_pinned(services: dict[str, Any], name: str) -> None:
+    image = str(services[name]["image"])
+    repository, _, tag = image.rpartition(":")
+    assert repository == PINNED_IMAGES[name], image
+    assert tag and tag != "latest" and "/" not in tag, f"{name}: image {image!r} is not pinned"
+    assert re.search(r"\d", tag), f"{name}: tag {tag!r} names no version"
+
+
+def test_kafka_runs_in_kraft_mode(services: dict[str, Any]) -> None:
+    env = _environment(services["kafka"])
+    roles = {role.strip() for role in env["KAFKA_PROCESS_ROLES"].split(",")}
+    assert roles == {"broker", "controller"}
+    assert env.get("KAFKA_CONTROLLER_QUORUM_VOTERS")
+    assert not any("ZOOKEEPER" in key for key in env)
+    # The processor and the topic job reach the broker by its service name.
+    assert "PLAINTEXT://kafka:9092" in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+
+
+def test_dockerfile_runs_as_fixed_non_root_user() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    users = re.findall(r"^\s*USER\s+(\S+)", text, flags=re.MULTILINE)
+    assert users, "Dockerfile has no USER instruction"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit(), f"USER {users[-1]!r} should be numeric so runAsNonRoot can verify it"
+    assert int(uid) != 0
+    assert re.search(r'^ENTRYPOINT \["embedstream"\]', text, flags=re.MULTILINE)
+    assert re.search(r'^CMD \["run"\]', text, flags=re.MULTILINE)
+    assert re.search(r"^EXPOSE 9464\b", text, flags=re.MULTILINE)
+    assert "EMBEDSTREAM_METRICS_HOST=0.0.0.0" in text
+    assert re.search(r"^HEALTHCHECK .*\n?.*/healthz", text, flags=re.MULTILINE)
+    # Installed from the build context, not in editable (development) mode.
+    assert not re.search(r"pip install[^\n]*(-e|--editable)\b", text)
+
+
+def test_processor_is_built_from_this_repository(services: dict[str, Any]) -> None:
+    build = services["processor"]["build"]
+    context = build if isinstance(build, str) else build["context"]
+    assert (COMPOSE.parent / context).resolve() == ROOT
+    assert services["processor"].get("user") in (None, "10001", "10001:10001")
+
+
+@pytest.mark.parametrize("name", ["kafka", "simulator", "processor"])
+def test_long_running_services_have_healthchecks(services: dict[str, Any], name: str) -> None:
+    check = services[name].get("healthcheck")
+    assert check and not check.get("disable"), name
+    assert check["test"], name
+
+
+def test_processor_health_check_asks_for_readiness(services: dict[str, Any]) -> None:
+    command = " ".join(services["processor"]["healthcheck"]["test"])
+    assert f":{DEFAULTS.metrics_port}/readyz" in command
+
+
+def test_kafka_health_check_uses_the_kafka_tools(services: dict[str, Any]) -> None:
+    command = " ".join(services["kafka"]["healthcheck"]["test"])
+    assert "/opt/kafka/bin/kafka-broker-api-versions.sh" in command or (
+        "kafka-topics.sh" in command and "--list" in command
+    )
+
+
+def _conditions(service: dict[str, Any]) -> dict[str, str]:
+    depends = service.get("depends_on") or {}
+    assert isinstance(depends, dict), "depends_on must name conditions"
+    return {name: spec["condition"] for name, spec in depends.items()}
+
+
+def test_start_order_waits_for_health_and_topics(services: dict[str, Any]) -> None:
+    assert _conditions(services["topics"]) == {"kafka": "service_healthy"}
+    assert _conditions(services["processor"]) == {
+        "kafka": "service_healthy",
+        "topics": "service_completed_successfully",
+        "simulator": "service_healthy",
+    }
+
+
+def test_topics_job_is_one_shot(services: dict[str, Any]) -> None:
+    topics = services["topics"]
+    assert topics["command"] == ["topics", "create"]
+    assert str(topics.get("restart")) == "no"
+    assert _environment(topics)["EMBEDSTREAM_BOOTSTRAP_SERVERS"] == "kafka:9092"
+
+
+def test_simulator_listens_on_the_container_interface(services: dict[str, Any]) -> None:
+    command = services["simulator"]["command"]
+    assert command[0] == "simulate"
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert command[command.index("--port") + 1] == "8700"
+
+
+def test_processor_provider_is_switchable_by_environment(services: dict[str, Any]) -> None:
+    env = _environment(services["processor"])
+    assert env["EMBEDSTREAM_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert env["EMBEDSTREAM_BASE_URL"] == "${EMBEDSTREAM_BASE_URL:-http://simulator:8700/v1}"
+    assert env["OPENAI_API_KEY"] == "${OPENAI_API_KEY:-}"
+
+
+def test_no_secrets_in_compose() -> None:
+    raw = COMPOSE.read_text(encoding="utf-8")
+    assert not re.search(r"sk-[A-Za-z0-9_-]{8,}", raw), "something that looks like an API key"
+    compose = yaml.safe_load(raw)
+    for value in _strings(compose):
+        assert not value.startswith("sk-"), value
+    for name, service in compose["services"].items():
+        for key, value in _environment(service).items():
+            if "API_KEY" in key or "PASSWORD" in key or "SECRET" in key or "TOKEN" in key:
+                # Only interpolation from the caller's environment, never a literal.
+                assert re.fullmatch(r"\$\{[A-Z0-9_]+(:-)?\}", value), f"{name}: {key}={value!r}"
+
+
+def _published_ports(service: dict[str, Any]) -> list[str]:
+    ports = []
+    for port in service.get("ports") or []:
+        if isinstance(port, dict):
+            ports.append(f"{port.get('host_ip', '')}:{port.get('published')}:{port['target']}")
+        else:
+            ports.append(str(port))
+    return ports
+
+
+def test_published_ports_are_loopback_only(services: dict[str, Any]) -> None:
+    published = {name: _published_ports(service) for name, service in services.items()}
+    assert any(published.values())
+    for name, ports in published.items():
+        for port in ports:
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port!r} on every interface"
+    assert "127.0.0.1:9464:9464" in published["processor"]
+    assert "127.0.0.1:3000:3000" in published["grafana"]
+    assert "127.0.0.1:9090:9090" in published["prometheus"]
+
+
+def _bind_mounts(service: dict[str, Any]) -> list[tuple[Path, str]]:
+    mounts = []
+    for volume in service.get("volumes") or []:
+        source, _, rest = str(volume).partition(":")
+        if source.startswith((".", "/")):
+            mounts.append(((COMPOSE.parent / source).resolve(), rest.split(":")[0]))
+    return mounts
+
+
+@pytest.mark.parametrize("name", ["prometheus", "grafana"])
+def test_bind_mounts_point_at_repository_files(services: dict[str, Any], name: str) -> None:
+    mounts = _bind_mounts(services[name])
+    assert mounts, f"{name} mounts nothing from the repository"
+    for source, target in mounts:
+        assert source.exists(), f"{name} mounts missing {source}"
+        assert ROOT in source.parents, f"{name} mounts {source} from outside the repository"
+        assert target.startswith("/")
+
+
+def test_prometheus_mount_holds_config_and_rules(services: dict[str, Any]) -> None:
+    (source, target), *_ = _bind_mounts(services["prometheus"])
+    config = _load_yaml(source / "prometheus.yml")
+    assert f"--config.file={target}/prometheus.yml" in services["prometheus"]["command"]
+    for rule_file in config["rule_files"]:
+        assert (source / rule_file).is_file(), rule_file
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    targets = [t for group in jobs["embedstream"]["static_configs"] for t in group["targets"]]
+    assert targets == [f"processor:{DEFAULTS.metrics_port}"]
+
+
+def test_grafana_mounts_provisioning_and_dashboard(services: dict[str, Any]) -> None:
+    targets = {target: source for source, target in _bind_mounts(services["grafana"])}
+    datasources = targets["/etc/grafana/provisioning/datasources"]
+    providers = _load_yaml(targets["/etc/grafana/provisioning/dashboards"] / "embedstream.yml")
+    dashboards_dir = providers["providers"][0]["options"]["path"]
+    assert (targets[dashboards_dir] / DASHBOARD.name).is_file()
+    assert (datasources / GRAFANA_DATASOURCE.name).is_file()
+
+
+# --------------------------------------------------------------------------- Kubernetes
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, Any]:
+    docs = _load_all_yaml(DEPLOYMENT) + _load_all_yaml(SCALED_OBJECT)
+    by_kind: dict[str, Any] = {}
+    for doc in docs:
+        assert {"apiVersion", "kind", "metadata"} <= set(doc), doc
+        assert doc["kind"] not in by_kind, f"several {doc['kind']} documents"
+        by_kind[doc["kind"]] = doc
+    assert {"ConfigMap", "Deployment", "ScaledObject"} <= set(by_kind)
+    return by_kind
+
+
+def _container(k8s: dict[str, Any]) -> dict[str, Any]:
+    containers = k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+def _metrics_port(k8s: dict[str, Any]) -> int:
+    return int(k8s["ConfigMap"]["data"].get("EMBEDSTREAM_METRICS_PORT", DEFAULTS.metrics_port))
+
+
+def test_keda_scales_on_the_input_topics_of_the_default_group(k8s: dict[str, Any]) -> None:
+    names = {spec.key: spec.name for spec in load_topic_specs("embed.")}
+    config = k8s["ConfigMap"]["data"]
+    triggers = k8s["ScaledObject"]["spec"]["triggers"]
+    assert {t["type"] for t in triggers} == {"kafka"}
+    by_topic = {t["metadata"]["topic"]: t["metadata"] for t in triggers}
+    assert set(by_topic) == {names["requests_high"], names["requests_low"]}
+    assert config.get("EMBEDSTREAM_TOPIC_PREFIX", DEFAULTS.topic_prefix) == "embed."
+    for meta in by_topic.values():
+        assert meta["consumerGroup"] == DEFAULTS.group_id
+        assert meta["consumerGroup"] == config.get("EMBEDSTREAM_GROUP_ID", DEFAULTS.group_id)
+        assert meta["bootstrapServers"] == config["EMBEDSTREAM_BOOTSTRAP_SERVERS"]
+        assert meta.get("offsetResetPolicy", "latest") == "earliest"  # as the consumer resets
+        assert str(meta.get("allowIdleConsumers", "false")).lower() == "false"
+    high = int(by_topic[names["requests_high"]]["lagThreshold"])
+    low = int(by_topic[names["requests_low"]]["lagThreshold"])
+    assert 0 < high <= low, "interactive traffic should scale out no later than bulk traffic"
+
+
+def test_keda_replicas_stay_within_partitions(k8s: dict[str, Any]) -> None:
+    partitions = {spec.key: spec.partitions for spec in load_topic_specs("embed.")}
+    spec = k8s["ScaledObject"]["spec"]
+    assert spec["scaleTargetRef"]["name"] == k8s["Deployment"]["metadata"]["name"]
+    assert spec["minReplicaCount"] == 1
+    most = min(partitions["requests_high"], partitions["requests_low"])
+    assert 1 <= spec["maxReplicaCount"] <= most
+    # KEDA owns the replica count; a fixed one in the Deployment would fight the HPA.
+    assert "replicas" not in k8s["Deployment"]["spec"]
+
+
+def test_probes_hit_readyz_and_healthz_on_the_metrics_port(k8s: dict[str, Any]) -> None:
+    container = _container(k8s)
+    ports = {p.get("name"): p["containerPort"] for p in container["ports"]}
+    assert _metrics_port(k8s) == DEFAULTS.metrics_port
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container[probe]["httpGet"]
+        assert get["path"] == path
+        port = get["port"]
+        assert (ports[port] if isinstance(port, str) else port) == _metrics_port(k8s)
+    # The probes come from the kubelet, so the server must not bind loopback only.
+    assert k8s["ConfigMap"]["data"]["EMBEDSTREAM_METRICS_HOST"] == "0.0.0.0"
+
+
+def test_deployment_is_non_root_with_secret_key_and_room_to_drain(k8s: dict[str, Any]) -> None:
+    pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    container = _container(k8s)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"].get("runAsUser", 10001) != 0
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    # Drain: the in-flight calls may each take up to request_timeout_s.
+    assert pod["terminationGracePeriodSeconds"] >= 2 * DEFAULTS.request_timeout_s
+    config_refs = [e["configMapRef"]["name"] for e in container["envFrom"] if "configMapRef" in e]
+    assert config_refs == [k8s["ConfigMap"]["metadata"]["name"]]
+    key = {e["name"]: e for e in container["env"]}["OPENAI_API_KEY"]
+    assert "value" not in key and key["valueFrom"]["secretKeyRef"]["name"]
+    for value in _strings(k8s):
+        assert not value.startswith("sk-"), value
+    assert not any("API_KEY" in name for name in k8s["ConfigMap"]["data"])
+
+
+# --------------------------------------------------------------------------- Grafana
+
+
+def _datasources(node: Any) -> Iterator[Any]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource":
+                yield value
+            else:
+                yield from _datasources(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _datasources(item)
+
+
+def test_dashboard_uses_only_the_provisioned_prometheus_datasource() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    assert dashboard["uid"] and dashboard["title"]
+    assert 36 <= dashboard["schemaVersion"] <= 41
+    datasources = list(_datasources(dashboard))
+    assert datasources
+    for ds in datasources:
+        assert isinstance(ds, dict) and ds.get("uid") == "prometheus", ds
+    provisioned = _load_yaml(GRAFANA_DATASOURCE)["datasources"]
+    assert [(d["uid"], d["url"]) for d in provisioned] == [("prometheus", "http://prometheus:9090")]
+
+
+def test_dashboard_panels_have_queries_and_unique_ids() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    panels = dashboard["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids))
+    for panel in panels:
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert "embedstream_" in target["expr"], panel["title"]
