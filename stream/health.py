@@ -41,6 +41,7 @@ class Observed(Protocol):
     def in_flight(self) -> int: ...
     def concurrency_limit(self) -> int: ...
     def depth(self, lane: Priority) -> int: ...
+    async def refresh_lag(self) -> None: ...
 
 
 class Health:
@@ -60,6 +61,9 @@ class Health:
 
     async def run(self, interval_s: float = 1.0) -> None:
         while True:
+            # Best effort: with the broker down this fails, and the probe below reports it.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._observed.refresh_lag(), PROBE_TIMEOUT_S)
             self.sample()
             await self._probe_broker()
             await asyncio.sleep(interval_s)

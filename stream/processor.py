@@ -275,6 +275,18 @@ class Processor:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
+    async def refresh_lag(self) -> None:
+        """Lag of paused partitions, asked of the broker: they fetch nothing, so the high
+        watermark that fetches carry would go stale exactly while backpressure holds."""
+        stale = [tp for tp in self._offsets if tp in self._paused]
+        if not stale or self._consumer is None:
+            return
+        ends = await self._consumer.end_offsets(stale)
+        for tp in stale:
+            if tp in self._offsets and tp in ends:
+                position = await self._consumer.position(tp)
+                self._lag[tp] = max(0, ends[tp] - position)
+
     def _update_lag(self, tp: TopicPartition, position: int) -> None:
         highwater = self._consumer.highwater(tp)
         if highwater is not None:
