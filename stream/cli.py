@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="embedded broker + simulator + processor, end to end")
     demo.add_argument("--items", type=int, default=3000)
     demo.add_argument("--timeout", type=float, default=300.0, help="give up after S seconds")
+    demo.add_argument("--rate", type=float, default=2000.0, help="requests published per second")
+    demo.add_argument(
+        "--metrics-port", type=int, default=0, help="serve /metrics here (for embedstream top)"
+    )
     return parser
 
 
@@ -123,7 +127,9 @@ async def _dispatch(ns: argparse.Namespace) -> int:
     if command == "demo":
         from stream.demo import run_demo
 
-        return await run_demo(items=ns.items, timeout_s=ns.timeout)
+        return await run_demo(
+            items=ns.items, timeout_s=ns.timeout, rate=ns.rate, metrics_port=ns.metrics_port
+        )
     raise AssertionError(command)
 
 

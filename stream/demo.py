@@ -2,7 +2,8 @@
 
 Starts the embedded broker and the simulated provider on free loopback ports (or uses a real
 endpoint when OPENAI_API_KEY / OPENAI_BASE_URL are set), creates the topics, runs a processor,
-publishes sample texts to both priorities, waits for every result and prints a summary.
+publishes sample texts to both priorities at a steady rate, waits for every result and prints
+a summary.
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ import sys
 import time
 from dataclasses import dataclass
 
-from stream.config import load_settings
+import orjson
+
+from stream.app import default_backend
+from stream.config import Settings, load_settings
 from stream.embedded import EmbeddedBroker
 from stream.events import decode_result
 from stream.kafka import AIOKafkaConsumer, make_producer, partitions_of
 from stream.processor import Processor
+from stream.simulator.model import SimulatorConfig
+from stream.simulator.server import SimulatorServer
+from stream.topics import TopicNames, create_topics, load_topic_specs, topic_names
 
 WORDS = [
     "stream",
@@ -55,6 +62,7 @@ WORDS = [
     "summit",
     "canyon",
 ]
+WAVE_S = 0.05  # publish in small waves, as an ingestion pipeline would
 
 
 def sample_texts(n: int, seed: int = 7) -> list[str]:
@@ -74,8 +82,8 @@ class Summary:
     seconds: float
     p50_ms: float
     p99_ms: float
-    api_calls: int
-    mean_batch: float
+    api_calls: int = 0
+    mean_batch: float = 0.0
 
     def render(self) -> str:
         return (
@@ -95,12 +103,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run_demo(items: int = 3000, timeout_s: float = 300.0) -> int:
-    from stream.app import default_backend
-    from stream.simulator.model import SimulatorConfig
-    from stream.simulator.server import SimulatorServer
-    from stream.topics import create_topics, load_topic_specs, topic_names
-
+async def run_demo(
+    items: int = 3000, timeout_s: float = 300.0, rate: float = 2000.0, metrics_port: int = 0
+) -> int:
     broker = EmbeddedBroker()
     await broker.start()
     simulator: SimulatorServer | None = None
@@ -115,12 +120,11 @@ async def run_demo(items: int = 3000, timeout_s: float = 300.0) -> int:
             "fetch_max_wait_ms": 10,
             "session_timeout_ms": 6000,
             "heartbeat_interval_ms": 1000,
-            "metrics_port": 0,
+            "metrics_port": metrics_port,
         }
         if not real_endpoint:
-            simulator = SimulatorServer(
-                SimulatorConfig(base_ms=20.0, per_token_ms=0.002, capacity=8)
-            )
+            config = SimulatorConfig(base_ms=20.0, per_token_ms=0.002, capacity=8)
+            simulator = SimulatorServer(config)
             await simulator.start()
             overrides["base_url"] = simulator.url
         settings = load_settings(env=os.environ, overrides=overrides)
@@ -130,7 +134,7 @@ async def run_demo(items: int = 3000, timeout_s: float = 300.0) -> int:
         processor = Processor(settings, default_backend(settings))
         run_task = asyncio.create_task(processor.run())
         try:
-            summary = await asyncio.wait_for(_drive(settings, processor, items), timeout_s)
+            summary = await asyncio.wait_for(_drive(settings, processor, items, rate), timeout_s)
         finally:
             processor.stop()
             with contextlib.suppress(Exception):
@@ -145,40 +149,38 @@ async def run_demo(items: int = 3000, timeout_s: float = 300.0) -> int:
         if simulator is not None:
             await simulator.stop()
         broker.stop()
-    del topic_names
 
 
-async def _drive(settings: object, processor: Processor, n: int) -> Summary:
-    from stream.config import Settings
-    from stream.topics import topic_names
-
-    assert isinstance(settings, Settings)
+async def _drive(settings: Settings, processor: Processor, n: int, rate: float) -> Summary:
     names = topic_names(settings.topic_prefix)
     await asyncio.wait_for(processor.assigned.wait(), 60)
-    texts = sample_texts(n)
+    started = time.monotonic()
+    collector = asyncio.create_task(_collect(settings, names.results, n))
+    await _publish(settings, names, sample_texts(n), rate)
+    latencies = await collector
+    elapsed = time.monotonic() - started
+    return Summary(n, elapsed, percentile(latencies, 0.5), percentile(latencies, 0.99))
+
+
+async def _publish(settings: Settings, names: TopicNames, texts: list[str], rate: float) -> None:
+    """One in five requests is interactive (high priority); the rest is bulk."""
     producer = make_producer(settings)
     await producer.start()
-    started = time.monotonic()
     try:
-        import orjson
-
+        per_wave = max(1, int(rate * WAVE_S))
         futures = []
-        for i, text in enumerate(texts):
-            topic = names.requests_high if i % 5 == 0 else names.requests_low
-            value = orjson.dumps({"id": f"demo-{i}", "text": text})
-            futures.append(await producer.send(topic, value, key=f"demo-{i}".encode()))
+        for start in range(0, len(texts), per_wave):
+            for i in range(start, min(start + per_wave, len(texts))):
+                topic = names.requests_high if i % 5 == 0 else names.requests_low
+                value = orjson.dumps({"id": f"demo-{i}", "text": texts[i]})
+                futures.append(await producer.send(topic, value, key=f"demo-{i}".encode()))
+            await asyncio.sleep(WAVE_S)
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
-    latencies = await _collect(settings, names.results, n)
-    elapsed = time.monotonic() - started
-    return Summary(n, elapsed, percentile(latencies, 0.5), percentile(latencies, 0.99), 0, 0.0)
 
 
-async def _collect(settings: object, topic: str, n: int) -> list[float]:
-    from stream.config import Settings
-
-    assert isinstance(settings, Settings)
+async def _collect(settings: Settings, topic: str, n: int) -> list[float]:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False, fetch_max_wait_ms=10
     )
