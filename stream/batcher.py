@@ -55,6 +55,7 @@ class Batcher(Generic[T]):
         self._in_flight: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._draining = False
+        self._hurrying = False  # flush everything buffered now, then go back to the policy
         # Observes every cut batch (metrics): key, items, reason, and the clock reading.
         self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
             None
@@ -95,6 +96,11 @@ class Batcher(Generic[T]):
         self._draining = True
         self._wake.set()
 
+    def hurry(self) -> None:
+        """Send everything buffered now, ignoring wait budgets (e.g. before a handoff)."""
+        self._hurrying = True
+        self._wake.set()
+
     def poke(self) -> None:
         """Re-evaluate now (e.g. the governor's gate or limits changed from outside)."""
         self._wake.set()
@@ -115,6 +121,8 @@ class Batcher(Generic[T]):
         """Launch every due batch the governor admits; return when to look again (None: on
         the next event, i.e. an added item or a finished call)."""
         while True:
+            if self._buffered == 0:
+                self._hurrying = False
             blocked = self.governor.blocked_for()
             if blocked > 0:
                 return blocked
@@ -148,7 +156,7 @@ class Batcher(Generic[T]):
             decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth)
             if isinstance(decision, Flush):
                 ready[bucket.key.priority] = (bucket, decision.reason)
-            elif self._draining:
+            elif self._draining or self._hurrying:
                 ready[bucket.key.priority] = (bucket, "drain")
             elif isinstance(decision, Wait):
                 soonest = decision.seconds if soonest is None else min(soonest, decision.seconds)

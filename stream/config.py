@@ -93,6 +93,9 @@ class Settings:
         5_000, "Most items held in memory; above it fetching pauses."
     )
     # Failures
+    drain_timeout_s: float = _setting(
+        30.0, "On a rebalance, how long to finish work of revoked partitions before handing off."
+    )
     max_attempts: int = _setting(5, "Attempts before an item is dead-lettered.")
     retry_backoff_base_ms: float = _setting(
         500.0, "First retry delay; doubles per attempt, with jitter."
@@ -221,7 +224,10 @@ def validate(s: Settings) -> None:
         raise ConfigError("min_low_share", f"must be in [0, 1), got {s.min_low_share}")
     if s.retry_backoff_cap_ms < s.retry_backoff_base_ms:
         raise ConfigError("retry_backoff_cap_ms", "must be at least retry_backoff_base_ms")
-    for name in ("scale_factor", "request_timeout_s", "connect_timeout_s", "retry_backoff_base_ms"):
+    for name in (
+        "scale_factor", "request_timeout_s", "connect_timeout_s", "retry_backoff_base_ms",
+        "drain_timeout_s",
+    ):  # fmt: skip
         if getattr(s, name) <= 0:
             raise ConfigError(name, f"must be > 0, got {getattr(s, name)}")
     if not s.bootstrap_servers.strip():

@@ -46,5 +46,11 @@ class DelayQueue(Generic[T]):
         self._heap = [e for e in self._heap if predicate(e.item)]
         heapq.heapify(self._heap)
 
+    def take_where(self, predicate: Callable[[T], bool]) -> list[T]:
+        """Remove and return the items matching `predicate`, soonest first."""
+        taken = sorted(e for e in self._heap if predicate(e.item))
+        self.keep_where(lambda item: not predicate(item))
+        return [e.item for e in taken]
+
     def clear(self) -> None:
         self._heap.clear()

@@ -19,6 +19,14 @@ from stream.scheduler import LaneScheduler
 # would only earn another 429.
 DEFAULT_RATE_LIMIT_PAUSE_S = 1.0
 OVERLOAD_REASONS = frozenset({"rate_limited", "http_503"})
+# Failures that, repeated across calls with no success between, mean the provider is down
+# rather than these items being bad: hold work instead of burning attempts on an outage.
+OUTAGE_REASONS = frozenset(
+    {"connection", "timeout", "http_500", "http_502", "http_503", "http_504"}
+)
+# Both: a burst of failures of a few bad items is not an outage; seconds of nothing else is.
+OUTAGE_AFTER_FAILURES = 5
+OUTAGE_AFTER_S = 3.0
 
 
 class Governor:
@@ -42,6 +50,15 @@ class Governor:
         self._scheduler = LaneScheduler(min_low_share, max_concurrency)
         self.in_flight = 0
         self.low_in_flight = 0
+        self._outage_failures = 0
+        self._outage_since: float | None = None
+
+    @property
+    def provider_down(self) -> bool:
+        """Calls have failed like an outage, with no success between, for a while."""
+        if self._outage_since is None or self._outage_failures < OUTAGE_AFTER_FAILURES:
+            return False
+        return self._clock() - self._outage_since >= OUTAGE_AFTER_S
 
     def blocked_for(self) -> float:
         return self.gate.blocked_for(self._clock())
@@ -73,12 +90,18 @@ class Governor:
         return self._rates.reserve(tokens, self._clock())
 
     def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:
+        self._outage_failures = 0
+        self._outage_since = None
         now = self._clock()
         self.limit.on_success(latency_s, now)
         self.gate.from_headers(headers, now)
 
     def on_failure(self, error: EmbedStreamError) -> None:
         now = self._clock()
+        if error.reason in OUTAGE_REASONS:
+            self._outage_failures += 1
+            if self._outage_since is None:
+                self._outage_since = now
         if error.reason in OVERLOAD_REASONS:
             self.limit.on_overload(now)
             pause = error.retry_after

@@ -114,15 +114,16 @@ class Pipeline:
                     self._governor.on_failure(exc)
                 if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
                     raise
-                if not _refused_for_everyone(exc):
+                outage = self._governor is not None and self._governor.provider_down
+                if not (_refused_for_everyone(exc) or (outage and exc.retriable)):
                     self.stats.provider_ok = True
                     await self._failed(key, batch, exc)
                     return
                 # A rate limit or a refused key says nothing about these items: keep the batch,
                 # spend none of its attempts, and try again once the provider lets us.
                 held_back += 1
-                self.stats.provider_ok = not isinstance(exc, ProviderWideError)
-                await self._hold_back(exc, held_back)
+                self.stats.provider_ok = not (isinstance(exc, ProviderWideError) or outage)
+                await self._hold_back(exc, held_back, outage)
                 continue
             self._metrics.observe_call(outcome.latency_s, ok=True)
             if self._governor is not None:
@@ -133,10 +134,11 @@ class Pipeline:
             await self._succeeded(key, batch, vectors, outcome)
             return
 
-    async def _hold_back(self, exc: EmbedStreamError, times: int) -> None:
+    async def _hold_back(self, exc: EmbedStreamError, times: int, outage: bool) -> None:
         delay = self._backoff.delay(times, self._rng, exc.retry_after)
-        if isinstance(exc, ProviderWideError):
-            log.error("provider unusable (%s): %s; retrying in %.1fs", exc.reason, exc, delay)
+        if isinstance(exc, ProviderWideError) or outage:
+            what = "provider down" if outage else "provider unusable"
+            log.error("%s (%s): %s; retrying in %.1fs", what, exc.reason, exc, delay)
             if self._governor is not None:
                 self._governor.hold(delay)  # nobody else calls meanwhile either
         elif self._governor is not None:

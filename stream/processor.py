@@ -73,6 +73,8 @@ class Processor:
         self._generation: dict[TopicPartition, int] = {}
         self._lag: dict[TopicPartition, int] = {}
         self._paused: set[TopicPartition] = set()
+        self._revoking: set[TopicPartition] = set()  # handing off: read nothing more from them
+        self._progress = asyncio.Event()  # set whenever an item finishes
         self._delayed: DelayQueue[WorkItem] = DelayQueue()
         self._delayed_wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -210,8 +212,8 @@ class Processor:
             await self._fetch_until_stopped()
         finally:
             # Drain: no new fetches; finish what was handed to the batcher, then commit.
-            self._delayed.clear()  # not yet due: the retry topic keeps them for the next run
             delayed_task.cancel()
+            await self._hand_back_delayed(set(self._offsets))
             self.batcher.drain()
             await batcher_task
             for task in (committer, delayed_task):
@@ -241,8 +243,8 @@ class Processor:
             if batch is None:
                 return
             for tp, records in self._high_first(batch):
-                if tp not in self._offsets:
-                    continue  # revoked while the fetch was in flight
+                if tp not in self._offsets or tp in self._revoking:
+                    continue  # revoked: the next owner reads these from the committed offset
                 for record in records:
                     await self._intake(tp, record)
                 self._update_lag(tp, records[-1].offset + 1)
@@ -366,9 +368,9 @@ class Processor:
             tokens=verdict.tokens,
             truncated_from=verdict.truncated_from,
         )
-        not_before = int(headers.get(RETRY_NOT_BEFORE, 0))
-        if not_before > now_ms():
-            self._delayed.push(not_before, item)
+        item.not_before_ms = int(headers.get(RETRY_NOT_BEFORE, 0))
+        if item.not_before_ms > now_ms():
+            self._delayed.push(item.not_before_ms, item)
             self._delayed_wake.set()
             return
         self._submit(item)
@@ -437,21 +439,63 @@ class Processor:
         tracker = self._offsets.get(tp)
         if tracker is not None and self._generation.get(tp) == generation:
             tracker.complete(origin.offset)
+            self._progress.set()
 
     def _is_current(self, item: WorkItem) -> bool:
         tp = TopicPartition(item.origin.topic, item.origin.partition)
         return tp in self._offsets and self._generation.get(tp) == item.generation
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self._commit(revoked)
-        for tp in revoked:
-            self._offsets.pop(tp, None)
-            self._lag.pop(tp, None)
-            self._paused.discard(tp)
-            self._generation[tp] = self._generation.get(tp, 0) + 1
-        self.batcher.drop_where(lambda item: not self._is_current(item))
-        self._delayed.keep_where(self._is_current)
+        """Hand off cleanly: finish what was read from `revoked`, commit it, then let go.
+
+        Buffered items are sent now rather than dropped, and retries not yet due go back to
+        the retry topic, so the commit covers everything read and the next owner repeats
+        nothing. Work still unfinished after `drain_timeout_s` is abandoned (at-least-once:
+        the next owner re-reads it).
+        """
+        self._revoking |= revoked
+        try:
+            await self._hand_back_delayed(revoked)
+            self.batcher.hurry()
+            deadline = time.monotonic() + self.settings.drain_timeout_s
+            while self._pending_in(revoked) and time.monotonic() < deadline:
+                self._progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._progress.wait(), deadline - time.monotonic())
+            if self._pending_in(revoked):
+                log.warning("revoke: %d items unfinished after %.0fs; the next owner redoes them",
+                            self._pending_in(revoked), self.settings.drain_timeout_s)  # fmt: skip
+            await self._commit(revoked)
+        finally:
+            for tp in revoked:
+                self._offsets.pop(tp, None)
+                self._lag.pop(tp, None)
+                self._paused.discard(tp)
+                self._generation[tp] = self._generation.get(tp, 0) + 1
+            self.batcher.drop_where(lambda item: not self._is_current(item))
+            self._delayed.keep_where(self._is_current)
+            self._revoking -= revoked
         log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
+
+    def _pending_in(self, partitions: set[TopicPartition]) -> int:
+        return sum(self._offsets[tp].pending for tp in partitions if tp in self._offsets)
+
+    async def _hand_back_delayed(self, partitions: set[TopicPartition]) -> None:
+        """Retries not yet due go back to the retry topic unchanged, so their offsets (and
+        everything after them) can be committed now."""
+
+        def read_from(item: WorkItem) -> bool:
+            return TopicPartition(item.origin.topic, item.origin.partition) in partitions
+
+        items = self._delayed.take_where(read_from)
+        if not items or self._sink is None:
+            return
+        sink = self._sink
+        await asyncio.gather(
+            *(sink.retry(i, i.not_before_ms, i.first_error or "requeued") for i in items)
+        )
+        for item in items:
+            self._done(item)
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.joined = True

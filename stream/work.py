@@ -30,3 +30,4 @@ class WorkItem:
     encoding_format: str = "float"
     tokens: int = 0  # token estimate of the text as sent
     truncated_from: int | None = None  # estimate before truncation (oversize_policy=truncate)
+    not_before_ms: int = 0  # a retry's earliest send time (from the retry record's headers)

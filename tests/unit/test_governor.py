@@ -75,3 +75,24 @@ def test_rate_limits_delay_calls() -> None:
     delays = [governor.reserve(10) for _ in range(61)]
     assert delays[:60] == [0.0] * 60
     assert delays[60] == pytest.approx(1.0)
+
+
+def test_provider_down_needs_repeated_failures_over_seconds() -> None:
+    clock = FakeClock()
+    governor = make(clock)
+    for _ in range(10):
+        governor.on_failure(TransientError("connection", "refused"))
+    assert not governor.provider_down  # a burst, not yet an outage
+    clock.advance(3.0)
+    assert governor.provider_down
+    governor.on_success(0.01, {})
+    assert not governor.provider_down
+
+
+def test_item_errors_never_look_like_an_outage() -> None:
+    clock = FakeClock()
+    governor = make(clock)
+    for _ in range(10):
+        governor.on_failure(TransientError("malformed_response", "bad"))
+        clock.advance(1)
+    assert not governor.provider_down
