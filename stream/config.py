@@ -23,6 +23,7 @@ LogFormat = Literal["plain", "json"]
 ProviderProfile = Literal["openai", "dashscope", "generic"]
 ConcurrencyMode = Literal["fixed", "adaptive"]
 OversizePolicy = Literal["dead_letter", "truncate"]
+Delivery = Literal["at_least_once", "exactly_once"]
 
 
 def _setting(default: Any, help: str, *, secret: bool = False, env: str | None = None) -> Any:
@@ -92,7 +93,11 @@ class Settings:
     max_buffered_items: int = _setting(
         5_000, "Most items held in memory; above it fetching pauses."
     )
-    # Failures
+    # Delivery and failures
+    delivery: Delivery = _setting(
+        "at_least_once",
+        "at_least_once, or exactly_once (Kafka transactions; consumers read_committed).",
+    )
     drain_timeout_s: float = _setting(
         30.0, "On a rebalance, how long to finish work of revoked partitions before handing off."
     )
@@ -193,6 +198,7 @@ _LITERALS: dict[str, Any] = {
     "ProviderProfile": ProviderProfile,
     "ConcurrencyMode": ConcurrencyMode,
     "OversizePolicy": OversizePolicy,
+    "Delivery": Delivery,
 }
 
 

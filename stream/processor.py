@@ -41,11 +41,14 @@ from stream.sink import (
     RETRY_FIRST_ERROR,
     RETRY_FIRST_FAILURE,
     RETRY_NOT_BEFORE,
+    DirectWriter,
     Sink,
+    Writer,
     now_ms,
 )
 from stream.tokens import TokenCounter, estimate_tokens
 from stream.topics import TopicNames, topic_names
+from stream.transactions import Fenced, PartitionTransactions
 from stream.work import Origin, WorkItem
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,7 @@ class Processor:
         self._consumer: Any = None
         self._producer: Any = None
         self._sink: Sink | None = None
+        self._txns: PartitionTransactions | None = None  # exactly-once mode only
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._generation: dict[TopicPartition, int] = {}
         self._lag: dict[TopicPartition, int] = {}
@@ -168,7 +172,11 @@ class Processor:
         self._producer = make_producer(self.settings)
         await self._producer.start()
         try:
-            self._sink = Sink(self._producer, self.topics)
+            writer: Writer = DirectWriter(self._producer)
+            if self.settings.delivery == "exactly_once":
+                self._txns = PartitionTransactions(self.settings.group_id, self._txn_producer)
+                writer = self._txns
+            self._sink = Sink(writer, self.topics)
             self.pipeline = Pipeline(
                 self._backend,
                 self._sink,
@@ -320,7 +328,15 @@ class Processor:
             await asyncio.sleep(self.settings.commit_interval_ms / 1000.0)
             await self._commit(list(self._offsets))
 
+    def _txn_producer(self, transactional_id: str) -> Any:
+        return make_producer(
+            self.settings, transactional_id=transactional_id, enable_idempotence=True
+        )
+
     async def _commit(self, partitions: Iterable[TopicPartition]) -> None:
+        if self._txns is not None:
+            await self._commit_transactions(list(partitions))
+            return
         offsets = {}
         for tp in partitions:
             tracker = self._offsets.get(tp)
@@ -339,6 +355,23 @@ class Processor:
             tracker = self._offsets.get(tp)
             if tracker is not None:
                 tracker.mark_committed(offset)
+
+    async def _commit_transactions(self, partitions: list[TopicPartition]) -> None:
+        assert self._txns is not None
+        for tp in partitions:
+            tracker = self._offsets.get(tp)
+            offset = tracker.to_commit() if tracker else None
+            if tracker is None or offset is None:
+                continue
+            try:
+                await self._txns.commit(tp, offset)
+            except Fenced as exc:
+                log.error("lost %s to another member (%s); dropping its work", tp, exc)
+                self._forget(tp)
+                continue
+            except (KafkaError, TimeoutError, OSError):
+                continue  # logged by the committer; the outputs stay staged for next time
+            tracker.mark_committed(offset)
 
     # -- intake -----------------------------------------------------------------------------
 
@@ -468,14 +501,20 @@ class Processor:
             await self._commit(revoked)
         finally:
             for tp in revoked:
-                self._offsets.pop(tp, None)
-                self._lag.pop(tp, None)
-                self._paused.discard(tp)
-                self._generation[tp] = self._generation.get(tp, 0) + 1
-            self.batcher.drop_where(lambda item: not self._is_current(item))
-            self._delayed.keep_where(self._is_current)
+                self._forget(tp)
+                if self._txns is not None:
+                    await self._txns.release(tp)
             self._revoking -= revoked
         log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
+
+    def _forget(self, tp: TopicPartition) -> None:
+        """Stop tracking a partition: later completions of its items are ignored."""
+        self._offsets.pop(tp, None)
+        self._lag.pop(tp, None)
+        self._paused.discard(tp)
+        self._generation[tp] = self._generation.get(tp, 0) + 1
+        self.batcher.drop_where(lambda item: not self._is_current(item))
+        self._delayed.keep_where(self._is_current)
 
     def _pending_in(self, partitions: set[TopicPartition]) -> int:
         return sum(self._offsets[tp].pending for tp in partitions if tp in self._offsets)
@@ -497,9 +536,11 @@ class Processor:
         for item in items:
             self._done(item)
 
-    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.joined = True
         for tp in assigned:
+            if self._txns is not None:
+                await self._txns.assign(tp)  # fences any previous owner first
             self._offsets[tp] = PartitionOffsets()
             self._generation[tp] = self._generation.get(tp, 0) + 1
         if assigned:
@@ -515,4 +556,4 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._processor.on_revoked(set(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self._processor.on_assigned(set(assigned))
+        await self._processor.on_assigned(set(assigned))
