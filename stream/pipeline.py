@@ -165,6 +165,8 @@ class Pipeline:
             item.first_error = f"{exc.reason}: {exc.message}"
         delay = self._backoff.delay(item.attempts, self._rng, exc.retry_after)
         await self._sink.retry(item, now + int(delay * 1000), f"{exc.reason}: {exc.message}")
+        log.info("retry %s after attempt %d in %.1fs (%s)", item.request.id, item.attempts,
+                 delay, exc.reason)  # fmt: skip
         self.stats.retries += 1
         self._metrics.count_retry(exc.reason)
         self._on_done(item)
@@ -183,6 +185,8 @@ class Pipeline:
             last_failure_ms=now,
         )
         await self._sink.dead_letter(item.raw, item.request.id.encode(), failure)
+        log.warning("dead-lettered %s after %d attempts (%s)", item.request.id, item.attempts,
+                    exc.reason)  # fmt: skip
         self.stats.dead_letters += 1
         self._metrics.count_dead_letter(exc.reason)
         self._on_done(item)

@@ -441,6 +441,8 @@ class Processor:
                           origin.partition, origin.offset, now, now)  # fmt: skip
         assert self._sink is not None
         await self._sink.dead_letter(record.value, record.key, failure)
+        log.warning("dead-lettered %s-%d@%d: %s", origin.topic, origin.partition, origin.offset,
+                    reason)  # fmt: skip
         self.metrics.count_dead_letter(reason)
         tp = TopicPartition(origin.topic, origin.partition)
         self._complete(origin, self._generation.get(tp))
