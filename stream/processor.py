@@ -251,8 +251,11 @@ class Processor:
             if batch is None:
                 return
             for tp, records in self._high_first(batch):
-                if tp not in self._offsets or tp in self._revoking:
-                    continue  # revoked: the next owner reads these from the committed offset
+                if tp in self._revoking:
+                    continue  # the next owner reads these from the committed offset
+                if tp not in self._offsets:
+                    self._rewind_if_assigned(tp, records[0].offset)
+                    continue
                 for record in records:
                     await self._intake(tp, record)
                 self._update_lag(tp, records[-1].offset + 1)
@@ -272,6 +275,13 @@ class Processor:
             return None
         result: dict[TopicPartition, list[Any]] = fetch.result()
         return result
+
+    def _rewind_if_assigned(self, tp: TopicPartition, offset: int) -> None:
+        """Records of a partition we do not track yet were skipped: if it is ours, read them
+        again later rather than let the fetch position move past them."""
+        if tp in self._consumer.assignment():
+            self._consumer.seek(tp, offset)
+            log.info("rewound %s to %d: records arrived before it was tracked", tp, offset)
 
     def _high_first(
         self, batch: dict[TopicPartition, list[Any]]
@@ -540,11 +550,16 @@ class Processor:
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.joined = True
+        # Track first, with no await between: the fetch loop may hand over records of these
+        # partitions as soon as they are assigned, and an untracked record would be skipped.
         for tp in assigned:
-            if self._txns is not None:
-                await self._txns.assign(tp)  # fences any previous owner first
             self._offsets[tp] = PartitionOffsets()
             self._generation[tp] = self._generation.get(tp, 0) + 1
+            if self._txns is not None:
+                self._txns.open(tp)
+        if self._txns is not None:
+            for tp in assigned:
+                await self._txns.assign(tp)  # fences the previous owner before any commit
         if assigned:
             self.assigned.set()
         log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))

@@ -83,11 +83,18 @@ class PartitionTransactions:
     def staged(self) -> int:
         return sum(len(o) for o in self._outboxes.values())
 
-    async def assign(self, tp: Any) -> None:
-        """Take the partition: a fresh outbox and a producer that fences the previous owner."""
+    def open(self, tp: Any) -> None:
+        """A fresh outbox, at once: records read from here on have somewhere to stage."""
         self._outboxes[tp] = Outbox()
         self._locks.setdefault(tp, asyncio.Lock())
-        await self._start_producer(tp)
+
+    async def assign(self, tp: Any) -> None:
+        """Start the partition's producer, which fences the previous owner's transactions.
+
+        Commits wait for it (same lock), so nothing is committed before the fence is up."""
+        async with self._locks[tp]:
+            if tp not in self._producers:
+                await self._start_producer(tp)
 
     async def release(self, tp: Any) -> None:
         self._outboxes.pop(tp, None)
