@@ -186,6 +186,7 @@ class Batcher(Generic[T]):
                 await asyncio.sleep(delay)  # RPM/TPM budget: hold the slot, not the loop
             await self._dispatch(key, items, reason)
         except Exception:
+            # The items stay unfinished, so their offsets are not committed: redone later.
             log.exception("dispatch of a batch of %d failed", len(items))
         finally:
             self.governor.finished(key.priority)

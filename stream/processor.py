@@ -42,6 +42,7 @@ from stream.sink import (
     RETRY_FIRST_FAILURE,
     RETRY_NOT_BEFORE,
     DirectWriter,
+    OutputUnwritable,
     Sink,
     Writer,
     now_ms,
@@ -450,7 +451,12 @@ class Processor:
         failure = Failure(error_class, reason, message, attempts, origin.topic,
                           origin.partition, origin.offset, now, now)  # fmt: skip
         assert self._sink is not None
-        await self._sink.dead_letter(record.value, record.key, failure)
+        try:
+            await self._sink.dead_letter(record.value, record.key, failure)
+        except OutputUnwritable:
+            log.error("dead letter of %s-%d@%d not written; it stays unfinished", origin.topic,
+                      origin.partition, origin.offset)  # fmt: skip
+            return
         log.warning("dead-lettered %s-%d@%d: %s", origin.topic, origin.partition, origin.offset,
                     reason)  # fmt: skip
         self.metrics.count_dead_letter(reason)

@@ -8,9 +8,13 @@ with the offset commit (stream/transactions.py).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from aiokafka.errors import KafkaError
 
 from stream.events import HEADER_PREFIX, EmbedResult, Failure, dead_letter_headers
 from stream.topics import TopicNames
@@ -26,6 +30,8 @@ ENQUEUED_AT = HEADER_PREFIX + "enqueued_at"
 TRUNCATED_FROM = HEADER_PREFIX + "truncated_from_tokens"
 
 Headers = list[tuple[str, bytes]]
+
+log = logging.getLogger(__name__)
 
 
 def now_ms() -> int:
@@ -47,16 +53,43 @@ class Writer(Protocol):
     async def write(self, output: Output) -> None: ...
 
 
-class DirectWriter:
-    """Produces at once and returns when the broker has acknowledged (at-least-once)."""
+class OutputUnwritable(Exception):
+    """The broker did not take an output for `WRITE_RETRY_S`: the item stays unfinished (its
+    offset uncommitted), so it is redone later rather than lost."""
 
-    def __init__(self, producer: Any) -> None:
+
+WRITE_RETRY_S = 300.0
+
+
+class DirectWriter:
+    """Produces at once and returns when the broker has acknowledged (at-least-once).
+
+    A failed write (broker down longer than the producer's request timeout) is retried with
+    backoff: the item cannot be committed before its output is written anyway."""
+
+    def __init__(
+        self, producer: Any, retry_for_s: float = WRITE_RETRY_S, first_delay_s: float = 0.5
+    ) -> None:
         self._producer = producer
+        self._retry_for_s = retry_for_s
+        self._first_delay_s = first_delay_s
 
     async def write(self, output: Output) -> None:
-        await self._producer.send_and_wait(
-            output.topic, output.value, key=output.key, headers=output.headers
-        )
+        deadline = time.monotonic() + self._retry_for_s
+        delay = self._first_delay_s
+        while True:
+            try:
+                await self._producer.send_and_wait(
+                    output.topic, output.value, key=output.key, headers=output.headers
+                )
+                return
+            except (KafkaError, OSError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise OutputUnwritable(f"{output.topic}: {exc!r}") from exc
+                log.warning("write to %s failed (%r); retrying in %.1fs", output.topic, exc,
+                            delay)  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
 
 class Sink:
