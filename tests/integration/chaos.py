@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import orjson
@@ -307,7 +307,26 @@ class Fleet:
 # --------------------------------------------------------------------------- monitoring
 
 
-class RssMonitor:
+class _Sampling:
+    """A sampling loop that runs for the duration of an `async with` block."""
+
+    _task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class RssMonitor(_Sampling):
     """Samples the resident memory of processes every `interval_s` and keeps the peaks."""
 
     def __init__(
@@ -316,7 +335,6 @@ class RssMonitor:
         self._processes = processes
         self._interval_s = interval_s
         self.peak_by_name: dict[str, int] = {}
-        self._task: asyncio.Task[None] | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -337,16 +355,6 @@ class RssMonitor:
             self.sample()
             await asyncio.sleep(self._interval_s)
 
-    async def __aenter__(self) -> RssMonitor:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
 
 async def scrape_metrics(port: int, timeout_s: float = 2.0) -> dict[str, float]:
     """A processor's /metrics, each sample name summed over its label sets."""
@@ -366,7 +374,7 @@ async def scrape_metrics(port: int, timeout_s: float = 2.0) -> dict[str, float]:
     return values
 
 
-class MetricsSampler:
+class MetricsSampler(_Sampling):
     """Scrapes a processor's /metrics every `interval_s` (see :func:`scrape_metrics`) and keeps
     every sample with its monotonic time, so peaks can be taken over a window."""
 
@@ -392,16 +400,6 @@ class MetricsSampler:
             else:
                 self.samples.append((time.monotonic(), values))
             await asyncio.sleep(self._interval_s)
-
-    async def __aenter__(self) -> MetricsSampler:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
 
 # --------------------------------------------------------------------------- feeding
