@@ -168,7 +168,7 @@ class Batcher(Generic[T]):
         counts = bucket.token_counts(self._limits.max_items + 1)
         lane = bucket.key.priority
         fits = batch_length(counts, self._limits)
-        items = bucket.take(spread_length(fits, len(bucket), self.governor.free_slots(lane)))
+        items = bucket.take(spread_length(fits, len(bucket), self.governor.lane_slots(lane)))
         self._buffered -= len(items)
         self._buffered_by_priority[bucket.key.priority] -= len(items)
         if self.on_flush is not None:

@@ -70,12 +70,11 @@ class Governor:
         self._scheduler.set_max_concurrency(self.limit.limit)
         return self._scheduler.pick(high_ready, low_ready, self.low_in_flight, self.in_flight)
 
-    def free_slots(self, lane: Priority) -> int:
-        """Calls this lane could start now if it had work (ignoring the share credit)."""
-        free = max(self.limit.limit - self.in_flight, 0)
+    def lane_slots(self, lane: Priority) -> int:
+        """Calls this lane may have in flight at once."""
         if lane is Priority.LOW:
-            free = min(free, max(self._scheduler.low_slot_cap - self.low_in_flight, 0))
-        return free
+            return max(1, min(self.limit.limit - 1, self._scheduler.low_slot_cap))
+        return self.limit.limit
 
     def started(self, lane: Priority) -> None:
         self.in_flight += 1

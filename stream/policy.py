@@ -92,14 +92,17 @@ def decide(
 MIN_SPREAD_ITEMS = 32
 
 
-def spread_length(fits: int, buffered: int, free_slots: int) -> int:
-    """Cut size when several call slots are idle: share the backlog among them.
+def spread_length(fits: int, buffered: int, slots: int) -> int:
+    """Cut size for a backlog when several call slots can serve it: even rounds.
 
-    One full batch on one slot while others idle makes a burst wait for the slowest call; a
-    backlog of 800 with 8 free slots goes out as 8 calls of 100 instead of 4 of 256 (4 slots
-    left idle). Never below MIN_SPREAD_ITEMS, never above what fits (``fits``).
+    One full batch per slot with the last round half empty makes a burst wait for a round of
+    big, slow calls. Instead the backlog is split into as few rounds of `slots` calls as the
+    batch limit allows, each call the same size: 3000 items on 8 slots with batches of at most
+    256 go out as 16 calls of 188 (two full rounds) rather than 12 of 256 (the second round
+    half idle). Never below MIN_SPREAD_ITEMS, never above what fits (``fits``).
     """
-    if free_slots <= 1:
+    if slots <= 1 or buffered <= MIN_SPREAD_ITEMS:
         return fits
-    share = -(-buffered // free_slots)
-    return min(fits, max(MIN_SPREAD_ITEMS, share))
+    rounds = -(-buffered // (slots * max(fits, 1)))
+    even = -(-buffered // (slots * rounds))
+    return min(fits, max(MIN_SPREAD_ITEMS, even))

@@ -92,8 +92,9 @@ def test_wait_never_exceeds_max_wait(depth: int, scale: float) -> None:
     ("fits", "buffered", "free", "expected"),
     [
         (256, 800, 1, 256),  # one slot: nothing to share
-        (256, 800, 8, 100),  # share the backlog among idle slots
-        (256, 4000, 8, 256),  # more than a full batch each: full batches
+        (256, 800, 8, 100),  # one round of 8 even calls
+        (256, 3000, 8, 188),  # two full rounds of 8 rather than 12 calls of 256
+        (256, 4096, 8, 256),  # exactly two rounds of full batches
         (256, 100, 8, 32),  # never below the minimum piece
         (20, 100, 8, 20),  # never above what fits
         (10, 10, 8, 10),
