@@ -11,6 +11,7 @@ import itertools
 import json
 import logging
 import math
+import time
 import uuid
 import zlib
 from collections import Counter
@@ -264,3 +265,25 @@ async def test_rejected_key_pauses_without_dead_letters_and_never_leaks_the_key(
         assert simulator.stats.errors.get("401", 0) > 0
         assert canary not in caplog.text
         assert "Incorrect API key provided: ***" in caplog.text
+
+
+async def test_expired_deadline_is_dead_lettered_not_sent(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    async with SimulatorServer(SimulatorConfig(base_ms=2, record_calls=True)) as simulator:
+        settings = settings_for(bootstrap, unique_prefix, simulator.url)
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        records = [
+            request("late", "too late", deadline="2020-01-01T00:00:00Z"),
+            request("soon", "in time", deadline=int(time.time() * 1000) + 600_000),
+        ]
+        await publish(bootstrap, names.requests_high, records)
+        async with running_processor(settings):
+            seen = await wait_for_ids(bootstrap, names.results, {"soon"}, timeout_s=60)
+            dead = await _wait_for_dead_letters(bootstrap, names.dead_letters, 1)
+        assert set(seen) == {"soon"}
+        [letter] = dead
+        assert letter.key == b"late"
+        assert headers_dict(letter.headers)["embedstream.error.reason"] == "deadline_exceeded"
+        assert all("too late" not in call.inputs for call in simulator.calls)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+
 import pytest
 
-from stream.embedder import BatchCall, OpenAIEmbedder
+from stream.embedder import BatchCall, OpenAIEmbedder, _outcome
 from stream.errors import PermanentItemError, ProviderWideError, TransientError
 from stream.simulator.model import SimulatorConfig, decode_base64, expected_vector
 from stream.simulator.server import SimulatorServer
@@ -69,3 +72,35 @@ async def test_unreachable_provider_is_a_connection_error() -> None:
     finally:
         await embedder.close()
     assert info.value.reason == "connection"
+
+
+def _response(entries: list[tuple[object, object]], tokens: int = 3) -> SimpleNamespace:
+    data = [SimpleNamespace(index=i, embedding=e) for i, e in entries]
+    return SimpleNamespace(data=data, usage=SimpleNamespace(total_tokens=tokens))
+
+
+@pytest.mark.parametrize(
+    ("entries", "dimensions", "why"),
+    [
+        ([(0, [1.0, 0.0])], None, "count"),  # two inputs, one vector
+        ([(0, [1.0, 0.0]), (0, [0.0, 1.0])], None, "repeated index"),
+        ([(0, [1.0, 0.0]), (5, [0.0, 1.0])], None, "index out of range"),
+        ([(0, [1.0, 0.0]), (1, [math.nan, 1.0])], None, "NaN"),
+        ([(0, [1.0, 0.0]), (1, [0.0, 1.0, 0.0])], 2, "wrong dimensions"),
+        ([(0, [1.0, 0.0]), (1, [])], None, "empty vector"),
+    ],
+)
+def test_malformed_responses_are_transient_and_splittable(
+    entries: list[tuple[object, object]], dimensions: int | None, why: str
+) -> None:
+    call = BatchCall("m", ["a", "b"], "float", dimensions)
+    with pytest.raises(TransientError) as info:
+        _outcome(call, _response(entries), 0.01, {})
+    assert info.value.reason == "malformed_response", why
+
+
+def test_a_well_formed_response_in_any_order() -> None:
+    call = BatchCall("m", ["a", "b"], "float", 2)
+    outcome = _outcome(call, _response([(1, [0.0, 1.0]), (0, [1.0, 0.0])]), 0.01, {})
+    assert outcome.vectors == [[1.0, 0.0], [0.0, 1.0]]
+    assert (outcome.dimensions, outcome.total_tokens) == (2, 3)
