@@ -14,10 +14,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from stream.backoff import Backoff
 from stream.batcher import Batcher
+from stream.commits import OffsetCommitter
 from stream.config import Settings
 from stream.delayed import DelayQueue
 from stream.embedder import EmbeddingBackend
@@ -49,7 +50,7 @@ from stream.sink import (
 )
 from stream.tokens import TokenCounter, estimate_tokens
 from stream.topics import TopicNames, topic_names
-from stream.transactions import Fenced, PartitionTransactions
+from stream.transactions import PartitionTransactions
 from stream.work import Origin, WorkItem
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class Processor:
         self._producer: Any = None
         self._sink: Sink | None = None
         self._txns: PartitionTransactions | None = None  # exactly-once mode only
+        self._committer: OffsetCommitter | None = None
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._generation: dict[TopicPartition, int] = {}
         self._lag: dict[TopicPartition, int] = {}
@@ -196,6 +198,9 @@ class Processor:
                 listener=_Listener(self),
             )
             await self._consumer.start()
+            self._committer = OffsetCommitter(
+                self._consumer, self._offsets, self._txns, on_lost=self._forget
+            )
             self.health = Health(self, self.metrics, self._producer)
             if self.settings.metrics_port:
                 self.ops_server = OpsServer(self.metrics, self.health.readiness)
@@ -345,44 +350,8 @@ class Processor:
         )
 
     async def _commit(self, partitions: Iterable[TopicPartition]) -> None:
-        if self._txns is not None:
-            await self._commit_transactions(list(partitions))
-            return
-        offsets = {}
-        for tp in partitions:
-            tracker = self._offsets.get(tp)
-            offset = tracker.to_commit() if tracker else None
-            if offset is not None:
-                offsets[tp] = offset
-        if not offsets:
-            return
-        try:
-            await self._consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError, KafkaError) as exc:
-            # A rebalance is under way; the next owner re-reads from the last good commit.
-            log.warning("commit of %d partitions failed (%s); will retry", len(offsets), exc)
-            return
-        for tp, offset in offsets.items():
-            tracker = self._offsets.get(tp)
-            if tracker is not None:
-                tracker.mark_committed(offset)
-
-    async def _commit_transactions(self, partitions: list[TopicPartition]) -> None:
-        assert self._txns is not None
-        for tp in partitions:
-            tracker = self._offsets.get(tp)
-            offset = tracker.to_commit() if tracker else None
-            if tracker is None or offset is None:
-                continue
-            try:
-                await self._txns.commit(tp, offset)
-            except Fenced as exc:
-                log.error("lost %s to another member (%s); dropping its work", tp, exc)
-                self._forget(tp)
-                continue
-            except (KafkaError, TimeoutError, OSError):
-                continue  # logged by the committer; the outputs stay staged for next time
-            tracker.mark_committed(offset)
+        if self._committer is not None:
+            await self._committer.commit(list(partitions))
 
     # -- intake -----------------------------------------------------------------------------
 
