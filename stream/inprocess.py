@@ -66,6 +66,11 @@ class BatchingClient:
         self._runner: asyncio.Task[None] | None = None
         self.calls = 0
 
+    @property
+    def model(self) -> str:
+        """The model used when a call names none."""
+        return self._model
+
     async def __aenter__(self) -> BatchingClient:
         self.start()
         return self
