@@ -93,6 +93,9 @@ class Settings:
     max_buffered_items: int = _setting(
         5_000, "Most items held in memory; above it fetching pauses."
     )
+    max_buffered_bytes: int = _setting(
+        64 * 1024 * 1024, "Most request bytes held in memory; above it fetching pauses."
+    )
     # Delivery and failures
     delivery: Delivery = _setting(
         "at_least_once",
@@ -252,6 +255,8 @@ def validate(s: Settings) -> None:
         raise ConfigError("heartbeat_interval_ms", "must be below session_timeout_ms")
     if s.max_buffered_items < s.max_batch_size:
         raise ConfigError("max_buffered_items", "must be at least max_batch_size")
+    if s.max_buffered_bytes < s.max_event_bytes:
+        raise ConfigError("max_buffered_bytes", "must be at least max_event_bytes")
     if s.max_input_tokens > s.max_batch_tokens:
         raise ConfigError("max_input_tokens", "must not exceed max_batch_tokens")
     if not 0 <= s.metrics_port <= 65535:

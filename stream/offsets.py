@@ -14,19 +14,26 @@ class PartitionOffsets:
     def __init__(self) -> None:
         self._outstanding: deque[int] = deque()
         self._timestamps: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}
+        self.pending_bytes = 0  # bytes of the records not yet finished (backpressure)
         self._completed: set[int] = set()
         self._next_after_tracked: int | None = None
         self._committed: int | None = None
 
-    def track(self, offset: int, timestamp_ms: int | None = None) -> None:
+    def track(self, offset: int, timestamp_ms: int | None = None, size: int = 0) -> None:
         if self._next_after_tracked is not None and offset < self._next_after_tracked:
             raise ValueError(f"offset {offset} tracked out of order")
         self._outstanding.append(offset)
         if timestamp_ms is not None:
             self._timestamps[offset] = timestamp_ms
+        if size:
+            self._sizes[offset] = size
+            self.pending_bytes += size
         self._next_after_tracked = offset + 1
 
     def complete(self, offset: int) -> None:
+        if offset not in self._completed:
+            self.pending_bytes -= self._sizes.pop(offset, 0)
         self._completed.add(offset)
         while self._outstanding and self._outstanding[0] in self._completed:
             done = self._outstanding.popleft()

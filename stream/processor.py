@@ -76,6 +76,8 @@ class Processor:
         self._sink: Sink | None = None
         self._txns: PartitionTransactions | None = None  # exactly-once mode only
         self._committer: OffsetCommitter | None = None
+        # Until records are seen, assume large ones: the first fetch must not overshoot.
+        self._avg_record_bytes = settings.max_event_bytes / 4
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._generation: dict[TopicPartition, int] = {}
         self._lag: dict[TopicPartition, int] = {}
@@ -132,6 +134,17 @@ class Processor:
     def held(self) -> int:
         """Requests read but not yet finished: buffered, delayed, in flight or being produced."""
         return sum(o.pending for o in self._offsets.values())
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(o.pending_bytes for o in self._offsets.values())
+
+    @property
+    def pressure(self) -> int:
+        """Held items, or the bytes held expressed as items if that is the tighter bound."""
+        s = self.settings
+        by_bytes = -(-self.held_bytes * s.max_buffered_items // s.max_buffered_bytes)
+        return max(self.held, by_bytes)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -245,11 +258,12 @@ class Processor:
                 tp not in self._paused and not self._is_high(tp) for tp in self._offsets
             )
             budget = fetch_budget(
-                held=self.held,
+                held=self.pressure,
                 limit=self.settings.max_buffered_items,
                 low_fetching=low_fetching,
                 max_poll=self.settings.max_poll_records,
             )
+            budget = int(budget / self._record_cost())
             if budget <= 0:
                 await self._sleep_unless_stopping(0.05)
                 continue
@@ -281,6 +295,12 @@ class Processor:
             return None
         result: dict[TopicPartition, list[Any]] = fetch.result()
         return result
+
+    def _record_cost(self) -> float:
+        """What one more record is likely to weigh against the item limit, given the byte
+        limit and the size of recent records (1 unless records are large)."""
+        s = self.settings
+        return max(1.0, self._avg_record_bytes * s.max_buffered_items / s.max_buffered_bytes)
 
     def _rewind_if_assigned(self, tp: TopicPartition, offset: int) -> None:
         """Records of a partition we do not track yet were skipped: if it is ours, read them
@@ -320,7 +340,7 @@ class Processor:
 
     def _apply_backpressure(self) -> None:
         wanted = partitions_to_pause(
-            held=self.held,
+            held=self.pressure,
             limit=self.settings.max_buffered_items,
             provider_blocked=not self.provider_ok or self.governor.blocked_for() > 0,
             assigned=self._offsets,
@@ -356,7 +376,9 @@ class Processor:
     # -- intake -----------------------------------------------------------------------------
 
     async def _intake(self, tp: TopicPartition, record: Any) -> None:
-        self._offsets[tp].track(record.offset, record.timestamp)
+        size = len(record.value or b"")
+        self._avg_record_bytes += (size - self._avg_record_bytes) / 8  # follows recent sizes
+        self._offsets[tp].track(record.offset, record.timestamp, size)
         origin = Origin(record.topic, record.partition, record.offset)
         headers = {k: (v or b"").decode("utf-8", "replace") for k, v in record.headers or ()}
         verdict = self.intake.admit(record.value)

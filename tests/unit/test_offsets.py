@@ -65,3 +65,15 @@ def test_oldest_timestamp_follows_the_commit_point() -> None:
     assert tracker.oldest_timestamp_ms() == 1_000
     tracker.complete(0)
     assert tracker.oldest_timestamp_ms() is None
+
+
+def test_pending_bytes_count_unfinished_records_only() -> None:
+    tracker = PartitionOffsets()
+    for offset, size in ((0, 100), (1, 50), (2, 25)):
+        tracker.track(offset, size=size)
+    tracker.complete(1)
+    assert tracker.pending_bytes == 125  # finished records free their bytes at once
+    tracker.complete(1)  # a repeat changes nothing
+    tracker.complete(0)
+    tracker.complete(2)
+    assert tracker.pending_bytes == 0
