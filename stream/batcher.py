@@ -160,6 +160,12 @@ class Batcher(Generic[T]):
                 ready[bucket.key.priority] = (bucket, "drain")
             elif isinstance(decision, Wait):
                 soonest = decision.seconds if soonest is None else min(soonest, decision.seconds)
+        if Priority.LOW in ready and Priority.HIGH not in ready:
+            # A high item never waits for batch-mates while bulk work takes call slots: it
+            # goes now, so it is overtaken by at most the one low batch the share allows.
+            waiting = [b for b in self._buckets.values() if b and b.key.priority is Priority.HIGH]
+            if waiting:
+                ready[Priority.HIGH] = (min(waiting, key=_bucket_order), "priority")
         if soonest is not None:
             soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder
         return ready.get(Priority.HIGH), ready.get(Priority.LOW), soonest

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LANES = ("high", "low")
 QUEUE_LANES = (*LANES, "delayed")
-FLUSH_REASONS = ("size", "tokens", "time", "drain")
+FLUSH_REASONS = ("size", "tokens", "time", "drain", "priority")
 
 # Every family as named in the text exposition (counters with their ``_total`` suffix);
 # histograms expose ``_bucket``, ``_sum`` and ``_count`` series under these names.
@@ -107,7 +107,7 @@ class Metrics:
         )
         self._flushes = Counter(
             "embedstream_flushes_total",
-            "Batches flushed, by reason (size, tokens, time, drain).",
+            "Batches flushed, by reason (size, tokens, time, drain, priority).",
             ["reason"],
             registry=r,
         )

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-FlushReason = Literal["size", "tokens", "time", "drain"]
+# "priority": a high-priority bucket cut early because low-priority work wants a call slot.
+FlushReason = Literal["size", "tokens", "time", "drain", "priority"]
 
 
 @dataclass(frozen=True, slots=True)

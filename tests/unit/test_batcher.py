@@ -158,3 +158,24 @@ async def test_low_lane_keeps_its_minimum_share_while_both_are_backlogged() -> N
     assert len(lanes) == 20
     assert lanes.count(Priority.LOW) == 5  # a quarter of the calls
     assert "LOW, LOW" not in ", ".join(p.name for p in lanes)
+
+
+async def test_high_item_is_not_held_for_batch_mates_while_low_work_goes_out() -> None:
+    clock = FakeClock()
+    governor = Governor(max_concurrency=4, clock=clock, min_low_share=0.0)
+    lag = {Priority.HIGH: 100, Priority.LOW: 0}  # high backlog in Kafka: its timer would wait
+    batcher: Batcher[int] = Batcher(
+        LIMITS, _never_finishes, governor=governor, clock=clock, backlog=lambda lane: lag[lane]
+    )
+    recorder = Recorder()
+    batcher.on_flush = recorder
+    for i in range(40):
+        batcher.add(KEYS[1], 1, i)
+    batcher.add(KEYS[0], 1, 100)
+    batcher.launch_due()
+    first_key, first_items, first_reason, _ = recorder.batches[0]
+    assert first_key.priority is Priority.HIGH
+    assert [p.payload for p in first_items] == [100]
+    assert first_reason == "priority"
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+        task.cancel()

@@ -91,7 +91,7 @@ PARSE_CASES: list[tuple[str, Callable[[Snapshot], object], object]] = [
     (
         "flushes by reason",
         lambda s: dict(s.flushes),
-        {"size": 2.0, "tokens": 0.0, "time": 1.0, "drain": 0.0},
+        {"size": 2.0, "tokens": 0.0, "time": 1.0, "drain": 0.0, "priority": 0.0},
     ),
     ("batch count", lambda s: s.batch_size.count, 3.0),
     ("batch sum", lambda s: s.batch_size.sum, 14.0),
