@@ -8,6 +8,9 @@
 
 from __future__ import annotations
 
+# Whole-batch failures one bad input can cause: split the batch to find it.
+SPLITTABLE_REASONS = frozenset({"rejected", "timeout", "malformed_response"})
+
 
 class EmbedStreamError(Exception):
     """Root of every error embedstream raises on purpose."""

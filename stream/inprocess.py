@@ -19,13 +19,12 @@ from typing import Literal
 from stream.batcher import Batcher
 from stream.dedup import unique_texts
 from stream.embedder import BatchCall, EmbeddingBackend, OpenAIEmbedder
-from stream.errors import EmbedStreamError, PermanentItemError
+from stream.errors import SPLITTABLE_REASONS, EmbedStreamError, PermanentItemError
 from stream.lanes import BucketKey, Pending, Priority
 from stream.policy import BatchLimits, FlushReason
 from stream.tokens import TokenCounter, estimate_tokens
 
 Vector = list[float] | str
-SPLITTABLE = frozenset({"rejected", "timeout", "malformed_response"})
 
 
 @dataclass(slots=True)
@@ -169,7 +168,7 @@ class BatchingClient:
             outcome = await self._backend.embed(call)
         except EmbedStreamError as exc:
             governor.on_failure(exc)
-            if len(requests) > 1 and exc.reason in SPLITTABLE:
+            if len(requests) > 1 and exc.reason in SPLITTABLE_REASONS:
                 # Find the bad input; its batch-mates still get their vectors.
                 middle = len(requests) // 2
                 await asyncio.gather(

@@ -23,8 +23,8 @@ __all__ = [
 ]
 
 
-def make_consumer(settings: Settings, listener_topics: list[str]) -> AIOKafkaConsumer:
-    del listener_topics  # subscription happens in the processor, with its rebalance listener
+def make_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """The group member; the processor subscribes it with its rebalance listener."""
     return AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers,
         group_id=settings.group_id,

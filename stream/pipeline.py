@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from stream.backoff import Backoff
 from stream.dedup import unique_texts
 from stream.embedder import BatchCall, BatchOutcome, EmbeddingBackend
-from stream.errors import EmbedStreamError, PermanentItemError, ProviderWideError, TransientError
+from stream.errors import (
+    SPLITTABLE_REASONS,
+    EmbedStreamError,
+    PermanentItemError,
+    ProviderWideError,
+    TransientError,
+)
 from stream.events import EmbedResult, Failure
 from stream.governor import Governor
 from stream.lanes import BucketKey, Pending
@@ -28,9 +34,6 @@ from stream.sink import Sink, now_ms
 from stream.work import WorkItem
 
 log = logging.getLogger(__name__)
-
-# Whole-batch failures that may be caused by a single item: split to find it.
-SPLITTABLE = frozenset({"rejected", "timeout", "malformed_response"})
 
 
 def _refused_for_everyone(exc: EmbedStreamError) -> bool:
@@ -149,7 +152,7 @@ class Pipeline:
     async def _failed(
         self, key: BucketKey, batch: list[Pending[WorkItem]], exc: EmbedStreamError
     ) -> None:
-        if len(batch) > 1 and exc.reason in SPLITTABLE:
+        if len(batch) > 1 and exc.reason in SPLITTABLE_REASONS:
             middle = len(batch) // 2
             await asyncio.gather(self._call(key, batch[:middle]), self._call(key, batch[middle:]))
             return

@@ -205,7 +205,7 @@ class Processor:
                 metrics=self.metrics,
                 governor=self.governor,
             )
-            self._consumer = make_consumer(self.settings, [])
+            self._consumer = make_consumer(self.settings)
             self._consumer.subscribe(
                 [self.topics.requests_high, self.topics.requests_low, self.topics.retry],
                 listener=_Listener(self),

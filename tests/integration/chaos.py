@@ -18,7 +18,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -26,15 +26,15 @@ from typing import Any, Self
 
 import aiohttp
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from stream.config import load_settings
-from stream.kafka import partitions_of
 from stream.topics import topic_names
 from stream.verify.app import verify
 from stream.verify.report import VerificationReport
+from tests.integration.helpers import committed_lag
 
 DEFAULT_MODEL = load_settings(env={}).model
 ASSIGNED = "partitions assigned:"
@@ -383,7 +383,6 @@ class MetricsSampler(_Sampling):
         self._interval_s = interval_s
         self.samples: list[tuple[float, dict[str, float]]] = []
         self.failures = 0
-        self._task: asyncio.Task[None] | None = None
 
     def peak(self, name: str, *, since: float = 0.0, until: float = math.inf) -> float:
         return max((v.get(name, 0.0) for t, v in self.samples if since <= t <= until), default=0.0)
@@ -574,7 +573,7 @@ async def _start_with_retry(start: Callable[[], Awaitable[None]], timeout_s: flo
 # --------------------------------------------------------------------------- offsets
 
 
-class CommitWatcher:
+class CommitWatcher(_Sampling):
     """Polls a group's committed offsets every `interval_s` and records, per partition,
     whether a committed offset ever went down. Errors (no coordinator while a broker restarts,
     connection refused) are counted and the admin client is rebuilt."""
@@ -633,39 +632,6 @@ class CommitWatcher:
             if admin is not None:
                 with contextlib.suppress(Exception):
                     await admin.close()
-
-    async def __aenter__(self) -> CommitWatcher:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-
-async def committed_lag(bootstrap: str, group: str, topics: Sequence[str]) -> dict[str, int]:
-    """Per topic: end offsets minus the group's committed offsets (a partition never
-    committed counts from 0)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=5000
-    )
-    await admin.start()
-    try:
-        found = await admin.list_consumer_group_offsets(group)
-        committed = {tp: meta.offset for tp, meta in found.items()}
-        await consumer.start()
-        lag: dict[str, int] = {}
-        for topic in topics:
-            tps = await partitions_of(consumer, topic)
-            ends = await consumer.end_offsets(tps)
-            lag[topic] = sum(ends[tp] - max(0, committed.get(tp, 0)) for tp in tps)
-        return lag
-    finally:
-        await consumer.stop()
-        await admin.close()
 
 
 def input_topics(prefix: str) -> list[str]:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from stream.simulator.server import SimulatorServer
 from stream.topics import delete_topics, list_topics
 from tests.integration.broker import PrivateBroker
 
@@ -46,3 +47,10 @@ async def private_broker() -> AsyncIterator[PrivateBroker]:
         yield broker
     finally:
         await broker.remove()
+
+
+@pytest.fixture
+async def simulator() -> AsyncIterator[SimulatorServer]:
+    """A simulated provider with default settings (for tests that need no faults)."""
+    async with SimulatorServer() as server:
+        yield server

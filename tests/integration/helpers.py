@@ -137,7 +137,8 @@ async def committed_lag(bootstrap: str, group: str, topics: Sequence[str]) -> di
         for topic in topics:
             tps = await partitions_of(consumer, topic)
             ends = await consumer.end_offsets(tps)
-            lag[topic] = sum(ends[tp] - committed.get(tp, 0) for tp in tps)
+            # -1 (or absent) means never committed: count from 0.
+            lag[topic] = sum(ends[tp] - max(0, committed.get(tp, 0)) for tp in tps)
         return lag
     finally:
         await consumer.stop()

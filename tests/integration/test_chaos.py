@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -39,12 +38,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 KILLS = 5
 RSS_BUDGET_MIB = 400
 OUTAGE_S = 20.0
-
-
-@pytest.fixture
-async def simulator() -> AsyncIterator[SimulatorServer]:
-    async with SimulatorServer() as server:
-        yield server
 
 
 async def _create_topics(bootstrap: str, prefix: str) -> None:

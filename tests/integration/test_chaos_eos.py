@@ -8,7 +8,6 @@ transaction, and a partition's transactional id fences any previous owner.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,12 +25,6 @@ from tests.integration.chaos import (
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 KILLS = 5
-
-
-@pytest.fixture
-async def simulator() -> AsyncIterator[SimulatorServer]:
-    async with SimulatorServer() as server:
-        yield server
 
 
 def _options(bootstrap: str, prefix: str, base_url: str) -> ProcessorOptions:
