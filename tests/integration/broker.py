@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from stream.embedded import free_port
+from embedstream.tools.embedded import free_port
 
 SCRIPT = Path(__file__).parents[2] / "ops" / "kafka" / "kafka.sh"
 

@@ -3,7 +3,7 @@
 Real `embedstream run` processes (subprocesses that can be SIGKILLed, SIGTERMed, SIGSTOPped),
 a feeder publishing requests at a steady rate while faults happen, a watcher of the group's
 committed offsets, and a drain helper that waits for the group to catch up and then compares
-the whole output with the input set through :func:`stream.verify.app.verify`.
+the whole output with the input set through :func:`embedstream.tools.verify.app.verify`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
+from embedstream.config import load_settings
+from embedstream.kafka.admin import topic_names
+from embedstream.tools.verify.app import verify
+from embedstream.tools.verify.report import VerificationReport
 
-from stream.config import load_settings
-from stream.topics import topic_names
-from stream.verify.app import verify
-from stream.verify.report import VerificationReport
 from tests.integration.helpers import committed_lag
 
 DEFAULT_MODEL = load_settings(env={}).model
@@ -105,7 +105,7 @@ class ProcessorProcess:
     def command(self) -> list[str]:
         o = self.options
         return [
-            sys.executable, "-m", "stream.cli", "run",
+            sys.executable, "-m", "embedstream.cli", "run",
             "--bootstrap-servers", o.bootstrap,
             "--topic-prefix", o.prefix,
             "--group-id", o.group,

@@ -11,9 +11,9 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from embedstream.kafka.admin import delete_topics, list_topics
+from embedstream.tools.simulator.server import SimulatorServer
 
-from stream.simulator.server import SimulatorServer
-from stream.topics import delete_topics, list_topics
 from tests.integration.broker import PrivateBroker
 
 

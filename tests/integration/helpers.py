@@ -12,12 +12,11 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import GroupCoordinatorNotAvailableError
-
-from stream.app import default_backend
-from stream.config import Settings, load_settings
-from stream.kafka import partitions_of
-from stream.processor import Processor
-from stream.topics import create_topics, load_topic_specs
+from embedstream.app import default_backend
+from embedstream.config import Settings, load_settings
+from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.kafka.clients import partitions_of
+from embedstream.kafka.processor import Processor
 
 
 def settings_for(bootstrap: str, prefix: str, base_url: str, **overrides: Any) -> Settings:

@@ -7,14 +7,14 @@ import contextlib
 from dataclasses import dataclass
 
 import pytest
+from embedstream.core.lanes import BucketKey, Pending, Priority
+from embedstream.core.policy import FlushReason
+from embedstream.kafka.admin import topic_names
+from embedstream.kafka.processor import Processor
+from embedstream.kafka.work import WorkItem
+from embedstream.tools.simulator.model import SimulatorConfig
+from embedstream.tools.simulator.server import SimulatorServer
 
-from stream.lanes import BucketKey, Pending, Priority
-from stream.policy import FlushReason
-from stream.processor import Processor
-from stream.simulator.model import SimulatorConfig
-from stream.simulator.server import SimulatorServer
-from stream.topics import topic_names
-from stream.work import WorkItem
 from tests.integration.helpers import (
     create_all_topics,
     publish,

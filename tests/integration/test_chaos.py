@@ -3,7 +3,7 @@
 Real `embedstream run` processes consume while a feeder publishes at a steady rate and faults
 are injected (SIGKILL and SIGTERM of members, group churn, broker SIGKILL and restart, the
 provider down for a long stretch). Afterwards the group must drain (committed lag 0 on both
-request lanes and the retry topic) and `stream.verify` reads the whole output and compares it
+request lanes and the retry topic) and `embedstream verify` reads the whole output and compares it
 with the input set: nothing lost, no vector attributed to the wrong request, no id both
 resulted and dead-lettered, duplicates within what at-least-once allows.
 
@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.tools.embedded import free_port
+from embedstream.tools.simulator.server import SimulatorServer
 
-from stream.embedded import free_port
-from stream.simulator.server import SimulatorServer
-from stream.topics import create_topics, load_topic_specs
 from tests.integration.broker import PrivateBroker
 from tests.integration.chaos import (
     CommitWatcher,

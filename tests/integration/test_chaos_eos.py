@@ -11,9 +11,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.tools.simulator.server import SimulatorServer
 
-from stream.simulator.server import SimulatorServer
-from stream.topics import create_topics, load_topic_specs
 from tests.integration.chaos import (
     Feeder,
     Fleet,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from embedstream.kafka.admin import topic_names
 
-from stream.topics import topic_names
 from tests.integration.helpers import (
     create_all_topics,
     group_offsets,
@@ -30,7 +30,7 @@ async def embedstream(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "stream.cli",
+        "embedstream.cli",
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -121,7 +121,8 @@ async def test_topics_create_twice_is_a_no_op(bootstrap: str, unique_prefix: str
 
 
 async def test_sigterm_drains_commits_and_exits_zero(bootstrap: str, unique_prefix: str) -> None:
-    from stream.simulator.server import SimulatorServer
+    from embedstream.tools.simulator.server import SimulatorServer
+
     from tests.integration.helpers import committed_lag, wait_for_ids
 
     async with SimulatorServer() as simulator:
@@ -131,7 +132,7 @@ async def test_sigterm_drains_commits_and_exits_zero(bootstrap: str, unique_pref
         ids = [f"s{i}" for i in range(300)]
         await publish(bootstrap, names.requests_low, [request(i, f"text {i}") for i in ids])
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "stream.cli", "run",
+            sys.executable, "-m", "embedstream.cli", "run",
             "--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix,
             "--group-id", settings.group_id, "--base-url", simulator.url, "--metrics-port", "0",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from embedstream.kafka.admin import topic_names
+from embedstream.tools.simulator.server import SimulatorServer
+from embedstream.tools.verify.app import verify
 
-from stream.simulator.server import SimulatorServer
-from stream.topics import topic_names
-from stream.verify.app import verify
 from tests.integration.helpers import (
     committed_lag,
     create_all_topics,

@@ -20,12 +20,12 @@ from typing import Any
 
 import orjson
 import pytest
+from embedstream.kafka.admin import topic_names
+from embedstream.tools.simulator.model import SimulatorConfig, expected_vector
+from embedstream.tools.simulator.server import SimulatorServer
+from embedstream.wire import headers_dict
 from jsonschema import Draft202012Validator
 
-from stream.events import headers_dict
-from stream.simulator.model import SimulatorConfig, expected_vector
-from stream.simulator.server import SimulatorServer
-from stream.topics import topic_names
 from tests.integration.helpers import (
     create_all_topics,
     publish,

@@ -26,13 +26,13 @@ import aiohttp
 import orjson
 import pytest
 import yaml
+from embedstream.config import Settings
+from embedstream.kafka.admin import topic_names
+from embedstream.tools.embedded import free_port
+from embedstream.tools.simulator.model import SimulatorConfig
+from embedstream.tools.simulator.server import SimulatorServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from stream.config import Settings
-from stream.embedded import free_port
-from stream.simulator.model import SimulatorConfig
-from stream.simulator.server import SimulatorServer
-from stream.topics import topic_names
 from tests.integration.helpers import (
     create_all_topics,
     publish,

@@ -7,12 +7,12 @@ import random
 
 import aiohttp
 import pytest
+from embedstream.config import Settings
+from embedstream.kafka.admin import topic_names
+from embedstream.tools.embedded import free_port
+from embedstream.tools.simulator.model import expected_vector
+from embedstream.tools.simulator.server import SimulatorServer
 
-from stream.config import Settings
-from stream.embedded import free_port
-from stream.simulator.model import expected_vector
-from stream.simulator.server import SimulatorServer
-from stream.topics import topic_names
 from tests.integration.helpers import (
     committed_lag,
     create_all_topics,

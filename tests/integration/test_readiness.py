@@ -6,10 +6,10 @@ import asyncio
 
 import aiohttp
 import pytest
+from embedstream.kafka.admin import topic_names
+from embedstream.tools.embedded import free_port
+from embedstream.tools.simulator.server import SimulatorServer
 
-from stream.embedded import free_port
-from stream.simulator.server import SimulatorServer
-from stream.topics import topic_names
 from tests.integration.broker import PrivateBroker
 from tests.integration.helpers import (
     create_all_topics,

@@ -9,8 +9,7 @@ import sys
 
 import aiohttp
 import pytest
-
-from stream.embedded import free_port
+from embedstream.tools.embedded import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -33,14 +32,14 @@ async def test_top_shows_a_running_demo(bootstrap: str) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     demo = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "stream.cli", "demo", "--items", "20000", "--rate", "1500",
+        sys.executable, "-m", "embedstream.cli", "demo", "--items", "20000", "--rate", "1500",
         "--metrics-port", str(port),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
     try:
         await _metrics_up(port, 60)
         top = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "stream.cli", "top", f"127.0.0.1:{port}",
+            sys.executable, "-m", "embedstream.cli", "top", f"127.0.0.1:{port}",
             "--iterations", "4", "--interval", "0.5", "--no-clear",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

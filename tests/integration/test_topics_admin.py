@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from stream.topics import (
+from embedstream.kafka.admin import (
     create_topics,
     describe_drift,
     describe_topics,

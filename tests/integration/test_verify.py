@@ -10,11 +10,11 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
+from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
+from embedstream.tools.simulator.model import encode_base64, expected_vector
+from embedstream.tools.verify.app import add_cli_arguments, main_from_args, verify
+from embedstream.tools.verify.reader import ReadError
 
-from stream.simulator.model import encode_base64, expected_vector
-from stream.topics import TopicNames, create_topics, load_topic_specs, topic_names
-from stream.verify.app import add_cli_arguments, main_from_args, verify
-from stream.verify.reader import ReadError
 from tests.integration.helpers import publish, request
 
 pytestmark = pytest.mark.integration

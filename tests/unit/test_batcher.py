@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+from embedstream.core.governor import Governor
+from embedstream.core.lanes import BucketKey, Pending, Priority
+from embedstream.core.limits import ProviderLimits, batch_violations
+from embedstream.core.policy import BatchLimits, FlushReason
+from embedstream.engine.batcher import Batcher
+from embedstream.testing import FakeClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from stream.batcher import Batcher
-from stream.governor import Governor
-from stream.lanes import BucketKey, Pending, Priority
-from stream.limits import ProviderLimits, batch_violations
-from stream.policy import BatchLimits, FlushReason
-from stream.testing import FakeClock
 
 KEYS = [
     BucketKey(Priority.HIGH, "m1", "float", None),

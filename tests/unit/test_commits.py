@@ -3,10 +3,9 @@ from __future__ import annotations
 from typing import Any
 
 from aiokafka.errors import CommitFailedError
-
-from stream.commits import OffsetCommitter
-from stream.offsets import PartitionOffsets
-from stream.transactions import Fenced, PartitionTransactions
+from embedstream.core.offsets import PartitionOffsets
+from embedstream.kafka.commits import OffsetCommitter
+from embedstream.kafka.transactions import Fenced, PartitionTransactions
 
 
 class FakeConsumer:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate, parse_reset_duration
 from hypothesis import given
 from hypothesis import strategies as st
-
-from stream.concurrency import ConcurrencyLimit, ProviderGate, parse_reset_duration
 
 # Events: "ok" = fast success, "slow" = success over the 1 s target, "429" = overload.
 Event = str

@@ -3,9 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from stream.config import Settings, load_settings, reference_rows
-from stream.errors import ConfigError
+from embedstream.config import Settings, load_settings, reference_rows
+from embedstream.errors import ConfigError
 
 
 def test_defaults_are_valid() -> None:

@@ -8,12 +8,11 @@ from typing import Any
 
 import orjson
 import pytest
-
-from stream.contrib.faust import EmbedOutcome, embed_events
-from stream.embedder import BatchCall
-from stream.errors import EmbedStreamError, PermanentItemError
-from stream.inprocess import BatchingClient
-from stream.testing import RecordingBackend, vector_for
+from embedstream.contrib.faust import EmbedOutcome, embed_events
+from embedstream.engine.client import BatchingClient
+from embedstream.engine.embedder import BatchCall
+from embedstream.errors import EmbedStreamError, PermanentItemError
+from embedstream.testing import RecordingBackend, vector_for
 
 
 def request(i: int, text: str | None = None, **extra: Any) -> bytes:

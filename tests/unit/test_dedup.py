@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import pytest
+from embedstream.core.dedup import unique_texts
 from hypothesis import given
 from hypothesis import strategies as st
-
-from stream.dedup import unique_texts
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-
-from stream.config import Settings
-from stream.topics import load_topic_specs
+from embedstream.config import Settings
+from embedstream.kafka.admin import load_topic_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

@@ -6,11 +6,10 @@ import math
 from types import SimpleNamespace
 
 import pytest
-
-from stream.embedder import BatchCall, OpenAIEmbedder, _outcome
-from stream.errors import PermanentItemError, ProviderWideError, TransientError
-from stream.simulator.model import SimulatorConfig, decode_base64, expected_vector
-from stream.simulator.server import SimulatorServer
+from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, _outcome
+from embedstream.errors import PermanentItemError, ProviderWideError, TransientError
+from embedstream.tools.simulator.model import SimulatorConfig, decode_base64, expected_vector
+from embedstream.tools.simulator.server import SimulatorServer
 
 TEXTS = [f"text {i}" for i in range(12)]
 

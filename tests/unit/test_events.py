@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import orjson
 import pytest
-
-from stream.errors import InvalidEvent
-from stream.events import (
+from embedstream.errors import InvalidEvent
+from embedstream.wire import (
     EmbedRequest,
     EmbedResult,
     Failure,

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from stream.flow import fetch_budget, partitions_to_pause
+from embedstream.core.flow import fetch_budget, partitions_to_pause
 
 HIGH = {"h0", "h1"}
 LOW = {"l0", "l1"}

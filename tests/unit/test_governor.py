@@ -1,11 +1,10 @@
 from __future__ import annotations
 
 import pytest
-
-from stream.errors import ProviderWideError, TransientError
-from stream.governor import Governor
-from stream.lanes import Priority
-from stream.testing import FakeClock
+from embedstream.core.governor import Governor
+from embedstream.core.lanes import Priority
+from embedstream.errors import ProviderWideError, TransientError
+from embedstream.testing import FakeClock
 
 
 def make(clock: FakeClock, **kwargs: object) -> Governor:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from stream.errors import PermanentItemError
-from stream.inprocess import BatchingClient
-from stream.testing import RecordingBackend, reject_texts_containing, vector_for
+from embedstream.engine.client import BatchingClient
+from embedstream.errors import PermanentItemError
+from embedstream.testing import RecordingBackend, reject_texts_containing, vector_for
 
 
 async def test_concurrent_callers_are_batched_and_each_gets_its_own_vector() -> None:

@@ -2,11 +2,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
-
-from stream.config import load_settings
-from stream.intake import Admitted, Intake, Rejected, truncate
-from stream.limits import effective_limits, profile
-from stream.tokens import estimate_tokens
+from embedstream.config import load_settings
+from embedstream.core.intake import Admitted, Intake, Rejected, truncate
+from embedstream.core.limits import effective_limits, profile
+from embedstream.core.tokens import estimate_tokens
 
 
 def intake(**overrides: object) -> Intake:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from stream.limits import (
+from embedstream.core.limits import (
     PROFILES,
     ItemProblem,
     ProviderLimits,
@@ -16,6 +13,8 @@ from stream.limits import (
     effective_limits,
     profile,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 BOTH = frozenset({"float", "base64"})
 SMALL = ProviderLimits(3, 10, 25, frozenset({"float"}))

@@ -4,16 +4,15 @@ import logging
 
 import orjson
 import pytest
-
-from stream.logs import JsonFormatter, setup_logging
+from embedstream.ops.logs import JsonFormatter, setup_logging
 
 
 def test_json_lines_carry_level_logger_and_message() -> None:
-    record = logging.LogRecord("stream.pipeline", logging.WARNING, __file__, 1,
+    record = logging.LogRecord("embedstream.engine.calls", logging.WARNING, __file__, 1,
                                "dead-lettered %s (%s)", ("id-7", "too_long"), None)  # fmt: skip
     doc = orjson.loads(JsonFormatter().format(record))
     assert doc["level"] == "warning"
-    assert doc["logger"] == "stream.pipeline"
+    assert doc["logger"] == "embedstream.engine.calls"
     assert doc["message"] == "dead-lettered id-7 (too_long)"
     assert isinstance(doc["ts"], float)
 

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from embedstream.ops.metrics import METRIC_NAMES, Metrics
 from prometheus_client import REGISTRY, CollectorRegistry
-
-from stream.metrics import METRIC_NAMES, Metrics
 
 
 @pytest.fixture

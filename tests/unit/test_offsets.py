@@ -3,10 +3,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from embedstream.core.offsets import PartitionOffsets
 from hypothesis import given
 from hypothesis import strategies as st
-
-from stream.offsets import PartitionOffsets
 
 
 def test_nothing_tracked_means_nothing_to_commit() -> None:

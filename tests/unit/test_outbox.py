@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from stream.sink import Output
-from stream.transactions import Outbox, transactional_id
-from stream.work import Origin
+from embedstream.kafka.sink import Output
+from embedstream.kafka.transactions import Outbox, transactional_id
+from embedstream.kafka.work import Origin
 
 
 def out(offset: int, topic: str = "results") -> Output:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from stream.policy import (
+from embedstream.core.policy import (
     BatchLimits,
     Flush,
     Wait,
@@ -15,6 +12,8 @@ from stream.policy import (
     spread_length,
     wait_budget,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 LIMITS = BatchLimits(max_items=4, max_tokens=100, max_wait_s=0.1, scale_factor=10.0)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from itertools import pairwise
 
 import pytest
+from embedstream.core.ratelimit import RateLimits, TokenBucket
 from hypothesis import given
 from hypothesis import strategies as st
-
-from stream.ratelimit import RateLimits, TokenBucket
 
 
 @pytest.mark.parametrize(

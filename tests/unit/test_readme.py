@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stream.cli import build_parser
-from stream.config import reference_rows
-from stream.metrics import METRIC_NAMES
+from embedstream.cli import build_parser
+from embedstream.config import reference_rows
+from embedstream.ops.metrics import METRIC_NAMES
 
 README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 

@@ -6,11 +6,10 @@ import random
 from itertools import pairwise
 
 import pytest
+from embedstream.core.lanes import Priority
+from embedstream.core.scheduler import LaneScheduler
 from hypothesis import given
 from hypothesis import strategies as st
-
-from stream.lanes import Priority
-from stream.scheduler import LaneScheduler
 
 H, L = Priority.HIGH, Priority.LOW
 

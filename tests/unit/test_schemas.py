@@ -124,8 +124,7 @@ def test_invalid_documents_fail(name: str, document: Any) -> None:
 def test_what_the_code_writes_matches_the_schemas() -> None:
     """The schemas document the real formats: encode with the code, validate with the schema."""
     import orjson
-
-    from stream.events import (
+    from embedstream.wire import (
         EmbedRequest,
         EmbedResult,
         Failure,

@@ -5,10 +5,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import orjson
 import pytest
+from embedstream.ops.metrics import Metrics
+from embedstream.ops.server import OpsServer, Readiness
 from prometheus_client import CollectorRegistry
-
-from stream.metrics import Metrics
-from stream.server import OpsServer, Readiness
 
 NOT_READY = Readiness(joined_group=True, broker_reachable=True, provider_usable=False)
 READY = Readiness(joined_group=True, broker_reachable=True, provider_usable=True)

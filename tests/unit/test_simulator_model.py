@@ -12,10 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from stream.simulator.model import (
+from embedstream.tools.simulator.model import (
     ApiError,
     EmbeddingRequest,
     Limits,
@@ -35,6 +32,8 @@ from stream.simulator.model import (
     rate_limited,
     validate_request,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 CONFIG = SimulatorConfig()
 

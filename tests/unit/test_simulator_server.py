@@ -17,9 +17,7 @@ import aiohttp
 import openai
 import orjson
 import pytest
-from multidict import CIMultiDictProxy
-
-from stream.simulator import (
+from embedstream.tools.simulator import (
     SimulatorConfig,
     SimulatorServer,
     add_cli_arguments,
@@ -28,6 +26,7 @@ from stream.simulator import (
     expected_vector,
     serve_forever,
 )
+from multidict import CIMultiDictProxy
 
 MODEL = "text-embedding-3-small"
 FAST = SimulatorConfig(base_ms=0)
@@ -479,7 +478,7 @@ def test_cli_options_reach_the_config() -> None:
 async def test_serve_forever_serves_until_cancelled(
     http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="stream.simulator.server")
+    caplog.set_level(logging.INFO, logger="embedstream.tools.simulator.server")
     task = asyncio.create_task(serve_forever(FAST, "127.0.0.1", 0))
     await wait_until(lambda: "listening on" in caplog.text)
     match = re.search(r"listening on (http://\S+)/v1", caplog.text)

@@ -4,9 +4,8 @@ from typing import Any
 
 import pytest
 from aiokafka.errors import KafkaConnectionError
-
-from stream.sink import DirectWriter, Output, OutputUnwritable
-from stream.work import Origin
+from embedstream.kafka.sink import DirectWriter, Output, OutputUnwritable
+from embedstream.kafka.work import Origin
 
 OUTPUT = Output(Origin("in", 0, 7), "results", b"id", b"{}", [])
 

@@ -8,11 +8,8 @@ from io import StringIO
 
 import pytest
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from stream.metrics import Metrics
-from stream.top.app import (
+from embedstream.ops.metrics import Metrics
+from embedstream.tools.top.app import (
     CLEAR_SCREEN,
     DEFAULT_TARGET,
     add_cli_arguments,
@@ -20,6 +17,8 @@ from stream.top.app import (
     run_top,
     run_top_from_args,
 )
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 ITEMS_PER_SCRAPE = 20
 

@@ -5,10 +5,8 @@ from collections.abc import Callable
 from datetime import datetime
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-
-from stream.metrics import Metrics
-from stream.top.model import (
+from embedstream.ops.metrics import Metrics
+from embedstream.tools.top.model import (
     FRAME_WIDTH,
     Histogram,
     Snapshot,
@@ -23,6 +21,7 @@ from stream.top.model import (
     target_row,
     total_row,
 )
+from prometheus_client import CollectorRegistry, generate_latest
 
 NOW = datetime(2024, 5, 6, 7, 8, 9)
 URL = "http://127.0.0.1:9464/metrics"

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from stream.topics import (
+from embedstream.kafka.admin import (
     DEFAULT_PREFIX,
     PACKAGED_TOPICS_FILE,
     TOPIC_KEYS,
@@ -32,7 +31,7 @@ def canonical_document() -> dict[str, Any]:
 
 
 def test_packaged_copy_is_identical_to_canonical_file() -> None:
-    # The wheel ships stream/topics.toml; topics/topics.toml is what people edit.
+    # The wheel ships stream/embedstream/kafka/topics.toml; topics/topics.toml is what people edit.
     assert PACKAGED_TOPICS_FILE.read_bytes() == CANONICAL_TOPICS_FILE.read_bytes()
 
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import orjson
 import pytest
-
-from stream.simulator.model import encode_base64, expected_vector
-from stream.verify.report import (
+from embedstream.tools.simulator.model import encode_base64, expected_vector
+from embedstream.tools.verify.report import (
     DeadLetter,
     Location,
     RequestInfo,

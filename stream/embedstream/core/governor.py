@@ -1,0 +1,116 @@
+"""Whether another provider call may start now, and from which lane.
+
+Combines the lane scheduler (high first, low's minimum share and slot cap), the in-flight
+limit (fixed or AIMD), the provider gate (retry-after and exhausted rate-limit headers) and
+optional RPM/TPM buckets. Pure: the clock is injected, outcomes are reported to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
+from embedstream.core.lanes import Priority
+from embedstream.core.ratelimit import RateLimits
+from embedstream.core.scheduler import LaneScheduler
+from embedstream.errors import EmbedStreamError, ProviderWideError
+
+# A 429 that names no retry-after still closes the gate this long: calling again at once
+# would only earn another 429.
+DEFAULT_RATE_LIMIT_PAUSE_S = 1.0
+OVERLOAD_REASONS = frozenset({"rate_limited", "http_503"})
+# Failures that, repeated across calls with no success between, mean the provider is down
+# rather than these items being bad: hold work instead of burning attempts on an outage.
+OUTAGE_REASONS = frozenset(
+    {"connection", "timeout", "http_500", "http_502", "http_503", "http_504"}
+)
+# Both: a burst of failures of a few bad items is not an outage; seconds of nothing else is.
+OUTAGE_AFTER_FAILURES = 5
+OUTAGE_AFTER_S = 3.0
+
+
+class Governor:
+    def __init__(
+        self,
+        *,
+        max_concurrency: int,
+        clock: Callable[[], float],
+        adaptive: bool = False,
+        target_latency_s: float | None = None,
+        min_low_share: float = 0.1,
+        rpm: float | None = None,
+        tpm: float | None = None,
+    ) -> None:
+        self._clock = clock
+        self.limit = ConcurrencyLimit(
+            max_concurrency, adaptive=adaptive, target_latency_s=target_latency_s
+        )
+        self.gate = ProviderGate()
+        self._rates = RateLimits(rpm or None, tpm or None)
+        self._scheduler = LaneScheduler(min_low_share, max_concurrency)
+        self.in_flight = 0
+        self.low_in_flight = 0
+        self._outage_failures = 0
+        self._outage_since: float | None = None
+
+    @property
+    def provider_down(self) -> bool:
+        """Calls have failed like an outage, with no success between, for a while."""
+        if self._outage_since is None or self._outage_failures < OUTAGE_AFTER_FAILURES:
+            return False
+        return self._clock() - self._outage_since >= OUTAGE_AFTER_S
+
+    def blocked_for(self) -> float:
+        return self.gate.blocked_for(self._clock())
+
+    def pick(self, high_ready: bool, low_ready: bool) -> Priority | None:
+        """The lane that may start a call now, or None; commits the lane's share credit."""
+        if self.blocked_for() > 0:
+            return None
+        self._scheduler.set_max_concurrency(self.limit.limit)
+        return self._scheduler.pick(high_ready, low_ready, self.low_in_flight, self.in_flight)
+
+    def lane_slots(self, lane: Priority) -> int:
+        """Calls this lane may have in flight at once."""
+        if lane is Priority.LOW:
+            return max(1, min(self.limit.limit - 1, self._scheduler.low_slot_cap))
+        return self.limit.limit
+
+    def started(self, lane: Priority) -> None:
+        self.in_flight += 1
+        self.low_in_flight += lane is Priority.LOW
+
+    def finished(self, lane: Priority) -> None:
+        self.in_flight -= 1
+        self.low_in_flight -= lane is Priority.LOW
+
+    def reserve(self, tokens: int) -> float:
+        """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""
+        return self._rates.reserve(tokens, self._clock())
+
+    def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:
+        self._outage_failures = 0
+        self._outage_since = None
+        now = self._clock()
+        self.limit.on_success(latency_s, now)
+        self.gate.from_headers(headers, now)
+
+    def on_failure(self, error: EmbedStreamError) -> None:
+        now = self._clock()
+        if error.reason in OUTAGE_REASONS:
+            self._outage_failures += 1
+            if self._outage_since is None:
+                self._outage_since = now
+        if error.reason in OVERLOAD_REASONS:
+            self.limit.on_overload(now)
+            pause = error.retry_after
+            if pause is None and error.reason == "rate_limited":
+                pause = DEFAULT_RATE_LIMIT_PAUSE_S
+            if pause:
+                self.gate.block_until(now + pause)
+        elif isinstance(error, ProviderWideError) and error.retry_after:
+            self.gate.block_until(now + error.retry_after)
+
+    def hold(self, seconds: float) -> None:
+        """Close the gate for everyone (e.g. while the key is refused)."""
+        self.gate.block_until(self._clock() + seconds)

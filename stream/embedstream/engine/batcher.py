@@ -1,0 +1,206 @@
+"""The asyncio shell around the pure policy: buffers items, asks the policy, launches calls.
+
+It owns no I/O of its own: ``dispatch`` (the embedder plus sink) is injected, and so are the
+clock, the backlog source (consumer lag) and the governor that says whether, and for which
+lane, another call may start. That keeps every timing rule testable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from embedstream.core.governor import Governor
+from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority
+from embedstream.core.policy import (
+    BatchLimits,
+    Flush,
+    FlushReason,
+    Wait,
+    batch_length,
+    decide,
+    spread_length,
+)
+
+T = TypeVar("T")
+Dispatch = Callable[[BucketKey, list[Pending[T]], FlushReason], Awaitable[None]]
+
+log = logging.getLogger(__name__)
+
+
+class Batcher(Generic[T]):
+    def __init__(
+        self,
+        limits: BatchLimits,
+        dispatch: Dispatch[T],
+        *,
+        governor: Governor | None = None,
+        max_concurrency: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+        backlog: Callable[[Priority], int] = lambda lane: 0,
+    ) -> None:
+        self._limits = limits
+        self._dispatch = dispatch
+        self._clock = clock
+        self.governor = governor or Governor(max_concurrency=max_concurrency, clock=clock)
+        self._backlog = backlog
+        self._buckets: dict[BucketKey, Bucket[T]] = {}
+        self._buffered = 0
+        self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._draining = False
+        self._hurrying = False  # flush everything buffered now, then go back to the policy
+        # Observes every cut batch (metrics): key, items, reason, and the clock reading.
+        self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
+            None
+        )
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
+
+    def buffered_in(self, priority: Priority) -> int:
+        return self._buffered_by_priority[priority]
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def add(self, key: BucketKey, tokens: int, payload: T) -> None:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = Bucket(key)
+        bucket.add(Pending(tokens, self._clock(), payload))
+        self._buffered += 1
+        self._buffered_by_priority[key.priority] += 1
+        self._wake.set()
+
+    def drop_where(self, predicate: Callable[[T], bool]) -> list[T]:
+        """Remove buffered (not yet sent) items, e.g. those of revoked partitions."""
+        dropped: list[T] = []
+        for bucket in self._buckets.values():
+            gone = bucket.drop_where(predicate)
+            self._buffered_by_priority[bucket.key.priority] -= len(gone)
+            dropped.extend(p.payload for p in gone)
+        self._buffered -= len(dropped)
+        return dropped
+
+    def drain(self) -> None:
+        """Flush everything now, ignoring wait budgets; `run` returns once all calls finish."""
+        self._draining = True
+        self._wake.set()
+
+    def hurry(self) -> None:
+        """Send everything buffered now, ignoring wait budgets (e.g. before a handoff)."""
+        self._hurrying = True
+        self._wake.set()
+
+    def poke(self) -> None:
+        """Re-evaluate now (e.g. the governor's gate or limits changed from outside)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        try:
+            while not (self._draining and self._buffered == 0 and not self._in_flight):
+                timeout = self.launch_due()
+                # Safe: nothing can add items between deciding and clearing (no await).
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+        finally:
+            if self._in_flight:
+                await asyncio.gather(*self._in_flight, return_exceptions=True)
+
+    def launch_due(self) -> float | None:
+        """Launch every due batch the governor admits; return when to look again (None: on
+        the next event, i.e. an added item or a finished call)."""
+        while True:
+            if self._buffered == 0:
+                self._hurrying = False
+            blocked = self.governor.blocked_for()
+            if blocked > 0:
+                return blocked
+            high, low, soonest = self._ready_by_lane(self._clock())
+            lane = self.governor.pick(high is not None, low is not None)
+            if lane is None:
+                return soonest
+            chosen = high if lane is Priority.HIGH else low
+            assert chosen is not None
+            self._launch(*chosen)
+
+    def depth(self, lane: Priority) -> int:
+        """The backlog behind a lane's oldest item: its other buffered items plus the consumer
+        lag feeding it. Per lane, so a bulk backlog never makes a high item wait longer."""
+        return max(self._buffered_by_priority[lane] - 1, 0) + self._backlog(lane)
+
+    def _ready_by_lane(
+        self, now: float
+    ) -> tuple[
+        tuple[Bucket[T], FlushReason] | None, tuple[Bucket[T], FlushReason] | None, float | None
+    ]:
+        """The most urgent due bucket of each lane, and the soonest time another falls due."""
+        ready: dict[Priority, tuple[Bucket[T], FlushReason]] = {}
+        soonest: float | None = None
+        depths = {lane: self.depth(lane) for lane in Priority}
+        for bucket in sorted(self._buckets.values(), key=_bucket_order):
+            if not bucket or bucket.key.priority in ready:
+                continue
+            counts = bucket.token_counts(self._limits.max_items + 1)
+            depth = depths[bucket.key.priority]
+            decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth)
+            if isinstance(decision, Flush):
+                ready[bucket.key.priority] = (bucket, decision.reason)
+            elif self._draining or self._hurrying:
+                ready[bucket.key.priority] = (bucket, "drain")
+            elif isinstance(decision, Wait):
+                soonest = decision.seconds if soonest is None else min(soonest, decision.seconds)
+        if Priority.LOW in ready and Priority.HIGH not in ready:
+            # A high item never waits for batch-mates while bulk work takes call slots: it
+            # goes now, so it is overtaken by at most the one low batch the share allows.
+            waiting = [b for b in self._buckets.values() if b and b.key.priority is Priority.HIGH]
+            if waiting:
+                ready[Priority.HIGH] = (min(waiting, key=_bucket_order), "priority")
+        if soonest is not None:
+            soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder
+        return ready.get(Priority.HIGH), ready.get(Priority.LOW), soonest
+
+    def _launch(self, bucket: Bucket[T], reason: FlushReason) -> None:
+        counts = bucket.token_counts(self._limits.max_items + 1)
+        lane = bucket.key.priority
+        fits = batch_length(counts, self._limits)
+        items = bucket.take(spread_length(fits, len(bucket), self.governor.lane_slots(lane)))
+        self._buffered -= len(items)
+        self._buffered_by_priority[bucket.key.priority] -= len(items)
+        if self.on_flush is not None:
+            self.on_flush(bucket.key, items, reason, self._clock())
+        self.governor.started(lane)
+        delay = self.governor.reserve(sum(p.tokens for p in items))
+        task = asyncio.create_task(self._call(bucket.key, items, reason, delay))
+        self._in_flight.add(task)
+
+    async def _call(
+        self, key: BucketKey, items: list[Pending[T]], reason: FlushReason, delay: float
+    ) -> None:
+        try:
+            if delay > 0:
+                await asyncio.sleep(delay)  # RPM/TPM budget: hold the slot, not the loop
+            await self._dispatch(key, items, reason)
+        except Exception:
+            # The items stay unfinished, so their offsets are not committed: redone later.
+            log.exception("dispatch of a batch of %d failed", len(items))
+        finally:
+            self.governor.finished(key.priority)
+            task = asyncio.current_task()
+            if task is not None:
+                self._in_flight.discard(task)
+            self._wake.set()
+
+
+def _bucket_order(bucket: Bucket[T]) -> tuple[int, float]:
+    return (int(bucket.key.priority), bucket.oldest_arrival if bucket else math.inf)

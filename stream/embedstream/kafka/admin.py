@@ -1,0 +1,351 @@
+"""Kafka topics: the declarations in topics.toml, and creating/inspecting them on a broker.
+
+topics/topics.toml is the canonical declaration; stream/embedstream/kafka/topics.toml is an identical
+copy shipped in the wheel, used when no path is given. Besides stream/kafka.py this is
+the only module importing aiokafka, so admin-API quirks stay in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tomllib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
+
+DEFAULT_PREFIX = "embed."
+PACKAGED_TOPICS_FILE = Path(__file__).with_name("topics.toml")
+# The table keys code uses to refer to topics; topics.toml must declare exactly these.
+TOPIC_KEYS = ("requests_high", "requests_low", "retry", "results", "dead_letters")
+
+_LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]*")
+_MAX_NAME_LENGTH = 249  # Kafka's limit on a topic name
+_TOPIC_FIELDS = frozenset({"name", "partitions", "replication_factor", "configs"})
+_ADMIN_TIMEOUT_MS = 15_000
+_LEADER_WAIT_S = 15.0
+
+
+class TopicConfigError(ValueError):
+    """topics.toml is malformed; the message names the file, topic and key at fault."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    key: str
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Full (prefixed) topic names, for modules that produce or consume."""
+
+    requests_high: str
+    requests_low: str
+    retry: str
+    results: str
+    dead_letters: str
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic as the broker reports it; configs holds every non-null topic config."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
+
+
+def load_topic_specs(prefix: str, path: Path | None = None) -> list[TopicSpec]:
+    """Reads topics.toml (the packaged copy unless path is given) in TOPIC_KEYS order."""
+    source = path or PACKAGED_TOPICS_FILE
+    try:
+        document = tomllib.loads(source.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise TopicConfigError(f"{source}: invalid TOML: {error}") from error
+    return parse_topic_specs(document, prefix, source=str(source))
+
+
+def topic_names(prefix: str, path: Path | None = None) -> TopicNames:
+    return TopicNames(**{spec.key: spec.name for spec in load_topic_specs(prefix, path)})
+
+
+def parse_topic_specs(
+    document: Mapping[str, Any], prefix: str, source: str = "topics.toml"
+) -> list[TopicSpec]:
+    _check_keys(document, allowed={"defaults", "topics"}, where=source)
+    defaults = _table(document.get("defaults", {}), f"{source}: [defaults]")
+    default_replication = _positive_int(
+        defaults.get("replication_factor", 1), f"{source}: [defaults] key 'replication_factor'"
+    )
+    topics = _table(document.get("topics"), f"{source}: [topics]")
+    _check_keys(topics, allowed=set(TOPIC_KEYS), where=f"{source}: [topics]")
+    missing = [key for key in TOPIC_KEYS if key not in topics]
+    if missing:
+        raise TopicConfigError(f"{source}: [topics] lacks {', '.join(missing)}")
+    specs = [
+        _parse_topic(key, topics[key], prefix, default_replication, f"{source}: topic '{key}'")
+        for key in TOPIC_KEYS
+    ]
+    names = [spec.name for spec in specs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise TopicConfigError(f"{source}: several topics are named {', '.join(duplicates)}")
+    return specs
+
+
+def _parse_topic(
+    key: str, raw: Any, prefix: str, default_replication: int, where: str
+) -> TopicSpec:
+    table = _table(raw, where)
+    _check_keys(table, allowed=_TOPIC_FIELDS, where=where)
+    name = table.get("name")
+    if not isinstance(name, str) or not name:
+        raise TopicConfigError(f"{where}, key 'name': must be a non-empty string, got {name!r}")
+    full_name = prefix + name
+    if not _LEGAL_NAME.fullmatch(full_name) or len(full_name) > _MAX_NAME_LENGTH:
+        raise TopicConfigError(
+            f"{where}, key 'name': {full_name!r} is not a legal Kafka topic name "
+            f"(letters, digits, '.', '_', '-'; at most {_MAX_NAME_LENGTH} characters)"
+        )
+    configs = _table(table.get("configs", {}), f"{where}, key 'configs'")
+    return TopicSpec(
+        key=key,
+        name=full_name,
+        partitions=_positive_int(table.get("partitions"), f"{where}, key 'partitions'"),
+        replication_factor=_positive_int(
+            table.get("replication_factor", default_replication),
+            f"{where}, key 'replication_factor'",
+        ),
+        configs={
+            str(config): _config_value(value, f"{where}, config '{config}'")
+            for config, value in configs.items()
+        },
+    )
+
+
+def _table(raw: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, dict):
+        raise TopicConfigError(f"{where}: must be a table, got {raw!r}")
+    return raw
+
+
+def _check_keys(table: Mapping[str, Any], allowed: set[str] | frozenset[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise TopicConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(allowed))}"
+        )
+
+
+def _positive_int(value: Any, where: str) -> int:
+    # bool is an int subclass, but `partitions = true` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TopicConfigError(f"{where}: must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _config_value(value: Any, where: str) -> str:
+    # Kafka configs are strings on the wire; accept TOML scalars for readability.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise TopicConfigError(f"{where}: must be a string or number, got {value!r}")
+
+
+@asynccontextmanager
+async def _admin_client(bootstrap: str) -> AsyncIterator[Any]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=_ADMIN_TIMEOUT_MS)
+    try:
+        await admin.start()
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def create_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
+    """Creates the topics that do not exist yet and returns their names; idempotent.
+
+    Returns once every created partition has a leader, so callers can produce at once.
+    """
+    async with _admin_client(bootstrap) as admin:
+        existing = set(await admin.list_topics())
+        missing = [spec for spec in specs if spec.name not in existing]
+        if not missing:
+            return []
+        response = await admin.create_topics([_new_topic(spec) for spec in missing])
+        created = _created_names(response.to_object())
+        await _wait_for_leaders(admin, created)
+    return [spec.name for spec in missing if spec.name in created]
+
+
+def _new_topic(spec: TopicSpec) -> Any:
+    return NewTopic(
+        spec.name, spec.partitions, spec.replication_factor, topic_configs=dict(spec.configs)
+    )
+
+
+def _created_names(response: Mapping[str, Any]) -> set[str]:
+    created = set()
+    for result in response["topic_errors"]:
+        code = int(result["error_code"])
+        # Another process may create the same topic between our list and create.
+        if code == TopicAlreadyExistsError.errno:
+            continue
+        if code != 0:
+            raise for_code(code)(f"creating topic {result['topic']}: {result['error_message']}")
+        created.add(str(result["topic"]))
+    return created
+
+
+async def _wait_for_leaders(admin: Any, names: set[str]) -> None:
+    # KRaft answers CreateTopics once the controller commits; the broker may need a
+    # moment more before it leads the new partitions.
+    if not names:
+        return
+    async with asyncio.timeout(_LEADER_WAIT_S):
+        while True:
+            topics = await admin.describe_topics(sorted(names))
+            if all(_has_leaders(topic) for topic in topics):
+                return
+            await asyncio.sleep(0.1)
+
+
+def _has_leaders(topic: Mapping[str, Any]) -> bool:
+    partitions = topic["partitions"]
+    return (
+        topic["error_code"] == 0
+        and bool(partitions)
+        and all(partition["leader"] >= 0 for partition in partitions)
+    )
+
+
+async def list_topics(bootstrap: str, prefix: str) -> list[str]:
+    async with _admin_client(bootstrap) as admin:
+        names = await admin.list_topics()
+    return sorted(str(name) for name in names if str(name).startswith(prefix))
+
+
+async def delete_topics(bootstrap: str, names: Sequence[str]) -> None:
+    """Deletes the named topics (test cleanup, tear-down); absent ones are ignored."""
+    async with _admin_client(bootstrap) as admin:
+        existing = set(await admin.list_topics())
+        doomed = [name for name in names if name in existing]
+        if not doomed:
+            return
+        response = await admin.delete_topics(doomed)
+    for result in response.to_object()["topic_error_codes"]:
+        code = int(result["error_code"])
+        # Deleted concurrently by someone else: the goal is reached anyway.
+        if code not in (0, UnknownTopicOrPartitionError.errno):
+            raise for_code(code)(f"deleting topic {result['topic']}")
+
+
+async def describe_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[TopicDescription]:
+    """Describes the declared topics that exist, in spec order; missing ones are left out."""
+    async with _admin_client(bootstrap) as admin:
+        # Describing only existing topics: a metadata request for a missing topic
+        # would create it on a broker with auto.create.topics.enable=true.
+        existing = set(await admin.list_topics())
+        names = [spec.name for spec in specs if spec.name in existing]
+        if not names:
+            return []
+        metadata = await admin.describe_topics(names)
+        config_responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name) for name in names]
+        )
+    partitions = {str(topic["topic"]): _checked_partitions(topic) for topic in metadata}
+    configs = _configs_by_topic(config_responses)
+    return [
+        TopicDescription(
+            name=name,
+            partitions=len(partitions[name]),
+            replication_factor=min((len(p["replicas"]) for p in partitions[name]), default=0),
+            configs=configs.get(name, {}),
+        )
+        for name in names
+    ]
+
+
+def _checked_partitions(topic: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    code = int(topic["error_code"])
+    if code != 0:
+        raise for_code(code)(f"describing topic {topic['topic']}")
+    return list(topic["partitions"])
+
+
+def _configs_by_topic(responses: Sequence[Any]) -> dict[str, dict[str, str]]:
+    by_topic: dict[str, dict[str, str]] = {}
+    for response in responses:
+        for resource in response.to_object()["resources"]:
+            code = int(resource["error_code"])
+            if code != 0:
+                raise for_code(code)(
+                    f"describing configs of {resource['resource_name']}: "
+                    f"{resource['error_message']}"
+                )
+            by_topic[str(resource["resource_name"])] = {
+                str(entry["config_names"]): str(entry["config_value"])
+                for entry in resource["config_entries"]
+                if entry["config_value"] is not None
+            }
+    return by_topic
+
+
+def describe_drift(spec: TopicSpec, description: TopicDescription | None) -> list[str]:
+    """How the broker's topic differs from its declaration; empty when it matches."""
+    if description is None:
+        return ["missing"]
+    drift = []
+    if description.partitions != spec.partitions:
+        drift.append(f"partitions {description.partitions} (declared {spec.partitions})")
+    if description.replication_factor != spec.replication_factor:
+        drift.append(
+            f"replication {description.replication_factor} (declared {spec.replication_factor})"
+        )
+    for name, declared in sorted(spec.configs.items()):
+        actual = description.configs.get(name)
+        if actual != declared:
+            drift.append(f"{name}={actual} (declared {declared})")
+    return drift
+
+
+def format_description(specs: Sequence[TopicSpec], descriptions: Sequence[TopicDescription]) -> str:
+    """A plain-text table, one row per declared topic, with drift in the STATUS column."""
+    by_name = {description.name: description for description in descriptions}
+    rows = [("TOPIC", "PARTITIONS", "RF", "CONFIGS", "STATUS")]
+    for spec in specs:
+        description = by_name.get(spec.name)
+        drift = describe_drift(spec, description)
+        status = "; ".join(drift) if drift else "ok"
+        if description is None:
+            rows.append((spec.name, "-", "-", "-", status))
+            continue
+        declared_configs = " ".join(
+            f"{name}={description.configs.get(name)}" for name in sorted(spec.configs)
+        )
+        rows.append(
+            (
+                spec.name,
+                str(description.partitions),
+                str(description.replication_factor),
+                declared_configs,
+                status,
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )

@@ -1,0 +1,73 @@
+"""Commits each partition's safe offset (below it, every record read has its outcome written).
+
+At-least-once: explicit offsets through the consumer, never a bare `commit()`; a commit that
+fails during a rebalance is retried next time, never fatal. Exactly-once: the offset goes into
+the partition's transaction together with its staged outputs (stream/transactions.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+
+from embedstream.core.offsets import PartitionOffsets
+from embedstream.kafka.transactions import Fenced, PartitionTransactions
+
+log = logging.getLogger(__name__)
+
+
+class OffsetCommitter:
+    def __init__(
+        self,
+        consumer: Any,
+        trackers: Mapping[Any, PartitionOffsets],
+        transactions: PartitionTransactions | None,
+        on_lost: Callable[[Any], None],
+    ) -> None:
+        self._consumer = consumer
+        self._trackers = trackers
+        self._transactions = transactions
+        self._on_lost = on_lost  # a partition another member owns now
+
+    async def commit(self, partitions: Iterable[Any]) -> None:
+        due = {}
+        for tp in partitions:
+            tracker = self._trackers.get(tp)
+            offset = tracker.to_commit() if tracker else None
+            if offset is not None:
+                due[tp] = offset
+        if not due:
+            return
+        if self._transactions is not None:
+            await self._commit_in_transactions(self._transactions, due)
+            return
+        try:
+            await self._consumer.commit(due)
+        except (CommitFailedError, IllegalStateError, KafkaError) as exc:
+            # A rebalance is under way; the next owner re-reads from the last good commit.
+            log.warning("commit of %d partitions failed (%s); will retry", len(due), exc)
+            return
+        self._mark(due)
+
+    async def _commit_in_transactions(
+        self, transactions: PartitionTransactions, due: dict[Any, int]
+    ) -> None:
+        for tp, offset in due.items():
+            try:
+                await transactions.commit(tp, offset)
+            except Fenced as exc:
+                log.error("lost %s to another member (%s); dropping its work", tp, exc)
+                self._on_lost(tp)
+                continue
+            except (KafkaError, TimeoutError, OSError):
+                continue  # logged by the transactions; the outputs stay staged for next time
+            self._mark({tp: offset})
+
+    def _mark(self, committed: dict[Any, int]) -> None:
+        for tp, offset in committed.items():
+            tracker = self._trackers.get(tp)
+            if tracker is not None:
+                tracker.mark_committed(offset)

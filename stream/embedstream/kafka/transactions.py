@@ -1,0 +1,154 @@
+"""Exactly-once delivery: outputs and input offsets committed in one Kafka transaction.
+
+One transactional producer per input partition, its transactional id derived from the group,
+topic and partition. aiokafka's `send_offsets_to_transaction` sends only the group id (no
+KIP-447 generation fencing), so fencing comes from the transactional id instead: when a
+partition moves, the new owner's producer initialises the same id, which bumps the epoch,
+aborts the old owner's open transaction and makes every later write of the old owner (a
+paused or partitioned zombie) fail.
+
+Outputs are staged per input partition, keyed by input offset. A commit takes exactly the
+outputs below the partition's safe offset (everything before it is finished), so a committed
+transaction never holds an output whose input offset it does not also commit: after a crash
+the next owner re-reads precisely the inputs whose outputs were never visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka.errors import KafkaError, ProducerFenced
+
+from embedstream.kafka.sink import Output
+
+log = logging.getLogger(__name__)
+
+TXN_TIMEOUT_S = 30.0
+
+
+class Fenced(Exception):
+    """Another member owns this partition now; this process must let it go."""
+
+
+class Outbox:
+    """Outputs waiting for their partition's next transaction, by input offset. Pure."""
+
+    def __init__(self) -> None:
+        self._by_offset: dict[int, list[Output]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._by_offset.values())
+
+    def stage(self, output: Output) -> None:
+        self._by_offset.setdefault(output.origin.offset, []).append(output)
+
+    def below(self, offset: int) -> list[Output]:
+        """Outputs of every input offset below `offset`, in offset order."""
+        return [o for k in sorted(k for k in self._by_offset if k < offset)
+                for o in self._by_offset[k]]  # fmt: skip
+
+    def drop_below(self, offset: int) -> None:
+        for key in [k for k in self._by_offset if k < offset]:
+            del self._by_offset[key]
+
+
+def transactional_id(group_id: str, topic: str, partition: int) -> str:
+    return f"embedstream-{group_id}-{topic}-{partition}"
+
+
+class PartitionTransactions:
+    """The outboxes and transactional producers of the partitions this member owns."""
+
+    def __init__(self, group_id: str, make_producer: Callable[[str], Any]) -> None:
+        self._group_id = group_id
+        self._make_producer = make_producer
+        self._producers: dict[Any, Any] = {}
+        self._outboxes: dict[Any, Outbox] = {}
+        self._locks: dict[Any, asyncio.Lock] = {}
+
+    # The staging writer the sink uses in exactly-once mode.
+    async def write(self, output: Output) -> None:
+        for tp, outbox in self._outboxes.items():
+            if tp.topic == output.origin.topic and tp.partition == output.origin.partition:
+                outbox.stage(output)
+                return
+        # The partition was revoked while this item was in flight: its next owner redoes it.
+        log.debug("dropping an output of unowned %s-%d", output.origin.topic,
+                  output.origin.partition)  # fmt: skip
+
+    def staged(self) -> int:
+        return sum(len(o) for o in self._outboxes.values())
+
+    def open(self, tp: Any) -> None:
+        """A fresh outbox, at once: records read from here on have somewhere to stage."""
+        self._outboxes[tp] = Outbox()
+        self._locks.setdefault(tp, asyncio.Lock())
+
+    async def assign(self, tp: Any) -> None:
+        """Start the partition's producer, which fences the previous owner's transactions.
+
+        Commits wait for it (same lock), so nothing is committed before the fence is up."""
+        async with self._locks[tp]:
+            if tp not in self._producers:
+                await self._start_producer(tp)
+
+    async def release(self, tp: Any) -> None:
+        self._outboxes.pop(tp, None)
+        producer = self._producers.pop(tp, None)
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), TXN_TIMEOUT_S)
+
+    async def commit(self, tp: Any, offset: int) -> None:
+        """Write the outputs below `offset` and commit `offset`, atomically.
+
+        Raises Fenced if another member owns the partition. On any other failure the
+        transaction is aborted, the producer recreated and the outputs kept for next time.
+        """
+        outbox = self._outboxes.get(tp)
+        if outbox is None:
+            raise Fenced(f"{tp} is not assigned here")
+        async with self._locks[tp]:
+            outputs = outbox.below(offset)
+            producer = self._producers.get(tp) or await self._start_producer(tp)
+            try:
+                await asyncio.wait_for(
+                    self._transaction(producer, outputs, {tp: offset}), TXN_TIMEOUT_S
+                )
+            except ProducerFenced as exc:
+                raise Fenced(f"{tp}: producer fenced by a newer owner") from exc
+            except (KafkaError, TimeoutError, OSError) as exc:
+                # Unknown outcome: abort, start over with a new producer; outputs stay staged.
+                log.warning("transaction for %s failed (%s); aborting and retrying", tp, exc)
+                await self._reset(tp, producer)
+                raise
+            outbox.drop_below(offset)
+
+    async def _transaction(self, producer: Any, outputs: list[Output], offsets: Any) -> None:
+        await producer.begin_transaction()
+        try:
+            sends = [
+                await producer.send(o.topic, o.value, key=o.key, headers=o.headers) for o in outputs
+            ]
+            await asyncio.gather(*sends)
+            await producer.send_offsets_to_transaction(offsets, self._group_id)
+            await producer.commit_transaction()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.abort_transaction(), 5)
+            raise
+
+    async def _start_producer(self, tp: Any) -> Any:
+        producer = self._make_producer(transactional_id(self._group_id, tp.topic, tp.partition))
+        await asyncio.wait_for(producer.start(), TXN_TIMEOUT_S)  # init_transactions fences
+        self._producers[tp] = producer
+        return producer
+
+    async def _reset(self, tp: Any, producer: Any) -> None:
+        self._producers.pop(tp, None)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(producer.stop(), 5)

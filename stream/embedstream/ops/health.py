@@ -1,0 +1,102 @@
+"""Samples the processor's state into gauges and answers readiness, once a second.
+
+Kept apart from the consumer loop so that loop stays about records; this module only reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, Protocol
+
+from embedstream.core.lanes import Priority
+from embedstream.core.offsets import PartitionOffsets
+from embedstream.core.policy import BatchLimits, wait_budget
+from embedstream.ops.metrics import Metrics
+from embedstream.ops.server import Readiness
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 3.0
+
+
+class Observed(Protocol):
+    """What the health loop reads from the processor."""
+
+    @property
+    def joined(self) -> bool: ...
+    @property
+    def provider_ok(self) -> bool: ...
+    @property
+    def limits(self) -> BatchLimits: ...
+
+    def partitions(self) -> dict[Any, PartitionOffsets]: ...
+    def lag_by_partition(self) -> dict[Any, int]: ...
+    def paused_count(self) -> int: ...
+    def buffered_in(self, priority: Priority) -> int: ...
+    def delayed_count(self) -> int: ...
+    def held_items(self) -> int: ...
+    def in_flight(self) -> int: ...
+    def concurrency_limit(self) -> int: ...
+    def depth(self, lane: Priority) -> int: ...
+    async def refresh_lag(self) -> None: ...
+
+
+class Health:
+    def __init__(self, observed: Observed, metrics: Metrics, producer: Any) -> None:
+        self._observed = observed
+        self._metrics = metrics
+        self._producer = producer
+        self.broker_reachable = True
+        self._known_partitions: set[Any] = set()
+
+    def readiness(self) -> Readiness:
+        return Readiness(
+            joined_group=self._observed.joined,
+            broker_reachable=self.broker_reachable,
+            provider_usable=self._observed.provider_ok,
+        )
+
+    async def run(self, interval_s: float = 1.0) -> None:
+        while True:
+            # Best effort: with the broker down this fails, and the probe below reports it.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._observed.refresh_lag(), PROBE_TIMEOUT_S)
+            self.sample()
+            await self._probe_broker()
+            await asyncio.sleep(interval_s)
+
+    async def _probe_broker(self) -> None:
+        reachable = False
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._producer.client.fetch_all_metadata(), PROBE_TIMEOUT_S)
+            reachable = True
+        if reachable != self.broker_reachable:
+            log.warning("broker %s", "reachable again" if reachable else "unreachable")
+        self.broker_reachable = reachable
+
+    def sample(self) -> None:
+        o, m = self._observed, self._metrics
+        m.set_queue_depth("high", o.buffered_in(Priority.HIGH))
+        m.set_queue_depth("low", o.buffered_in(Priority.LOW))
+        m.set_queue_depth("delayed", o.delayed_count())
+        m.set_buffered_items(o.held_items())
+        m.set_in_flight_calls(o.in_flight())
+        m.set_concurrency_limit(o.concurrency_limit())
+        m.set_paused_partitions(o.paused_count())
+        lag = o.lag_by_partition()
+        m.set_adaptive_wait(wait_budget(o.limits, o.depth(Priority.LOW)))
+        now_ms = time.time() * 1000
+        partitions = o.partitions()
+        for tp, tracker in partitions.items():
+            m.set_lag(tp.topic, tp.partition, lag.get(tp, 0))
+            oldest = tracker.oldest_timestamp_ms()
+            m.set_lag_seconds(
+                tp.topic, tp.partition, 0.0 if oldest is None else (now_ms - oldest) / 1000
+            )
+        for tp in self._known_partitions - set(partitions):
+            m.forget_partition(tp.topic, tp.partition)
+        self._known_partitions = set(partitions)
+        m.set_ready(self.readiness().ready)

@@ -1,0 +1,113 @@
+"""Operations HTTP server: Prometheus scrape, liveness and readiness.
+
+Routes:
+    GET /metrics   text exposition of the processor's own registry
+    GET /healthz   200 "ok" while the process runs (liveness says nothing about Kafka)
+    GET /readyz    200 with the checks when ready, 503 with the failing checks when not
+
+Binds 127.0.0.1 unless told otherwise: metrics and readiness are not for the open network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+
+import orjson
+from aiohttp import web
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from embedstream.ops.metrics import Metrics
+
+DEFAULT_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Snapshot of the checks that must all pass before the processor counts as ready."""
+
+    joined_group: bool
+    broker_reachable: bool
+    provider_usable: bool
+
+    @property
+    def ready(self) -> bool:
+        return not self.reasons()
+
+    def reasons(self) -> list[str]:
+        """Names of the checks that fail, in declaration order."""
+        return [f.name for f in fields(self) if not getattr(self, f.name)]
+
+
+class OpsServer:
+    """Serves ``metrics`` and the ``readiness`` callable (asked afresh on every /readyz)."""
+
+    def __init__(self, metrics: Metrics, readiness: Callable[[], Readiness]) -> None:
+        self._metrics = metrics
+        self._readiness = readiness
+        self._runner: web.AppRunner | None = None
+        self._address: tuple[str, int] | None = None
+
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._handle_metrics)
+        app.router.add_get("/healthz", self._handle_healthz)
+        app.router.add_get("/readyz", self._handle_readyz)
+        return app
+
+    async def start(self, host: str = DEFAULT_HOST, port: int = 0) -> None:
+        """Listen on ``host:port``; port 0 picks a free port (see :attr:`port`)."""
+        if self._runner is not None:
+            raise RuntimeError("ops server already started")
+        runner = web.AppRunner(self.make_app(), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        bound_host, bound_port = runner.addresses[0][:2]
+        self._address = (str(bound_host), int(bound_port))
+
+    async def stop(self) -> None:
+        runner, self._runner, self._address = self._runner, None, None
+        if runner is not None:
+            await runner.cleanup()
+
+    @property
+    def host(self) -> str:
+        """The address actually bound."""
+        return self._bound()[0]
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful after ``start(port=0)``)."""
+        return self._bound()[1]
+
+    def _bound(self) -> tuple[str, int]:
+        if self._address is None:
+            raise RuntimeError("ops server not started")
+        return self._address
+
+    async def _handle_metrics(self, request: web.Request) -> web.Response:
+        # CONTENT_TYPE_LATEST carries a charset, which aiohttp's content_type= rejects.
+        return web.Response(
+            body=generate_latest(self._metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
+
+    async def _handle_healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _handle_readyz(self, request: web.Request) -> web.Response:
+        readiness = self._readiness()
+        self._metrics.set_ready(readiness.ready)
+        body: dict[str, object] = {"ready": readiness.ready, "checks": asdict(readiness)}
+        if not readiness.ready:
+            body["reasons"] = readiness.reasons()
+        return web.Response(
+            body=orjson.dumps(body),
+            status=200 if readiness.ready else 503,
+            content_type="application/json",
+        )

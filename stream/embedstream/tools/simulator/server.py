@@ -1,0 +1,346 @@
+"""aiohttp shell around the pure model: routing, queuing for capacity, sleeping, stats.
+
+Routes:
+    POST /v1/embeddings       OpenAI-compatible embeddings
+    GET  /healthz             200 "ok"
+    GET  /stats               counters (see model.Stats)
+    POST /admin/reset-stats   zero the counters
+    GET  /admin/faults        current settings
+    POST /admin/faults        change settings live, e.g. {"error_rate": 0.5}
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+import orjson
+from aiohttp import web
+
+from embedstream.tools.simulator.model import (
+    ApiError,
+    CallRecord,
+    SimulatorConfig,
+    Stats,
+    TokenBucket,
+    build_response,
+    check_auth,
+    check_rejected_texts,
+    decide_faults,
+    flaky_failure,
+    invalid_request,
+    latency_s,
+    parse_request,
+    rate_limited,
+    server_error,
+)
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+Clock = Callable[[], float]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8700
+# A full request (2048 inputs, 300k tokens) can be several MB; aiohttp's default is 1 MB.
+_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class SimulatorServer:
+    """A simulated OpenAI-compatible embeddings provider on a local port.
+
+    ``sleep`` and ``clock`` are injectable so tests can control latency, hangs and
+    rate-limit timing without real waiting; ``rng`` defaults to
+    ``random.Random(config.seed)`` and drives every fault decision.
+    """
+
+    def __init__(
+        self,
+        config: SimulatorConfig | None = None,
+        *,
+        rng: random.Random | None = None,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._config = config or SimulatorConfig()
+        self._rng = rng or random.Random(self._config.seed)
+        self._sleep = sleep
+        self._clock = clock
+        self.stats = Stats()
+        self._capacity = asyncio.Semaphore(self._config.capacity)
+        self._bucket: TokenBucket | None = None
+        self._rate_limited_until = 0.0
+        self._apply_rate_limits(self._config, window_changed=True)
+        self._handlers: set[asyncio.Task[object]] = set()
+        self._flaky_failures: dict[str, int] = {}
+        self.calls: list[CallRecord] = []  # filled when config.record_calls is set
+        self._runner: web.AppRunner | None = None
+        self._url: str | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self, host: str = DEFAULT_HOST, port: int = 0) -> None:
+        """Listen on ``host:port``; port 0 picks a free port (see :attr:`url`)."""
+        if self._runner is not None:
+            raise RuntimeError("simulator already started")
+        runner = web.AppRunner(self.make_app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        bound_port = runner.addresses[0][1]
+        self._url = f"http://{_url_host(host)}:{bound_port}"
+        # The rate-limit window counts from start, not from construction.
+        self._apply_rate_limits(self._config, window_changed=True)
+
+    async def stop(self) -> None:
+        """Stop listening. Calls still running (hung ones included) are cancelled."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        for task in list(self._handlers):
+            task.cancel()
+        await runner.cleanup()
+
+    async def __aenter__(self) -> SimulatorServer:
+        if self._runner is None:
+            await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def root_url(self) -> str:
+        """``http://host:port`` without a path, for /stats and /admin routes."""
+        if self._url is None:
+            raise RuntimeError("simulator not started")
+        return self._url
+
+    @property
+    def url(self) -> str:
+        """Base URL for ``openai.AsyncOpenAI(base_url=...)``: ``http://host:port/v1``."""
+        return f"{self.root_url}/v1"
+
+    # ----------------------------------------------------------------- control
+
+    @property
+    def config(self) -> SimulatorConfig:
+        return self._config
+
+    def set_faults(self, **changes: object) -> SimulatorConfig:
+        """Change settings live (any SimulatorConfig field except ``capacity``).
+
+        Setting ``rate_limit_for_s`` (re)starts the 429 window from now; 0 ends it.
+        Raises ValueError for unknown fields or invalid values.
+        """
+        if "capacity" in changes and changes["capacity"] != self._config.capacity:
+            raise ValueError("capacity cannot change while the simulator runs")
+        new = self._config.replace(**changes)
+        self._apply_rate_limits(new, window_changed="rate_limit_for_s" in changes)
+        self._config = new
+        return new
+
+    def reset_stats(self) -> None:
+        self.stats.reset()
+
+    def _apply_rate_limits(self, config: SimulatorConfig, *, window_changed: bool) -> None:
+        now = self._clock()
+        if window_changed:
+            self._rate_limited_until = now + config.rate_limit_for_s
+        if config.rate_limit_rps <= 0:
+            self._bucket = None
+        elif self._bucket is None or self._bucket.rate != config.rate_limit_rps:
+            self._bucket = TokenBucket(
+                config.rate_limit_rps, max(1.0, config.rate_limit_rps), now=now
+            )
+
+    def _check_rate_limit(self) -> None:
+        now = self._clock()
+        if now < self._rate_limited_until:
+            raise rate_limited(self._rate_limited_until - now)
+        if self._bucket is not None:
+            wait_s = self._bucket.take(now)
+            if wait_s > 0:
+                raise rate_limited(wait_s)
+
+    # ----------------------------------------------------------------- HTTP
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=_MAX_BODY_BYTES)
+        app.router.add_post("/v1/embeddings", self._handle_embeddings)
+        app.router.add_get("/healthz", self._handle_healthz)
+        app.router.add_get("/stats", self._handle_stats)
+        app.router.add_post("/admin/reset-stats", self._handle_reset_stats)
+        app.router.add_get("/admin/faults", self._handle_get_faults)
+        app.router.add_post("/admin/faults", self._handle_set_faults)
+        return app
+
+    async def _handle_embeddings(self, request: web.Request) -> web.Response:
+        self.stats.calls += 1
+        received_at = self._clock()
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        inputs: list[str] = []
+        try:
+            response = await self._serve_embeddings(request, inputs)
+            self._record(received_at, inputs, 200, None)
+            return response
+        except ApiError as error:
+            self.stats.record_error(error.status)
+            retry_after = error.headers.get("retry-after")
+            self._record(
+                received_at, inputs, error.status, float(retry_after) if retry_after else None
+            )
+            return _error_response(error)
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
+
+    def _record(
+        self, received_at: float, inputs: list[str], status: int, retry_after: float | None
+    ) -> None:
+        if self._config.record_calls:
+            self.calls.append(CallRecord(received_at, tuple(inputs), status, retry_after))
+
+    async def _serve_embeddings(self, request: web.Request, inputs: list[str]) -> web.Response:
+        config = self._config  # one consistent view for the whole call
+        body = await request.read()
+        with contextlib.suppress(ApiError):  # only to record what was asked, for the call log
+            inputs.extend(parse_request(body, config).inputs)
+        check_auth(config, request.headers.get("Authorization"))
+        self._check_rate_limit()
+        parsed = parse_request(body, config)
+        check_rejected_texts(config, parsed)
+        if flaky_failure(config, parsed, self._flaky_failures):
+            raise server_error()
+        faults = decide_faults(config, len(parsed.inputs), self._rng)
+        if faults.fail:
+            raise server_error()
+        if faults.hang:
+            # Outside the capacity gate: a hung connection should not starve healthy calls.
+            await self._sleep(config.hang_s)
+        async with self._capacity:
+            self.stats.enter()
+            try:
+                await self._sleep(latency_s(config, parsed))
+            finally:
+                self.stats.leave()
+        answer = build_response(parsed, faults.order)
+        self.stats.record_served(parsed)
+        return _json_response(answer)
+
+    async def _handle_healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _handle_stats(self, request: web.Request) -> web.Response:
+        return _json_response(self.stats.to_json())
+
+    async def _handle_reset_stats(self, request: web.Request) -> web.Response:
+        self.reset_stats()
+        return _json_response(self.stats.to_json())
+
+    async def _handle_get_faults(self, request: web.Request) -> web.Response:
+        return _json_response(self._config.to_json())
+
+    async def _handle_set_faults(self, request: web.Request) -> web.Response:
+        try:
+            changes = orjson.loads(await request.read())
+            if not isinstance(changes, dict):
+                raise ValueError("body must be a JSON object of settings")
+            config = self.set_faults(**changes)
+        except (ValueError, TypeError) as error:  # orjson.JSONDecodeError is a ValueError
+            return _error_response(invalid_request(str(error), param=None, code="invalid_value"))
+        return _json_response(config.to_json())
+
+
+def _json_response(body: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def _error_response(error: ApiError) -> web.Response:
+    response = _json_response(error.body(), status=error.status)
+    response.headers.update(error.headers)
+    return response
+
+
+def _url_host(host: str) -> str:
+    if host in ("", "0.0.0.0", "::"):  # wildcard binds are reachable via loopback
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+async def serve_forever(
+    config: SimulatorConfig, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT
+) -> None:
+    """Run the simulator until cancelled."""
+    server = SimulatorServer(config)
+    await server.start(host, port)
+    log.info("embeddings simulator listening on %s", server.url)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``embedstream simulate``; pair with :func:`config_from_args`."""
+    d = SimulatorConfig()
+    add = parser.add_argument
+    add("--host", default=DEFAULT_HOST, help="bind address (default: %(default)s)")
+    add("--port", type=int, default=DEFAULT_PORT, help="port, 0 = any free (default: %(default)s)")
+    add("--base-ms", type=float, default=d.base_ms, help="latency per call in ms")
+    add("--per-token-ms", type=float, default=d.per_token_ms, help="extra latency per token")
+    add("--per-input-ms", type=float, default=d.per_input_ms, help="extra latency per input")
+    add("--capacity", type=int, default=d.capacity, help="calls served at once; others queue")
+    add("--dimensions", type=int, default=d.default_dimensions, help="default vector length")
+    add("--max-dimensions", type=int, default=d.max_dimensions, help="largest `dimensions`")
+    add("--rate-limit-rps", type=float, default=d.rate_limit_rps, help="429 above this; 0 = off")
+    add("--rate-limit-for-s", type=float, default=d.rate_limit_for_s, help="429 all for N s")
+    add("--error-rate", type=float, default=d.error_rate, help="probability of a 500")
+    add("--hang-rate", type=float, default=d.hang_rate, help="probability a call hangs")
+    add("--hang-s", type=float, default=d.hang_s, help="how long a hung call hangs")
+    add("--shuffle-rate", type=float, default=d.shuffle_rate, help="probability of shuffled data")
+    add("--reject-texts-containing", default=None, metavar="TEXT", help="400 inputs with TEXT")
+    add("--auth-key", default=None, help="require 'Authorization: Bearer KEY'")
+    add("--seed", type=int, default=d.seed, help="seed of the fault dice")
+
+
+def config_from_args(ns: argparse.Namespace) -> SimulatorConfig:
+    """Build the config from options added by :func:`add_cli_arguments` (ValueError if invalid)."""
+    return SimulatorConfig(
+        default_dimensions=ns.dimensions,
+        max_dimensions=ns.max_dimensions,
+        base_ms=ns.base_ms,
+        per_token_ms=ns.per_token_ms,
+        per_input_ms=ns.per_input_ms,
+        capacity=ns.capacity,
+        rate_limit_rps=ns.rate_limit_rps,
+        rate_limit_for_s=ns.rate_limit_for_s,
+        error_rate=ns.error_rate,
+        hang_rate=ns.hang_rate,
+        hang_s=ns.hang_s,
+        shuffle_rate=ns.shuffle_rate,
+        reject_texts_containing=ns.reject_texts_containing,
+        auth_key=ns.auth_key,
+        seed=ns.seed,
+    )

@@ -1,0 +1,223 @@
+"""`embedstream verify`: read the request, result and dead-letter topics once and report.
+
+Run it once the processors have drained their input (lag 0, retry topic empty): requests still
+in flight or waiting in the retry topic are reported as lost. Exit status 0 when the report is
+ok, 1 when it is not; connection problems raise :class:`~embedstream.tools.verify.reader.ReadError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from embedstream.config import load_settings
+from embedstream.kafka.admin import topic_names
+from embedstream.kafka.sink import TRUNCATED_FROM
+from embedstream.tools.verify.reader import TopicRecord, read_topics
+from embedstream.tools.verify.report import (
+    DeadLetter,
+    ExpectedVector,
+    Location,
+    RequestInfo,
+    ResultRecord,
+    VerificationReport,
+    build_report,
+)
+from embedstream.wire import headers_dict
+
+
+async def verify(
+    bootstrap: str,
+    prefix: str,
+    *,
+    check_vectors: bool,
+    default_model: str,
+    max_duplicates: int = 0,
+    timeout_s: float = 120,
+) -> VerificationReport:
+    """Read ``<prefix>requests.high|low``, ``<prefix>results`` and ``<prefix>dlq`` up to their
+    current ends and compare. With ``check_vectors`` every result vector must be the
+    simulator's vector for its request's text (model: the request's, else ``default_model``)."""
+    names = topic_names(prefix)
+    request_topics = {names.requests_high, names.requests_low}
+    requests: dict[str, RequestInfo] = {}
+    request_counts: Counter[str] = Counter()
+    unparseable_requests: list[Location] = []
+    results: list[ResultRecord] = []
+    unparseable_results = 0
+    dead_letters: list[DeadLetter] = []
+
+    topics = [names.requests_high, names.requests_low, names.results, names.dead_letters]
+    async with aclosing(read_topics(bootstrap, topics, timeout_s=timeout_s)) as records:
+        async for record in records:
+            if record.topic in request_topics:
+                rid, info = parse_request(record)
+                if rid is None:
+                    unparseable_requests.append(
+                        Location(record.topic, record.partition, record.offset)
+                    )
+                else:
+                    request_counts[rid] += 1
+                    requests.setdefault(rid, info)  # the first occurrence is checked
+            elif record.topic == names.results:
+                result = parse_result(record)
+                if result is None:
+                    unparseable_results += 1
+                else:
+                    results.append(result)
+            else:
+                dead_letters.append(
+                    DeadLetter(_request_id(_json(record.value)), headers_dict(record.headers))
+                )
+
+    expected: ExpectedVector | None = None
+    if check_vectors:
+        from embedstream.tools.simulator.model import expected_vector
+
+        expected = expected_vector
+    return build_report(
+        requests,
+        results,
+        dead_letters,
+        expected=expected,
+        default_model=default_model,
+        max_duplicates=max_duplicates,
+        unparseable_requests=unparseable_requests,
+        unparseable_results=unparseable_results,
+        repeated_requests={rid: n for rid, n in request_counts.items() if n > 1},
+    )
+
+
+def parse_request(record: TopicRecord) -> tuple[str | None, RequestInfo]:
+    """A request record's id (None when it has no usable one) and what it asked for.
+
+    Lenient on purpose: anything with a string id is matched, even if the processor rejects it
+    (it will then be dead-lettered under that id)."""
+    doc = _json(record.value)
+    rid = _request_id(doc)
+    fields = doc if isinstance(doc, dict) else {}
+    text = fields.get("text")
+    model = fields.get("model")
+    dimensions = fields.get("dimensions")
+    info = RequestInfo(
+        text=text if isinstance(text, str) else None,
+        model=model if isinstance(model, str) and model else None,
+        dimensions=(
+            dimensions
+            if isinstance(dimensions, int) and not isinstance(dimensions, bool) and dimensions > 0
+            else None
+        ),
+        topic=record.topic,
+    )
+    return rid, info
+
+
+def parse_result(record: TopicRecord) -> ResultRecord | None:
+    """A result record, identified by its ``id`` field or failing that its key."""
+    doc = _json(record.value)
+    if not isinstance(doc, dict):
+        return None
+    rid = _request_id(doc)
+    if rid is None and record.key:
+        rid = record.key.decode("utf-8", "replace")
+    if rid is None:
+        return None
+    truncated = any(name == TRUNCATED_FROM for name, _ in record.headers)
+    return ResultRecord(rid, doc, truncated)
+
+
+def _json(value: bytes | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _request_id(doc: Any) -> str | None:
+    if isinstance(doc, dict):
+        value = doc.get("id")
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``embedstream verify``; pair with :func:`main_from_args`."""
+    add = parser.add_argument
+    add("--config", type=Path, default=None, help="TOML file of settings")
+    add(
+        "--bootstrap-servers",
+        dest="bootstrap_servers",
+        default=None,
+        help="Kafka bootstrap servers (default: EMBEDSTREAM_BOOTSTRAP_SERVERS or the setting)",
+    )
+    add(
+        "--topic-prefix",
+        dest="topic_prefix",
+        default=None,
+        help="prefix of the embedstream topics (default: EMBEDSTREAM_TOPIC_PREFIX or 'embed.')",
+    )
+    add(
+        "--check-vectors",
+        action="store_true",
+        help="require every vector to be the simulator's vector for its text",
+    )
+    add(
+        "--model",
+        default=None,
+        help="model of requests naming none, for --check-vectors (default: the model setting)",
+    )
+    add(
+        "--max-duplicates",
+        type=_non_negative_int,
+        default=0,
+        help="duplicate result records tolerated (at-least-once may redeliver; default 0)",
+    )
+    add("--timeout", type=float, default=120.0, help="give up reading after S seconds")
+    add("--json", action="store_true", help="print the report as one JSON object")
+
+
+async def main_from_args(ns: argparse.Namespace) -> int:
+    """Run the check the parsed options describe; print the report; 0 if ok, else 1."""
+    settings = load_settings(
+        env=os.environ,
+        file=ns.config,
+        overrides={
+            "bootstrap_servers": ns.bootstrap_servers,
+            "topic_prefix": ns.topic_prefix,
+            "model": ns.model,
+        },
+    )
+    report = await verify(
+        settings.bootstrap_servers,
+        settings.topic_prefix,
+        check_vectors=ns.check_vectors,
+        default_model=settings.model,
+        max_duplicates=ns.max_duplicates,
+        timeout_s=ns.timeout,
+    )
+    if ns.json:
+        sys.stdout.write(orjson.dumps(report.to_json()).decode() + "\n")
+    else:
+        print(report.summary())
+    sys.stdout.flush()
+    return 0 if report.ok else 1
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value

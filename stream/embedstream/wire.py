@@ -1,0 +1,227 @@
+"""Wire formats: request in, result out, dead-letter headers. Pure: orjson and validation only.
+
+Decoding never raises anything but :class:`InvalidEvent`, whose ``reason`` is a stable code the
+dead-letter headers carry, so one malformed event can be parked without stopping the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from embedstream.errors import InvalidEvent
+
+MAX_ID_CHARS = 512
+ENCODING_FORMATS = ("float", "base64")
+HEADER_PREFIX = "embedstream."
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedRequest:
+    id: str
+    text: str
+    model: str | None = None
+    encoding_format: str | None = None
+    dimensions: int | None = None
+    metadata: dict[str, Any] | None = None
+    deadline_ms: int | None = None
+
+
+def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedRequest:
+    """Parse and validate one request event value."""
+    if raw is None:
+        raise InvalidEvent("empty_value", "record has no value")
+    if len(raw) > max_bytes:
+        raise InvalidEvent("oversized", f"value is {len(raw)} bytes, limit {max_bytes}")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidEvent(
+            "invalid_utf8", f"value is not UTF-8: {exc.reason} at byte {exc.start}"
+        ) from None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent("invalid_json", f"value is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidEvent("not_an_object", f"expected a JSON object, got {type(doc).__name__}")
+    return EmbedRequest(
+        id=_id(doc),
+        text=_text(doc),
+        model=_optional_str(doc, "model"),
+        encoding_format=_encoding_format(doc),
+        dimensions=_dimensions(doc),
+        metadata=_metadata(doc),
+        deadline_ms=_deadline(doc),
+    )
+
+
+def _id(doc: dict[str, Any]) -> str:
+    if "id" not in doc:
+        raise InvalidEvent("missing_id", "field 'id' is required")
+    value = doc["id"]
+    if not isinstance(value, str) or not value:
+        raise InvalidEvent("invalid_id", "field 'id' must be a non-empty string")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidEvent("invalid_id", f"field 'id' is longer than {MAX_ID_CHARS} characters")
+    return value
+
+
+def _text(doc: dict[str, Any]) -> str:
+    if "text" not in doc:
+        raise InvalidEvent("missing_text", "field 'text' is required")
+    value = doc["text"]
+    if not isinstance(value, str):
+        raise InvalidEvent("invalid_text", "field 'text' must be a string")
+    if not value.strip():
+        raise InvalidEvent("empty_text", "field 'text' is empty or only whitespace")
+    return value
+
+
+def _optional_str(doc: dict[str, Any], name: str) -> str | None:
+    value = doc.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidEvent(f"invalid_{name}", f"field '{name}' must be a non-empty string")
+    return value
+
+
+def _encoding_format(doc: dict[str, Any]) -> str | None:
+    value = doc.get("encoding_format")
+    if value is None:
+        return None
+    if value not in ENCODING_FORMATS:
+        raise InvalidEvent(
+            "invalid_encoding_format",
+            f"field 'encoding_format' must be float or base64, got {value!r}",
+        )
+    return str(value)
+
+
+def _dimensions(doc: dict[str, Any]) -> int | None:
+    value = doc.get("dimensions")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidEvent("invalid_dimensions", "field 'dimensions' must be a positive integer")
+    return value
+
+
+def _metadata(doc: dict[str, Any]) -> dict[str, Any] | None:
+    value = doc.get("metadata")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidEvent("invalid_metadata", "field 'metadata' must be an object")
+    return value
+
+
+def _deadline(doc: dict[str, Any]) -> int | None:
+    value = doc.get("deadline")
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is not None:
+                return int(parsed.timestamp() * 1000)
+    raise InvalidEvent(
+        "invalid_deadline", "field 'deadline' must be epoch milliseconds or RFC 3339 with offset"
+    )
+
+
+def encode_request(request: EmbedRequest) -> bytes:
+    doc: dict[str, Any] = {"id": request.id, "text": request.text}
+    for name in ("model", "encoding_format", "dimensions", "metadata"):
+        value = getattr(request, name)
+        if value is not None:
+            doc[name] = value
+    if request.deadline_ms is not None:
+        doc["deadline"] = request.deadline_ms
+    return orjson.dumps(doc)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedResult:
+    id: str
+    model: str
+    embedding: list[float] | str
+    dimensions: int
+    tokens: int
+    metadata: dict[str, Any] | None
+    attempts: int
+    latency_ms: float
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {
+                "id": self.id,
+                "model": self.model,
+                "embedding": self.embedding,
+                "dimensions": self.dimensions,
+                "usage": {"tokens": self.tokens},
+                "metadata": self.metadata,
+                "attempts": self.attempts,
+                "latency_ms": round(self.latency_ms, 3),
+            }
+        )
+
+
+def decode_result(raw: bytes) -> dict[str, Any]:
+    doc = orjson.loads(raw)
+    if not isinstance(doc, dict):
+        raise ValueError("result is not an object")
+    return doc
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why an item was dead-lettered, and where it came from."""
+
+    error_class: str
+    reason: str
+    message: str
+    attempts: int
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    first_failure_ms: int
+    last_failure_ms: int
+
+
+MAX_MESSAGE_BYTES = 1024
+
+
+def dead_letter_headers(failure: Failure) -> list[tuple[str, bytes]]:
+    message = failure.message.encode("utf-8")[:MAX_MESSAGE_BYTES]
+    pairs = {
+        "error.class": failure.error_class,
+        "error.reason": failure.reason,
+        "error.message": message.decode("utf-8", "ignore"),
+        "error.attempts": str(failure.attempts),
+        "source.topic": failure.source_topic,
+        "source.partition": str(failure.source_partition),
+        "source.offset": str(failure.source_offset),
+        "failure.first": rfc3339(failure.first_failure_ms),
+        "failure.last": rfc3339(failure.last_failure_ms),
+    }
+    return [(HEADER_PREFIX + k, v.encode("utf-8")) for k, v in pairs.items()]
+
+
+def rfc3339(epoch_ms: int) -> str:
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def headers_dict(headers: Any) -> dict[str, str]:
+    """Kafka headers (a sequence of (str, bytes)) as a dict of strings, for readers and tests."""
+    return {k: (v or b"").decode("utf-8", "replace") for k, v in headers or ()}
