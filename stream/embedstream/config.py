@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from embedstream.errors import ConfigError
-
-ENV_PREFIX = "EMBEDSTREAM_"
+from embedstream.errors import ConfigError, env_var
 
 EncodingFormat = Literal["float", "base64"]
 LogFormat = Literal["plain", "json"]
@@ -134,10 +132,6 @@ class Settings:
     def __repr__(self) -> str:  # keep secrets out of tracebacks and debug prints
         inner = ", ".join(f"{k}={v!r}" for k, v in self.describe().items())
         return f"Settings({inner})"
-
-
-def env_var(name: str) -> str:
-    return ENV_PREFIX + name.upper()
 
 
 def load_settings(

@@ -8,8 +8,63 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+# Settings are read from EMBEDSTREAM_<NAME>; errors name the variable, so the prefix lives here
+# (config imports errors, never the reverse).
+ENV_PREFIX = "EMBEDSTREAM_"
+
+
+def env_var(setting: str) -> str:
+    """The environment variable of a setting: ``max_wait_ms`` -> ``EMBEDSTREAM_MAX_WAIT_MS``."""
+    return ENV_PREFIX + setting.upper()
+
+
+class Reason(StrEnum):
+    """Every failure reason code, defined once: dead-letter headers, metrics labels and docs
+    use these values. HTTP statuses without a reason of their own appear as ``http_<status>``
+    (see :func:`http_reason`)."""
+
+    # The event itself is malformed (InvalidEvent).
+    EMPTY_VALUE = "empty_value"
+    OVERSIZED = "oversized"
+    INVALID_UTF8 = "invalid_utf8"
+    INVALID_JSON = "invalid_json"
+    NOT_AN_OBJECT = "not_an_object"
+    MISSING_ID = "missing_id"
+    INVALID_ID = "invalid_id"
+    MISSING_TEXT = "missing_text"
+    INVALID_TEXT = "invalid_text"
+    INVALID_MODEL = "invalid_model"
+    INVALID_ENCODING_FORMAT = "invalid_encoding_format"
+    INVALID_DIMENSIONS = "invalid_dimensions"
+    INVALID_METADATA = "invalid_metadata"
+    INVALID_DEADLINE = "invalid_deadline"
+    INVALID_HEADERS = "invalid_headers"  # embedstream's own headers (e.g. on a retry record)
+    # Well formed, but this deployment can never serve it (PermanentItemError).
+    EMPTY_TEXT = "empty_text"
+    TOO_LONG = "too_long"
+    UNSUPPORTED_ENCODING_FORMAT = "unsupported_encoding_format"
+    UNKNOWN_MODEL = "unknown_model"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    REJECTED = "rejected"  # the provider answered 400/413/422
+    # This attempt failed (TransientError).
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    RATE_LIMITED = "rate_limited"
+    MALFORMED_RESPONSE = "malformed_response"
+    # The provider refuses everyone (ProviderWideError).
+    AUTH = "auth"
+    NOT_FOUND = "not_found"
+
+
+def http_reason(status: int) -> str:
+    """The reason code of an HTTP status with no reason of its own, e.g. ``http_503``."""
+    return f"http_{status}"
+
+
 # Whole-batch failures one bad input can cause: split the batch to find it.
-SPLITTABLE_REASONS = frozenset({"rejected", "timeout", "malformed_response"})
+SPLITTABLE_REASONS = frozenset({Reason.REJECTED, Reason.TIMEOUT, Reason.MALFORMED_RESPONSE})
 
 
 class EmbedStreamError(Exception):
@@ -30,8 +85,6 @@ class ConfigError(EmbedStreamError):
     reason = "config"
 
     def __init__(self, setting: str, problem: str) -> None:
-        from embedstream.config import env_var  # local: config imports this module
-
         super().__init__(f"setting {setting} ({env_var(setting)}): {problem}")
         self.setting = setting
 

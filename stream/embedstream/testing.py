@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from embedstream.engine.embedder import BatchCall, BatchOutcome
-from embedstream.errors import EmbedStreamError, PermanentItemError
+from embedstream.errors import EmbedStreamError, PermanentItemError, Reason
 
 
 @dataclass
@@ -66,7 +66,7 @@ def reject_texts_containing(marker: str) -> Callable[[BatchCall], EmbedStreamErr
 
     def check(call: BatchCall) -> EmbedStreamError | None:
         if any(marker in text for text in call.texts):
-            return PermanentItemError("rejected", "provider rejected the input (400)")
+            return PermanentItemError(Reason.REJECTED, "provider rejected the input (400)")
         return None
 
     return check

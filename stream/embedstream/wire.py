@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from embedstream.errors import InvalidEvent
+from embedstream.errors import InvalidEvent, Reason
 
 MAX_ID_CHARS = 512
 ENCODING_FORMATS = ("float", "base64")
@@ -33,21 +33,23 @@ class EmbedRequest:
 def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedRequest:
     """Parse and validate one request event value."""
     if raw is None:
-        raise InvalidEvent("empty_value", "record has no value")
+        raise InvalidEvent(Reason.EMPTY_VALUE, "record has no value")
     if len(raw) > max_bytes:
-        raise InvalidEvent("oversized", f"value is {len(raw)} bytes, limit {max_bytes}")
+        raise InvalidEvent(Reason.OVERSIZED, f"value is {len(raw)} bytes, limit {max_bytes}")
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidEvent(
-            "invalid_utf8", f"value is not UTF-8: {exc.reason} at byte {exc.start}"
+            Reason.INVALID_UTF8, f"value is not UTF-8: {exc.reason} at byte {exc.start}"
         ) from None
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidEvent("invalid_json", f"value is not JSON: {exc}") from None
+        raise InvalidEvent(Reason.INVALID_JSON, f"value is not JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise InvalidEvent("not_an_object", f"expected a JSON object, got {type(doc).__name__}")
+        raise InvalidEvent(
+            Reason.NOT_AN_OBJECT, f"expected a JSON object, got {type(doc).__name__}"
+        )
     return EmbedRequest(
         id=_id(doc),
         text=_text(doc),
@@ -61,23 +63,25 @@ def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedReq
 
 def _id(doc: dict[str, Any]) -> str:
     if "id" not in doc:
-        raise InvalidEvent("missing_id", "field 'id' is required")
+        raise InvalidEvent(Reason.MISSING_ID, "field 'id' is required")
     value = doc["id"]
     if not isinstance(value, str) or not value:
-        raise InvalidEvent("invalid_id", "field 'id' must be a non-empty string")
+        raise InvalidEvent(Reason.INVALID_ID, "field 'id' must be a non-empty string")
     if len(value) > MAX_ID_CHARS:
-        raise InvalidEvent("invalid_id", f"field 'id' is longer than {MAX_ID_CHARS} characters")
+        raise InvalidEvent(
+            Reason.INVALID_ID, f"field 'id' is longer than {MAX_ID_CHARS} characters"
+        )
     return value
 
 
 def _text(doc: dict[str, Any]) -> str:
     if "text" not in doc:
-        raise InvalidEvent("missing_text", "field 'text' is required")
+        raise InvalidEvent(Reason.MISSING_TEXT, "field 'text' is required")
     value = doc["text"]
     if not isinstance(value, str):
-        raise InvalidEvent("invalid_text", "field 'text' must be a string")
+        raise InvalidEvent(Reason.INVALID_TEXT, "field 'text' must be a string")
     if not value.strip():
-        raise InvalidEvent("empty_text", "field 'text' is empty or only whitespace")
+        raise InvalidEvent(Reason.EMPTY_TEXT, "field 'text' is empty or only whitespace")
     return value
 
 
@@ -96,7 +100,7 @@ def _encoding_format(doc: dict[str, Any]) -> str | None:
         return None
     if value not in ENCODING_FORMATS:
         raise InvalidEvent(
-            "invalid_encoding_format",
+            Reason.INVALID_ENCODING_FORMAT,
             f"field 'encoding_format' must be float or base64, got {value!r}",
         )
     return str(value)
@@ -107,7 +111,9 @@ def _dimensions(doc: dict[str, Any]) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidEvent("invalid_dimensions", "field 'dimensions' must be a positive integer")
+        raise InvalidEvent(
+            Reason.INVALID_DIMENSIONS, "field 'dimensions' must be a positive integer"
+        )
     return value
 
 
@@ -116,7 +122,7 @@ def _metadata(doc: dict[str, Any]) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise InvalidEvent("invalid_metadata", "field 'metadata' must be an object")
+        raise InvalidEvent(Reason.INVALID_METADATA, "field 'metadata' must be an object")
     return value
 
 
@@ -135,7 +141,8 @@ def _deadline(doc: dict[str, Any]) -> int | None:
             if parsed.tzinfo is not None:
                 return int(parsed.timestamp() * 1000)
     raise InvalidEvent(
-        "invalid_deadline", "field 'deadline' must be epoch milliseconds or RFC 3339 with offset"
+        Reason.INVALID_DEADLINE,
+        "field 'deadline' must be epoch milliseconds or RFC 3339 with offset",
     )
 
 

@@ -6,6 +6,7 @@ import pytest
 from embedstream.core.policy import (
     BatchLimits,
     Flush,
+    FlushReason,
     Wait,
     batch_length,
     decide,
@@ -36,13 +37,13 @@ def test_wait_budget(depth: int, expected: float) -> None:
     ("tokens", "oldest", "now", "depth", "expected"),
     [
         ([], 0.0, 0.0, 0, None),
-        ([1], 0.0, 0.0, 0, Flush("time")),  # depth 0: out at once
+        ([1], 0.0, 0.0, 0, Flush(FlushReason.TIME)),  # depth 0: out at once
         ([1], 0.0, 0.0, 10, Wait(0.05)),
         ([1], 0.0, 0.049, 10, Wait(0.001)),
-        ([1], 0.0, 0.050, 10, Flush("time")),  # timer counts from the oldest arrival
-        ([1, 1, 1, 1], 0.0, 0.0, 10, Flush("size")),
-        ([1, 1, 1, 1, 1], 0.0, 0.0, 10, Flush("size")),
-        ([60, 50], 0.0, 0.0, 10, Flush("tokens")),  # the next item would pass 100
+        ([1], 0.0, 0.050, 10, Flush(FlushReason.TIME)),  # timer counts from the oldest arrival
+        ([1, 1, 1, 1], 0.0, 0.0, 10, Flush(FlushReason.SIZE)),
+        ([1, 1, 1, 1, 1], 0.0, 0.0, 10, Flush(FlushReason.SIZE)),
+        ([60, 50], 0.0, 0.0, 10, Flush(FlushReason.TOKENS)),  # the next item would pass 100
         ([50, 50], 0.0, 0.0, 10, Wait(0.05)),  # exactly at the budget is allowed
         ([150], 0.0, 0.0, 10, Wait(0.05)),  # a lone oversize item is not the policy's call
     ],

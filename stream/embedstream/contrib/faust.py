@@ -48,7 +48,7 @@ import orjson
 
 from embedstream.core.tokens import estimate_tokens
 from embedstream.engine.client import BatchingClient, Vector
-from embedstream.errors import EmbedStreamError, InvalidEvent, PermanentItemError
+from embedstream.errors import EmbedStreamError, InvalidEvent, PermanentItemError, Reason
 from embedstream.wire import EmbedRequest, EmbedResult, decode_request
 
 __all__ = ["EmbedOutcome", "embed_events"]
@@ -202,7 +202,7 @@ async def _outcome(entry: _Entry, client: BatchingClient) -> EmbedOutcome:
     try:
         dimensions = _dimensions(vector)
     except ValueError as exc:
-        error = PermanentItemError("malformed_response", f"cannot read the vector: {exc}")
+        error = PermanentItemError(Reason.MALFORMED_RESPONSE, f"cannot read the vector: {exc}")
         return EmbedOutcome(request.id, None, error.message, error.reason)
     result = EmbedResult(
         id=request.id,
@@ -229,9 +229,11 @@ def _as_bytes(value: Any) -> bytes | None:
         try:
             return orjson.dumps(dict(value))
         except (TypeError, orjson.JSONEncodeError) as exc:
-            raise InvalidEvent("invalid_json", f"value is not JSON-serializable: {exc}") from None
+            raise InvalidEvent(
+                Reason.INVALID_JSON, f"value is not JSON-serializable: {exc}"
+            ) from None
     raise InvalidEvent(
-        "not_an_object", f"expected bytes, str or a mapping, got {type(value).__name__}"
+        Reason.NOT_AN_OBJECT, f"expected bytes, str or a mapping, got {type(value).__name__}"
     )
 
 

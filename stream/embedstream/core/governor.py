@@ -13,16 +13,16 @@ from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
 from embedstream.core.lanes import Priority
 from embedstream.core.ratelimit import RateLimits
 from embedstream.core.scheduler import LaneScheduler
-from embedstream.errors import EmbedStreamError, ProviderWideError
+from embedstream.errors import EmbedStreamError, ProviderWideError, Reason, http_reason
 
 # A 429 that names no retry-after still closes the gate this long: calling again at once
 # would only earn another 429.
 DEFAULT_RATE_LIMIT_PAUSE_S = 1.0
-OVERLOAD_REASONS = frozenset({"rate_limited", "http_503"})
+OVERLOAD_REASONS = frozenset({Reason.RATE_LIMITED, http_reason(503)})
 # Failures that, repeated across calls with no success between, mean the provider is down
 # rather than these items being bad: hold work instead of burning attempts on an outage.
 OUTAGE_REASONS = frozenset(
-    {"connection", "timeout", "http_500", "http_502", "http_503", "http_504"}
+    {Reason.CONNECTION, Reason.TIMEOUT, *(http_reason(s) for s in (500, 502, 503, 504))}
 )
 # Both: a burst of failures of a few bad items is not an outage; seconds of nothing else is.
 OUTAGE_AFTER_FAILURES = 5
@@ -104,7 +104,7 @@ class Governor:
         if error.reason in OVERLOAD_REASONS:
             self.limit.on_overload(now)
             pause = error.retry_after
-            if pause is None and error.reason == "rate_limited":
+            if pause is None and error.reason == Reason.RATE_LIMITED:
                 pause = DEFAULT_RATE_LIMIT_PAUSE_S
             if pause:
                 self.gate.block_until(now + pause)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from embedstream.config import Settings
 from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter
-from embedstream.errors import InvalidEvent
+from embedstream.errors import InvalidEvent, Reason
 from embedstream.wire import EmbedRequest, decode_request
 
 
@@ -46,7 +46,9 @@ class Intake:
             return Rejected("InvalidEvent", exc.reason, exc.message)
         model = request.model or self._settings.model
         if self._allowed_models and model not in self._allowed_models:
-            return Rejected("PermanentItemError", "unknown_model", f"model {model!r} not allowed")
+            return Rejected(
+                "PermanentItemError", Reason.UNKNOWN_MODEL, f"model {model!r} not allowed"
+            )
         encoding_format = request.encoding_format or self._settings.encoding_format
         tokens = self._count(request.text)
         problem = check_item(

@@ -15,8 +15,15 @@ T = TypeVar("T")
 
 
 class Priority(IntEnum):
+    """The two request lanes; the lower value is served first."""
+
     HIGH = 0
     LOW = 1
+
+    @property
+    def label(self) -> str:
+        """The lane's name in metrics labels, headers and the CLI: "high" or "low"."""
+        return self.name.lower()
 
 
 class BucketKey(NamedTuple):

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from embedstream.errors import Reason
+
 KNOWN_FORMATS = frozenset({"float", "base64"})
 
 
@@ -96,16 +98,16 @@ def check_item(
 ) -> ItemProblem | None:
     """The first problem that makes this item unsendable, or None if it may be batched."""
     if limits.reject_empty and not text.strip():
-        return ItemProblem("empty_text", "input text is empty or whitespace only")
+        return ItemProblem(Reason.EMPTY_TEXT, "input text is empty or whitespace only")
     if tokens > limits.max_tokens_per_input:
         return ItemProblem(
-            "too_long",
+            Reason.TOO_LONG,
             f"input is an estimated {tokens} tokens; the limit is "
             f"{limits.max_tokens_per_input} tokens per input",
         )
     if encoding_format not in limits.encoding_formats:
         return ItemProblem(
-            "unsupported_encoding_format",
+            Reason.UNSUPPORTED_ENCODING_FORMAT,
             f"encoding_format {encoding_format!r} is not supported here; "
             f"use one of {', '.join(sorted(limits.encoding_formats))}",
         )

@@ -17,10 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
 
-# "priority": a high-priority bucket cut early because low-priority work wants a call slot.
-FlushReason = Literal["size", "tokens", "time", "drain", "priority"]
+
+class FlushReason(StrEnum):
+    """Why a batch was cut: the one list metrics labels, `top` and the docs derive from."""
+
+    SIZE = "size"  # max_items reached
+    TOKENS = "tokens"  # the next item would pass max_tokens
+    TIME = "time"  # the oldest item's wait budget ran out
+    DRAIN = "drain"  # shutdown or handoff: everything buffered goes now
+    PRIORITY = "priority"  # a high item sent early because low work wants the call slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +86,12 @@ def decide(
         return None
     n = batch_length(token_counts, limits)
     if n == limits.max_items:
-        return Flush("size")
+        return Flush(FlushReason.SIZE)
     if n < len(token_counts):
-        return Flush("tokens")
+        return Flush(FlushReason.TOKENS)
     remaining = wait_budget(limits, depth) - (now - oldest_arrival)
     if remaining <= 0:
-        return Flush("time")
+        return Flush(FlushReason.TIME)
     return Wait(remaining)
 
 

@@ -157,7 +157,7 @@ class Batcher(Generic[T]):
             if isinstance(decision, Flush):
                 ready[bucket.key.priority] = (bucket, decision.reason)
             elif self._draining or self._hurrying:
-                ready[bucket.key.priority] = (bucket, "drain")
+                ready[bucket.key.priority] = (bucket, FlushReason.DRAIN)
             elif isinstance(decision, Wait):
                 soonest = decision.seconds if soonest is None else min(soonest, decision.seconds)
         if Priority.LOW in ready and Priority.HIGH not in ready:
@@ -165,7 +165,7 @@ class Batcher(Generic[T]):
             # goes now, so it is overtaken by at most the one low batch the share allows.
             waiting = [b for b in self._buckets.values() if b and b.key.priority is Priority.HIGH]
             if waiting:
-                ready[Priority.HIGH] = (min(waiting, key=_bucket_order), "priority")
+                ready[Priority.HIGH] = (min(waiting, key=_bucket_order), FlushReason.PRIORITY)
         if soonest is not None:
             soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder
         return ready.get(Priority.HIGH), ready.get(Priority.LOW), soonest

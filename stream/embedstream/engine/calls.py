@@ -26,6 +26,7 @@ from embedstream.errors import (
     EmbedStreamError,
     PermanentItemError,
     ProviderWideError,
+    Reason,
     TransientError,
 )
 from embedstream.kafka.sink import Sink, now_ms
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 def _refused_for_everyone(exc: EmbedStreamError) -> bool:
-    return isinstance(exc, ProviderWideError) or exc.reason == "rate_limited"
+    return isinstance(exc, ProviderWideError) or exc.reason == Reason.RATE_LIMITED
 
 
 @dataclass
@@ -85,7 +86,7 @@ class Pipeline:
         for pending in batch:
             deadline = pending.payload.request.deadline_ms
             if deadline is not None and self._clock_ms() > deadline:
-                err = PermanentItemError("deadline_exceeded", "deadline passed before sending")
+                err = PermanentItemError(Reason.DEADLINE_EXCEEDED, "deadline passed before sending")
                 await self.dead_letter(pending.payload, err)
             else:
                 pending.payload.attempts += 1
@@ -220,7 +221,7 @@ class Pipeline:
             sends.append(self._sink.result(item, result))
         await asyncio.gather(*sends)
         self.stats.results += len(batch)
-        lane = key.priority.name.lower()
+        lane = key.priority.label
         for pending in batch:
             self._metrics.observe_result(lane, (now - pending.payload.timestamp_ms) / 1000.0)
             self._on_done(pending.payload)

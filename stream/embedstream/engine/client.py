@@ -22,7 +22,7 @@ from embedstream.core.policy import BatchLimits, FlushReason
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.engine.batcher import Batcher
 from embedstream.engine.embedder import BatchCall, EmbeddingBackend, OpenAIEmbedder
-from embedstream.errors import SPLITTABLE_REASONS, EmbedStreamError, PermanentItemError
+from embedstream.errors import SPLITTABLE_REASONS, EmbedStreamError, PermanentItemError, Reason
 
 Vector = list[float] | str
 
@@ -108,11 +108,11 @@ class BatchingClient:
         if self._runner is None:
             raise RuntimeError("BatchingClient not started: use `async with` or start()")
         if not text or text.isspace():
-            raise PermanentItemError("empty_text", "text is empty or only whitespace")
+            raise PermanentItemError(Reason.EMPTY_TEXT, "text is empty or only whitespace")
         tokens = self._count_tokens(text)
         if tokens > self._max_input_tokens:
             raise PermanentItemError(
-                "too_long", f"about {tokens} tokens, limit {self._max_input_tokens}"
+                Reason.TOO_LONG, f"about {tokens} tokens, limit {self._max_input_tokens}"
             )
         key = BucketKey(
             Priority.HIGH if priority == "high" else Priority.LOW,

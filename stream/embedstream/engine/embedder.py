@@ -20,7 +20,9 @@ from embedstream.errors import (
     EmbedStreamError,
     PermanentItemError,
     ProviderWideError,
+    Reason,
     TransientError,
+    http_reason,
 )
 
 
@@ -87,7 +89,7 @@ class OpenAIEmbedder:
                 error.args = (error.message,)
             raise error from None
         except (ValueError, TypeError) as exc:  # a body the client cannot parse
-            raise TransientError("malformed_response", f"unreadable response: {exc}") from exc
+            raise TransientError(Reason.MALFORMED_RESPONSE, f"unreadable response: {exc}") from exc
         latency = time.perf_counter() - started
         headers = {k.lower(): v for k, v in raw.headers.items() if k.lower().startswith(_HINTS)}
         return _outcome(call, response, latency, headers)
@@ -106,7 +108,9 @@ def _outcome(
     data = getattr(response, "data", None)
     if not isinstance(data, list) or len(data) != len(call.texts):
         got = len(data) if isinstance(data, list) else "no"
-        raise TransientError("malformed_response", f"expected {len(call.texts)} vectors, got {got}")
+        raise TransientError(
+            Reason.MALFORMED_RESPONSE, f"expected {len(call.texts)} vectors, got {got}"
+        )
     vectors: list[list[float] | str | None] = [None] * len(call.texts)
     for entry in data:
         index = getattr(entry, "index", None)
@@ -115,7 +119,7 @@ def _outcome(
             or not 0 <= index < len(vectors)
             or vectors[index] is not None
         ):
-            raise TransientError("malformed_response", f"bad or repeated index {index!r}")
+            raise TransientError(Reason.MALFORMED_RESPONSE, f"bad or repeated index {index!r}")
         vectors[index] = _checked_vector(entry.embedding, call)
     dims = _dimensions_of(vectors[0])
     usage = getattr(response, "usage", None)
@@ -127,13 +131,13 @@ def _checked_vector(vector: object, call: BatchCall) -> list[float] | str:
     if isinstance(vector, str):
         return vector
     if not isinstance(vector, list) or not vector:
-        raise TransientError("malformed_response", "embedding is not a non-empty list")
+        raise TransientError(Reason.MALFORMED_RESPONSE, "embedding is not a non-empty list")
     if call.dimensions is not None and len(vector) != call.dimensions:
         raise TransientError(
-            "malformed_response", f"expected {call.dimensions} dimensions, got {len(vector)}"
+            Reason.MALFORMED_RESPONSE, f"expected {call.dimensions} dimensions, got {len(vector)}"
         )
     if not all(math.isfinite(x) for x in vector):
-        raise TransientError("malformed_response", "embedding contains NaN or infinity")
+        raise TransientError(Reason.MALFORMED_RESPONSE, "embedding contains NaN or infinity")
     return vector
 
 
@@ -147,26 +151,26 @@ def classify(exc: openai.APIError) -> EmbedStreamError:
     """Map a client error to permanent / transient / provider-wide, keeping retry-after."""
     message = _safe_message(exc)
     if isinstance(exc, openai.APITimeoutError):
-        return TransientError("timeout", "embeddings call timed out")
+        return TransientError(Reason.TIMEOUT, "embeddings call timed out")
     if isinstance(exc, openai.APIConnectionError):
-        return TransientError("connection", f"cannot reach the provider: {message}")
+        return TransientError(Reason.CONNECTION, f"cannot reach the provider: {message}")
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         retry_after = _retry_after(exc)
         if status in (401, 403):
-            return ProviderWideError("auth", f"provider refused the key ({status}): {message}")
+            return ProviderWideError(Reason.AUTH, f"provider refused the key ({status}): {message}")
         if status == 404:
-            return ProviderWideError("not_found", f"model or endpoint not found: {message}")
+            return ProviderWideError(Reason.NOT_FOUND, f"model or endpoint not found: {message}")
         if status == 429:
-            return TransientError("rate_limited", message, retry_after=retry_after)
+            return TransientError(Reason.RATE_LIMITED, message, retry_after=retry_after)
         if status in (408, 409) or status >= 500:
-            return TransientError(f"http_{status}", message, retry_after=retry_after)
+            return TransientError(http_reason(status), message, retry_after=retry_after)
         if status in (400, 413, 422):
             return PermanentItemError(
-                "rejected", f"provider rejected the input ({status}): {message}"
+                Reason.REJECTED, f"provider rejected the input ({status}): {message}"
             )
-        return TransientError(f"http_{status}", message, retry_after=retry_after)
-    return TransientError("malformed_response", message)
+        return TransientError(http_reason(status), message, retry_after=retry_after)
+    return TransientError(Reason.MALFORMED_RESPONSE, message)
 
 
 def _safe_message(exc: openai.APIError) -> str:

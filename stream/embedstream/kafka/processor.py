@@ -471,7 +471,7 @@ class Processor:
         self, key: BucketKey, items: list[Pending[WorkItem]], reason: FlushReason, now: float
     ) -> None:
         self.metrics.observe_flush(
-            key.priority.name.lower(),
+            key.priority.label,
             reason,
             len(items),
             sum(p.tokens for p in items),

@@ -112,7 +112,7 @@ class Sink:
             (RETRY_NOT_BEFORE, str(not_before_ms).encode()),
             (RETRY_FIRST_ERROR, (item.first_error or error).encode()[:1024]),
             (RETRY_FIRST_FAILURE, str(item.first_failure_ms or now_ms()).encode()),
-            (PRIORITY, item.priority.name.lower().encode()),
+            (PRIORITY, item.priority.label.encode()),
             (ENQUEUED_AT, str(item.timestamp_ms).encode()),
         ]
         key = item.request.id.encode()

@@ -12,9 +12,12 @@ from contextlib import suppress
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-LANES = ("high", "low")
+from embedstream.core.lanes import Priority
+from embedstream.core.policy import FlushReason
+
+LANES = tuple(lane.label for lane in Priority)
 QUEUE_LANES = (*LANES, "delayed")
-FLUSH_REASONS = ("size", "tokens", "time", "drain", "priority")
+FLUSH_REASONS = tuple(FlushReason)
 
 # Every family as named in the text exposition (counters with their ``_total`` suffix);
 # histograms expose ``_bucket``, ``_sum`` and ``_count`` series under these names.

@@ -23,10 +23,13 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from embedstream.core.lanes import Priority
+from embedstream.core.policy import FlushReason
+
 LAG_LANES = ("high", "low", "retry")
-LANES = ("high", "low")
+LANES = tuple(lane.label for lane in Priority)
 QUEUE_LANES = ("high", "low", "delayed")
-FLUSH_REASONS = ("size", "tokens", "time", "drain")
+FLUSH_REASONS = tuple(str(reason) for reason in FlushReason)
 
 # Topic name suffix -> lag lane; topics carry a deployment prefix such as "embed.".
 _LAG_TOPIC_SUFFIXES = (("requests.high", "high"), ("requests.low", "low"), ("retry", "retry"))
