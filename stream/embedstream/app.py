@@ -1,54 +1,196 @@
-"""Wires the processor together: fail-fast checks, signals, graceful drain."""
+"""The composition root: builds every part of a processor and hands it over ready-made.
+
+`build_service` is the one place that knows how the pieces fit: Kafka clients, the engine
+(batcher and batch-call path), the outcome writers, commits, rebalance handling, metrics,
+health and the ops server. `run_service` adds the fail-fast broker check and signals.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+import time
+from collections.abc import Callable
 
 from embedstream.config import Settings
+from embedstream.core import configured
+from embedstream.core.intake import Intake
+from embedstream.core.lanes import Priority
+from embedstream.core.tokens import TokenCounter, estimate_tokens
+from embedstream.engine.batcher import Batcher
+from embedstream.engine.calls import BatchCaller
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
-from embedstream.kafka.clients import check_broker
-from embedstream.kafka.processor import Processor
+from embedstream.kafka.admin import TopicNames, topic_names
+from embedstream.kafka.admission import Admission
+from embedstream.kafka.clients import broker_probe, check_broker, make_consumer, make_producer
+from embedstream.kafka.commits import OffsetCommitter
+from embedstream.kafka.fetcher import Fetcher
+from embedstream.kafka.handoff import Handoff
+from embedstream.kafka.outcomes import KafkaOutcomes
+from embedstream.kafka.partitions import Assignment
+from embedstream.kafka.processor import Parts, Processor
+from embedstream.kafka.sink import DirectWriter, Sink, Writer
+from embedstream.kafka.transactions import PartitionTransactions
+from embedstream.kafka.waiting import WaitingRetries
+from embedstream.kafka.work import WorkItem
+from embedstream.ops.health import Health
+from embedstream.ops.metrics import Metrics
+from embedstream.ops.server import OpsServer
 
 log = logging.getLogger(__name__)
 
 
+class Service:
+    """A processor with its health loop and ops server: what `embedstream run` runs."""
+
+    def __init__(self, processor: Processor, health: Health, ops_server: OpsServer | None) -> None:
+        self.processor = processor
+        self.health = health
+        self.ops_server = ops_server
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.ops_server.port if self.ops_server is not None else None
+
+    def stop(self) -> None:
+        self.processor.stop()
+
+    async def run(self) -> None:
+        settings = self.processor.parts.settings
+        if self.ops_server is not None:  # first: /healthz answers from process start
+            await self.ops_server.start(settings.metrics_host, settings.metrics_port)
+        health_task = asyncio.create_task(self.health.run())
+        try:
+            await self.processor.run()
+        finally:
+            health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await health_task
+            if self.ops_server is not None:
+                await self.ops_server.stop()
+
+
 def default_backend(settings: Settings) -> EmbeddingBackend:
-    return OpenAIEmbedder(
-        base_url=settings.base_url, api_key=settings.api_key, timeout_s=settings.request_timeout_s
+    return OpenAIEmbedder.from_settings(settings)
+
+
+def build_service(
+    settings: Settings,
+    backend: EmbeddingBackend | None = None,
+    *,
+    metrics: Metrics | None = None,
+    token_counter: TokenCounter = estimate_tokens,
+) -> Service:
+    metrics = metrics or Metrics()
+    backend = backend or default_backend(settings)
+    names = topic_names(settings.topic_prefix)
+    consumer = make_consumer(settings)
+    producer = make_producer(settings)
+    assignment = Assignment(_lane_of(names))
+    transactions: PartitionTransactions | None = None
+    writer: Writer = DirectWriter(producer)
+    if settings.delivery == "exactly_once":
+        transactions = PartitionTransactions(
+            settings.group_id,
+            lambda txn_id: make_producer(
+                settings, transactional_id=txn_id, enable_idempotence=True
+            ),
+        )
+        writer = transactions
+    sink = Sink(writer, names)
+    outcomes = KafkaOutcomes(sink, metrics)
+    governor = configured.governor(settings, time.monotonic)
+    caller = BatchCaller(
+        backend,
+        outcomes,
+        governor,
+        max_attempts=settings.max_attempts,
+        backoff=configured.backoff(settings),
+        observer=metrics,
     )
+    batcher: Batcher[WorkItem] = Batcher(
+        configured.batch_limits(settings),
+        caller.dispatch,
+        governor=governor,
+        backlog=assignment.lag_of,
+        observer=metrics,
+    )
+    waiting = WaitingRetries(lambda item: batcher.add(item.key, item.tokens, item))
+    committer = OffsetCommitter(
+        consumer, assignment.offsets(), transactions, on_lost=lambda tp: handoff.forget(tp)
+    )
+    handoff = Handoff(
+        assignment, batcher, waiting, sink, committer, transactions,
+        drain_timeout_s=settings.drain_timeout_s,
+    )  # fmt: skip
+    intake = Intake(settings, configured.provider_limits(settings), token_counter)
+    processor = Processor(
+        Parts(
+            settings=settings,
+            topics=[names.requests_high, names.requests_low, names.retry],
+            consumer=consumer,
+            producer=producer,
+            assignment=assignment,
+            fetcher=Fetcher(consumer, assignment, settings),
+            admission=Admission(intake, names),
+            outcomes=outcomes,
+            batcher=batcher,
+            caller=caller,
+            governor=governor,
+            waiting=waiting,
+            committer=committer,
+            handoff=handoff,
+            transactions=transactions,
+        )
+    )
+    health = Health(processor, metrics, broker_probe(producer))
+    ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
+    return Service(processor, health, ops_server)
 
 
-async def run_processor(
+def _lane_of(names: TopicNames) -> Callable[[str], Priority]:
+    def lane(topic: str) -> Priority:
+        return Priority.HIGH if topic == names.requests_high else Priority.LOW
+
+    return lane
+
+
+async def run_service(
     settings: Settings,
     backend: EmbeddingBackend | None = None,
     *,
     handle_signals: bool = True,
     started: asyncio.Event | None = None,
-) -> Processor:
-    """Run one group member until SIGINT/SIGTERM (or `processor.stop()`), then drain and exit."""
+) -> Service:
+    """Run one group member until SIGINT/SIGTERM (or `service.stop()`), then drain and exit.
+
+    A second signal stops the drain at once; unfinished work is not committed (re-read later).
+    """
     await check_broker(settings)  # before anything is consumed: names bootstrap_servers
     backend = backend or default_backend(settings)
-    processor = Processor(settings, backend)
+    service = build_service(settings, backend)
     loop = asyncio.get_running_loop()
     if handle_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, _on_signal, processor, sig)
+            loop.add_signal_handler(sig, _on_signal, service, sig)
     log.info("embedstream starting: %s", settings.describe())
     if started is not None:
         started.set()
     try:
-        await processor.run()
+        await service.run()
     finally:
         await backend.close()
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
     log.info("embedstream stopped cleanly")
-    return processor
+    return service
 
 
-def _on_signal(processor: Processor, sig: signal.Signals) -> None:
-    log.info("received %s: finishing in-flight work, then exiting", sig.name)
-    processor.stop()
+def _on_signal(service: Service, sig: signal.Signals) -> None:
+    log.info(
+        "received %s: finishing in-flight work, then exiting (again to stop at once)", sig.name
+    )
+    service.stop()

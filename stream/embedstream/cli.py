@@ -100,9 +100,9 @@ async def _dispatch(ns: argparse.Namespace) -> int:
     if command == "run":
         settings = _settings(ns, [f.name for f in dataclasses.fields(Settings)])
         setup_logging(settings.log_level, settings.log_format)
-        from embedstream.app import run_processor
+        from embedstream.app import run_service
 
-        await run_processor(settings)
+        await run_service(settings)
         return 0
     if command == "simulate":
         logging.basicConfig(level=logging.INFO)

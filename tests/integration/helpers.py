@@ -12,7 +12,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import GroupCoordinatorNotAvailableError
-from embedstream.app import default_backend
+from embedstream.app import Service, build_service, default_backend
 from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import create_topics, load_topic_specs
 from embedstream.kafka.clients import partitions_of
@@ -49,6 +49,42 @@ async def publish(
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+@contextlib.asynccontextmanager
+async def steady_traffic(
+    bootstrap: str, topic: str, *, rate_per_s: float = 100.0, prefix: str = "steady"
+) -> AsyncIterator[list[str]]:
+    """Good requests published at a steady rate while the block runs (their ids, growing).
+
+    Failures the provider's other calls do not share are what spend attempts: tests of
+    item-specific failures run them beside healthy traffic, as they would be in production.
+    """
+    ids: list[str] = []
+    stop = asyncio.Event()
+
+    async def feed() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+        await producer.start()
+        try:
+            wave_s = 0.05
+            while not stop.is_set():
+                for _ in range(max(1, int(rate_per_s * wave_s))):
+                    key, value = request(f"{prefix}-{len(ids)}", f"healthy text {len(ids)}")
+                    ids.append(key.decode())
+                    await producer.send(topic, value, key=key)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wave_s)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    task = asyncio.create_task(feed())
+    try:
+        yield ids
+    finally:
+        stop.set()
+        await task
 
 
 def request(request_id: str, text: str, **fields: Any) -> tuple[bytes, bytes]:
@@ -144,15 +180,22 @@ async def committed_lag(bootstrap: str, group: str, topics: Sequence[str]) -> di
 
 
 @contextlib.asynccontextmanager
-async def running_processor(settings: Settings) -> AsyncIterator[Processor]:
-    processor = Processor(settings, default_backend(settings))
-    task = asyncio.create_task(processor.run())
+async def running_service(settings: Settings) -> AsyncIterator[Service]:
+    """A processor with its health loop and ops server, joined and assigned."""
+    service = build_service(settings, default_backend(settings))
+    task = asyncio.create_task(service.run())
     try:
-        await asyncio.wait_for(_assigned_or_failed(processor, task), 60)
-        yield processor
+        await asyncio.wait_for(_assigned_or_failed(service.processor, task), 60)
+        yield service
     finally:
-        processor.stop()
+        service.stop()
         await asyncio.wait_for(task, 60)
+
+
+@contextlib.asynccontextmanager
+async def running_processor(settings: Settings) -> AsyncIterator[Processor]:
+    async with running_service(settings) as service:
+        yield service.processor
 
 
 async def _assigned_or_failed(processor: Processor, task: asyncio.Task[None]) -> None:

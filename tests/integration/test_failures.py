@@ -32,6 +32,8 @@ from tests.integration.helpers import (
     read_topic,
     request,
     running_processor,
+    running_service,
+    steady_traffic,
     settings_for,
     wait_for_ids,
 )
@@ -158,9 +160,14 @@ async def test_flaky_items_end_with_one_result_after_three_attempts(
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         ids = [f"f{i}" for i in range(40)]
-        await publish(bootstrap, names.requests_high, [request(i, f"FLAKY {i}") for i in ids])
-        async with running_processor(settings):
+        async with (
+            running_processor(settings),
+            steady_traffic(bootstrap, names.requests_low, rate_per_s=200) as healthy,
+        ):
+            await _until_flowing(bootstrap, names.results, healthy)
+            await publish(bootstrap, names.requests_high, [request(i, f"FLAKY {i}") for i in ids])
             seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=90)
+        seen = {i: docs for i, docs in seen.items() if i in set(ids)}
         assert set(seen) == set(ids)
         assert {i: [d["attempts"] for d in docs] for i, docs in seen.items()} == {
             i: [3] for i in ids
@@ -182,17 +189,29 @@ async def test_always_failing_items_make_max_attempts_calls_then_one_dead_letter
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         ids = [f"b{i}" for i in range(20)]
-        await publish(bootstrap, names.requests_low, [request(i, f"BROKEN {i}") for i in ids])
-        async with running_processor(settings):
+        async with (
+            running_processor(settings),
+            steady_traffic(bootstrap, names.requests_high, rate_per_s=200) as healthy,
+        ):
+            await _until_flowing(bootstrap, names.results, healthy)
+            await publish(bootstrap, names.requests_low, [request(i, f"BROKEN {i}") for i in ids])
             dead = await _wait_for_dead_letters(bootstrap, names.dead_letters, len(ids))
             await asyncio.sleep(1.0)  # a late extra attempt or dead letter would show up here
             dead = await read_topic(bootstrap, names.dead_letters, idle_s=0.5)
         assert sorted(r.key.decode() for r in dead) == sorted(ids)
         assert {headers_dict(r.headers)["embedstream.error.attempts"] for r in dead} == {"3"}
-        per_text = Counter(t for call in simulator.calls for t in call.inputs)
+        per_text = Counter(t for call in simulator.calls for t in call.inputs if "BROKEN" in t)
         assert set(per_text.values()) == {3}
-        assert await read_topic(bootstrap, names.results, idle_s=0.2) == []
+        results = await read_topic(bootstrap, names.results, idle_s=0.2)
+        assert not {orjson.loads(r.value)["id"] for r in results} & set(ids)
         _assert_no_early_retry(simulator, base_s=0.1, jitter=0.5)
+
+
+async def _until_flowing(bootstrap: str, results_topic: str, healthy: list[str]) -> None:
+    """Wait until healthy traffic gets results (the provider is seen to serve others)."""
+    while len(healthy) < 5:
+        await asyncio.sleep(0.05)
+    await wait_for_ids(bootstrap, results_topic, set(healthy[:5]), timeout_s=60)
 
 
 def _assert_no_early_retry(simulator: SimulatorServer, *, base_s: float, jitter: float) -> None:
@@ -245,20 +264,20 @@ async def test_rejected_key_pauses_without_dead_letters_and_never_leaks_the_key(
         await create_all_topics(settings)
         ids = [f"k{i}" for i in range(1000)]
         await publish(bootstrap, names.requests_low, [request(i, f"text {i}") for i in ids])
-        async with running_processor(settings) as processor:
-            assert processor.health is not None
+        async with running_service(settings) as service:
+            processor = service.processor
             for _ in range(100):
                 if not processor.provider_ok and processor.paused_count() > 0:
                     break
                 await asyncio.sleep(0.05)
             assert not processor.provider_ok
-            assert not processor.health.readiness().ready
-            assert "provider_usable" in processor.health.readiness().reasons()
+            assert not service.health.readiness().ready
+            assert "provider_usable" in service.health.readiness().reasons()
             assert processor.paused_count() > 0
             assert processor.held <= settings.max_buffered_items
             simulator.set_faults(auth_key=canary)  # the key is accepted again
             seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=120)
-            assert processor.health.readiness().ready
+            assert service.health.readiness().ready
         assert set(seen) == set(ids)
         dead = await read_topic(bootstrap, names.dead_letters, idle_s=0.3)
         assert dead == []

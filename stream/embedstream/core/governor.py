@@ -52,6 +52,12 @@ class Governor:
         self.low_in_flight = 0
         self._outage_failures = 0
         self._outage_since: float | None = None
+        self._refused = False  # the last answer refused everyone (bad key, unknown model)
+
+    @property
+    def provider_usable(self) -> bool:
+        """False while the provider refuses everyone or looks down: readiness and pausing."""
+        return not self._refused and not self.provider_down
 
     @property
     def provider_down(self) -> bool:
@@ -91,12 +97,17 @@ class Governor:
     def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:
         self._outage_failures = 0
         self._outage_since = None
+        self._refused = False
         now = self._clock()
         self.limit.on_success(latency_s, now)
         self.gate.from_headers(headers, now)
 
     def on_failure(self, error: EmbedStreamError) -> None:
         now = self._clock()
+        if isinstance(error, ProviderWideError):
+            self._refused = True
+        elif error.reason not in OUTAGE_REASONS and error.reason != Reason.RATE_LIMITED:
+            self._refused = False  # an answer about these items: the provider is there
         if error.reason in OUTAGE_REASONS:
             self._outage_failures += 1
             if self._outage_since is None:

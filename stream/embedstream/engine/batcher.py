@@ -1,8 +1,9 @@
 """The asyncio shell around the pure policy: buffers items, asks the policy, launches calls.
 
-It owns no I/O of its own: ``dispatch`` (the embedder plus sink) is injected, and so are the
-clock, the backlog source (consumer lag) and the governor that says whether, and for which
-lane, another call may start. That keeps every timing rule testable.
+It owns no I/O of its own: ``dispatch`` (the batch-call path) is injected, and so are the
+clock, the backlog source (consumer lag), the observer of cut batches and the governor that
+says whether, and for which lane, another call may start. That keeps every timing rule
+testable.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Generic, TypeVar
 
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority
+from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import (
     BatchLimits,
     Flush,
@@ -43,12 +45,15 @@ class Batcher(Generic[T]):
         max_concurrency: int = 4,
         clock: Callable[[], float] = time.monotonic,
         backlog: Callable[[Priority], int] = lambda lane: 0,
+        observer: EngineObserver | None = None,
     ) -> None:
         self._limits = limits
         self._dispatch = dispatch
         self._clock = clock
         self.governor = governor or Governor(max_concurrency=max_concurrency, clock=clock)
         self._backlog = backlog
+        self._observer = observer or NullObserver()
+        self._awaited = 0  # jobs that will be added again later (retries waiting in memory)
         self._buckets: dict[BucketKey, Bucket[T]] = {}
         self._buffered = 0
         self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
@@ -60,6 +65,10 @@ class Batcher(Generic[T]):
         self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
             None
         )
+
+    @property
+    def limits(self) -> BatchLimits:
+        return self._limits
 
     @property
     def buffered(self) -> int:
@@ -91,6 +100,20 @@ class Batcher(Generic[T]):
         self._buffered -= len(dropped)
         return dropped
 
+    def expect(self) -> None:
+        """A job will be added later (an in-memory retry): `run` keeps going until it is."""
+        self._awaited += 1
+
+    def add_expected(self, key: BucketKey, tokens: int, payload: T) -> None:
+        """Add a job announced with :meth:`expect`."""
+        self._awaited -= 1
+        self.add(key, tokens, payload)
+
+    def forget_expected(self) -> None:
+        """A job announced with :meth:`expect` will not come after all."""
+        self._awaited -= 1
+        self._wake.set()
+
     def drain(self) -> None:
         """Flush everything now, ignoring wait budgets; `run` returns once all calls finish."""
         self._draining = True
@@ -101,13 +124,20 @@ class Batcher(Generic[T]):
         self._hurrying = True
         self._wake.set()
 
+    def cancel_in_flight(self) -> None:
+        """Give up on running calls (a bounded shutdown): their items stay unfinished."""
+        for task in self._in_flight:
+            task.cancel()
+
     def poke(self) -> None:
         """Re-evaluate now (e.g. the governor's gate or limits changed from outside)."""
         self._wake.set()
 
     async def run(self) -> None:
         try:
-            while not (self._draining and self._buffered == 0 and not self._in_flight):
+            while not (
+                self._draining and self._buffered == 0 and not self._in_flight and not self._awaited
+            ):
                 timeout = self.launch_due()
                 # Safe: nothing can add items between deciding and clearing (no await).
                 self._wake.clear()
@@ -177,10 +207,14 @@ class Batcher(Generic[T]):
         items = bucket.take(spread_length(fits, len(bucket), self.governor.lane_slots(lane)))
         self._buffered -= len(items)
         self._buffered_by_priority[bucket.key.priority] -= len(items)
+        now = self._clock()
+        tokens = sum(p.tokens for p in items)
+        waits = [now - p.arrival for p in items]
+        self._observer.observe_flush(lane.label, reason, len(items), tokens, waits)
         if self.on_flush is not None:
-            self.on_flush(bucket.key, items, reason, self._clock())
+            self.on_flush(bucket.key, items, reason, now)
         self.governor.started(lane)
-        delay = self.governor.reserve(sum(p.tokens for p in items))
+        delay = self.governor.reserve(tokens)
         task = asyncio.create_task(self._call(bucket.key, items, reason, delay))
         self._in_flight.add(task)
 

@@ -1,26 +1,38 @@
-"""What happens to one batch: deadline check, the call, and one outcome per item.
+"""THE batch-call path: one batch in, one outcome per job out.
 
-Outcomes: a result, a retry-topic record (transient failure), or a dead letter (permanent
-failure or attempts exhausted). A batch the provider rejects as a whole is split in halves until
-the bad items are isolated, so one bad item never fails its batch-mates. Provider-wide failures
-(bad key, unknown model) keep the batch and retry it after a backoff: they never dead-letter.
+The Kafka processor and the in-process :class:`~embedstream.engine.client.BatchingClient`
+both send every batch through :class:`BatchCaller`, so they share every rule:
+
+- a job whose deadline has passed is dead-lettered without a call;
+- identical texts in a batch are sent once and the vector fanned out;
+- a batch the provider rejects as a whole (400, timeout, malformed response) is split in halves
+  until the bad jobs are isolated, so one bad job never fails its batch-mates;
+- failures everyone shares spend no attempts: a rate limit holds the batch until
+  `retry-after`, a refused key or unknown model holds it with backoff, and so does an
+  outage-like failure (connection, timeout, 5xx) while no other call succeeds. Only failures
+  the provider's other calls do not share count as attempts, so an outage dead-letters nothing;
+- a transient failure is retried after a backoff, up to `max_attempts`; then, or for a
+  permanent failure, the job is dead-lettered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from typing import Generic
 
 from embedstream.core.backoff import Backoff
 from embedstream.core.dedup import unique_texts
-from embedstream.core.governor import Governor
+from embedstream.core.governor import OUTAGE_REASONS, Governor
 from embedstream.core.lanes import BucketKey, Pending
+from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import FlushReason
 from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
+from embedstream.engine.jobs import Embedded, J, Outcomes
 from embedstream.errors import (
     SPLITTABLE_REASONS,
     EmbedStreamError,
@@ -29,199 +41,171 @@ from embedstream.errors import (
     Reason,
     TransientError,
 )
-from embedstream.kafka.sink import Sink, now_ms
-from embedstream.kafka.work import WorkItem
-from embedstream.ops.metrics import Metrics
-from embedstream.wire import EmbedResult, Failure
 
 log = logging.getLogger(__name__)
 
-
-def _refused_for_everyone(exc: EmbedStreamError) -> bool:
-    return isinstance(exc, ProviderWideError) or exc.reason == Reason.RATE_LIMITED
-
-
-@dataclass
-class PipelineStats:
-    calls: int = 0
-    items_sent: int = 0
-    results: int = 0
-    retries: int = 0
-    dead_letters: int = 0
-    deduplicated: int = 0
-    provider_ok: bool = True
-    batch_sizes: list[int] = field(default_factory=list)
+# An outage-like failure right after a success may still be this batch's own fault: the first
+# failure of a job counts as an attempt if the provider served a call this recently.
+RECENT_SUCCESS_MS = 1000
 
 
-class Pipeline:
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class BatchCaller(Generic[J]):
     def __init__(
         self,
         backend: EmbeddingBackend,
-        sink: Sink,
-        on_done: Callable[[WorkItem], None],
+        outcomes: Outcomes[J],
+        governor: Governor,
         *,
         max_attempts: int,
-        backoff: Backoff | None = None,
+        backoff: Backoff,
         rng: random.Random | None = None,
-        clock_ms: Callable[[], int] = now_ms,
-        metrics: Metrics | None = None,
-        governor: Governor | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        observer: EngineObserver | None = None,
     ) -> None:
         self._backend = backend
-        self._sink = sink
-        self._on_done = on_done
+        self._outcomes = outcomes
+        self._governor = governor
         self._max_attempts = max_attempts
-        self._backoff = backoff or Backoff()
+        self._backoff = backoff
         self._rng = rng or random.Random()
         self._clock_ms = clock_ms
-        self.stats = PipelineStats()
-        self._metrics = metrics or Metrics()
-        self._governor = governor
+        self._observer = observer or NullObserver()
+        self._abandon = asyncio.Event()
+        self._last_success_ms: int | None = None  # the last call that succeeded (clock_ms)
+
+    def abandon_holds(self) -> None:
+        """Stop waiting out rate limits and outages: held batches end with `abandoned`."""
+        self._abandon.set()
 
     async def dispatch(
-        self, key: BucketKey, batch: list[Pending[WorkItem]], reason: FlushReason
+        self, key: BucketKey, batch: Sequence[Pending[J]], reason: FlushReason
     ) -> None:
-        del reason  # recorded by the batcher's flush hook
-        live: list[Pending[WorkItem]] = []
+        """Send one batch the batcher cut (the Batcher's dispatch callback)."""
+        del reason  # the batcher reports it
+        now = self._clock_ms()
+        live: list[Pending[J]] = []
         for pending in batch:
-            deadline = pending.payload.request.deadline_ms
-            if deadline is not None and self._clock_ms() > deadline:
-                err = PermanentItemError(Reason.DEADLINE_EXCEEDED, "deadline passed before sending")
-                await self.dead_letter(pending.payload, err)
+            job = pending.payload
+            if job.deadline_ms is not None and now > job.deadline_ms:
+                expired = PermanentItemError(
+                    Reason.DEADLINE_EXCEEDED, "deadline passed before sending"
+                )
+                await self._dead_letter(job, expired)
             else:
-                pending.payload.attempts += 1
+                job.attempts += 1
                 live.append(pending)
         if live:
             await self._call(key, live)
 
-    async def _call(self, key: BucketKey, batch: list[Pending[WorkItem]]) -> None:
-        # Identical texts in one bucket are sent once; the vector is fanned out below.
-        distinct, mapping = unique_texts([p.payload.request.text for p in batch])
-        self.stats.deduplicated += len(batch) - len(distinct)
-        call = BatchCall(
-            model=key.model,
-            texts=distinct,
-            encoding_format=key.encoding_format,
-            dimensions=key.dimensions,
-        )
-        held_back = 0  # consecutive rate-limit / provider-wide refusals of this batch
+    async def _call(self, key: BucketKey, batch: Sequence[Pending[J]]) -> None:
+        held_back = 0  # consecutive shared failures of this batch
         while True:
-            self.stats.calls += 1
-            self.stats.items_sent += len(distinct)
+            distinct, mapping = unique_texts([p.payload.text for p in batch])
+            call = BatchCall(key.model, distinct, key.encoding_format, key.dimensions)
             started = time.perf_counter()
             try:
                 outcome = await self._backend.embed(call)
             except EmbedStreamError as exc:
-                self._metrics.observe_call(time.perf_counter() - started, ok=False)
-                self._metrics.observe_error(type(exc).__name__, exc.reason)
-                if self._governor is not None:
-                    self._governor.on_failure(exc)
+                self._observer.observe_call(time.perf_counter() - started, ok=False)
+                self._observer.observe_error(type(exc).__name__, exc.reason)
+                self._governor.on_failure(exc)
                 if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
                     raise
-                outage = self._governor is not None and self._governor.provider_down
-                if not (_refused_for_everyone(exc) or (outage and exc.retriable)):
-                    self.stats.provider_ok = True
-                    await self._failed(key, batch, exc)
+                now = self._clock_ms()
+                held = [p for p in batch if self._says_nothing_about(p.payload, exc, now)]
+                if len(held) < len(batch):
+                    counted = [
+                        p for p in batch if not self._says_nothing_about(p.payload, exc, now)
+                    ]
+                    await self._failed(key, counted, exc)
+                if not held:
                     return
-                # A rate limit or a refused key says nothing about these items: keep the batch,
-                # spend none of its attempts, and try again once the provider lets us.
+                batch = held
                 held_back += 1
-                self.stats.provider_ok = not (isinstance(exc, ProviderWideError) or outage)
-                await self._hold_back(exc, held_back, outage)
+                if not await self._hold_back(exc, held_back):
+                    self._outcomes.abandoned([p.payload for p in batch])
+                    return
                 continue
-            self._metrics.observe_call(outcome.latency_s, ok=True)
-            if self._governor is not None:
-                self._governor.on_success(outcome.latency_s, outcome.headers)
-            self.stats.provider_ok = True
-            self.stats.batch_sizes.append(len(batch))
-            vectors = [outcome.vectors[i] for i in mapping]
-            await self._succeeded(key, batch, vectors, outcome)
+            self._last_success_ms = self._clock_ms()
+            self._observer.observe_call(outcome.latency_s, ok=True)
+            self._governor.on_success(outcome.latency_s, outcome.headers)
+            await self._succeeded(key, batch, mapping, outcome)
             return
 
-    async def _hold_back(self, exc: EmbedStreamError, times: int, outage: bool) -> None:
+    def _says_nothing_about(self, job: J, exc: EmbedStreamError, now_ms: int) -> bool:
+        """True for a failure the provider's other calls share: it costs the job no attempt.
+
+        Rate limits and refusals of everyone always are. An outage-like failure (connection,
+        timeout, 5xx) is shared unless the provider served someone meanwhile: since the job
+        first failed, or, for a first failure, within the last RECENT_SUCCESS_MS.
+        """
+        if isinstance(exc, ProviderWideError) or exc.reason == Reason.RATE_LIMITED:
+            return True
+        if not (exc.retriable and exc.reason in OUTAGE_REASONS):
+            return False
+        if self._last_success_ms is None:
+            return True
+        if job.first_failure_ms is not None:
+            return self._last_success_ms < job.first_failure_ms
+        return now_ms - self._last_success_ms > RECENT_SUCCESS_MS
+
+    async def _hold_back(self, exc: EmbedStreamError, times: int) -> bool:
+        """Wait until the provider may be called again; False if abandoned meanwhile."""
         delay = self._backoff.delay(times, self._rng, exc.retry_after)
-        if isinstance(exc, ProviderWideError) or outage:
-            what = "provider down" if outage else "provider unusable"
-            log.error("%s (%s): %s; retrying in %.1fs", what, exc.reason, exc, delay)
-            if self._governor is not None:
-                self._governor.hold(delay)  # nobody else calls meanwhile either
-        elif self._governor is not None:
-            # The gate already holds everyone until retry-after; wait for it, not longer.
+        if exc.reason == Reason.RATE_LIMITED:
+            # The gate already holds everyone until retry-after: wait for it, not longer.
             delay = max(self._governor.blocked_for(), exc.retry_after or 0.0)
-        await asyncio.sleep(delay)
+        else:
+            what = (
+                "provider refuses calls" if isinstance(exc, ProviderWideError) else "provider down"
+            )
+            log.error("%s (%s): %s; retrying in %.1fs", what, exc.reason, exc, delay)
+            self._governor.hold(delay)  # nobody else calls meanwhile either
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._abandon.wait(), delay)
+        return not self._abandon.is_set()
 
     async def _failed(
-        self, key: BucketKey, batch: list[Pending[WorkItem]], exc: EmbedStreamError
+        self, key: BucketKey, batch: Sequence[Pending[J]], exc: EmbedStreamError
     ) -> None:
         if len(batch) > 1 and exc.reason in SPLITTABLE_REASONS:
             middle = len(batch) // 2
             await asyncio.gather(self._call(key, batch[:middle]), self._call(key, batch[middle:]))
             return
-        await asyncio.gather(*(self._item_failed(p.payload, exc) for p in batch))
+        await asyncio.gather(*(self._job_failed(p.payload, exc) for p in batch))
 
-    async def _item_failed(self, item: WorkItem, exc: EmbedStreamError) -> None:
-        if not exc.retriable or item.attempts >= self._max_attempts:
-            await self.dead_letter(item, exc)
+    async def _job_failed(self, job: J, exc: EmbedStreamError) -> None:
+        if not exc.retriable or job.attempts >= self._max_attempts:
+            await self._dead_letter(job, exc)
             return
-        now = self._clock_ms()
-        if item.first_failure_ms is None:
-            item.first_failure_ms = now
-            item.first_error = f"{exc.reason}: {exc.message}"
-        delay = self._backoff.delay(item.attempts, self._rng, exc.retry_after)
-        await self._sink.retry(item, now + int(delay * 1000), f"{exc.reason}: {exc.message}")
-        log.info("retry %s after attempt %d in %.1fs (%s)", item.request.id, item.attempts,
-                 delay, exc.reason)  # fmt: skip
-        self.stats.retries += 1
-        self._metrics.count_retry(exc.reason)
-        self._on_done(item)
+        if job.first_failure_ms is None:
+            job.first_failure_ms = self._clock_ms()
+            job.first_error = f"{exc.reason}: {exc.message}"
+        delay = self._backoff.delay(job.attempts, self._rng, exc.retry_after)
+        log.info("retry %s after attempt %d in %.1fs (%s)", job.id, job.attempts, delay, exc.reason)
+        self._observer.count_retry(exc.reason)
+        await self._outcomes.retry_later(job, exc, delay)
 
-    async def dead_letter(self, item: WorkItem, exc: EmbedStreamError) -> None:
-        now = self._clock_ms()
-        failure = Failure(
-            error_class=type(exc).__name__,
-            reason=exc.reason,
-            message=exc.message,
-            attempts=item.attempts,
-            source_topic=item.origin.topic,
-            source_partition=item.origin.partition,
-            source_offset=item.origin.offset,
-            first_failure_ms=item.first_failure_ms or now,
-            last_failure_ms=now,
-        )
-        await self._sink.dead_letter(item.raw, item.request.id.encode(), failure)
-        log.warning("dead-lettered %s after %d attempts (%s)", item.request.id, item.attempts,
-                    exc.reason)  # fmt: skip
-        self.stats.dead_letters += 1
-        self._metrics.count_dead_letter(exc.reason)
-        self._on_done(item)
+    async def _dead_letter(self, job: J, exc: EmbedStreamError) -> None:
+        log.warning("dead-lettered %s after %d attempts (%s)", job.id, job.attempts, exc.reason)
+        self._observer.count_dead_letter(exc.reason)
+        await self._outcomes.dead_letter(job, exc)
 
     async def _succeeded(
-        self,
-        key: BucketKey,
-        batch: list[Pending[WorkItem]],
-        vectors: list[list[float] | str],
-        outcome: BatchOutcome,
+        self, key: BucketKey, batch: Sequence[Pending[J]], mapping: list[int], outcome: BatchOutcome
     ) -> None:
+        # The provider reports usage per call; each job gets its estimated share.
         estimated = sum(p.tokens for p in batch) or 1
-        now = self._clock_ms()
-        sends = []
-        for pending, vector in zip(batch, vectors, strict=True):
-            item = pending.payload
-            result = EmbedResult(
-                id=item.request.id,
-                model=key.model,
-                embedding=vector,
-                dimensions=outcome.dimensions,
-                # The provider reports usage per call; each item gets its estimated share.
-                tokens=round(outcome.total_tokens * pending.tokens / estimated),
-                metadata=item.request.metadata,
-                attempts=item.attempts,
-                latency_ms=float(now - item.timestamp_ms),
+        done = [
+            Embedded(
+                p.payload,
+                outcome.vectors[index],
+                round(outcome.total_tokens * p.tokens / estimated),
             )
-            sends.append(self._sink.result(item, result))
-        await asyncio.gather(*sends)
-        self.stats.results += len(batch)
-        lane = key.priority.label
-        for pending in batch:
-            self._metrics.observe_result(lane, (now - pending.payload.timestamp_ms) / 1000.0)
-            self._on_done(pending.payload)
+            for p, index in zip(batch, mapping, strict=True)
+        ]
+        await self._outcomes.succeeded(key, done, outcome.dimensions)

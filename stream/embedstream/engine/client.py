@@ -1,74 +1,141 @@
 """The batching engine as a library, without Kafka: for asyncio services that embed per request.
 
     async with BatchingClient(base_url="http://localhost:8700/v1", model="m") as client:
-        vector = await client.embed("hello", priority="high")
+        vector = await client.embed("hello")
+        vectors = await client.embed(["a", "b"])
 
-Concurrent callers are batched by the same policy, lanes and limits as the Kafka processor;
-each caller gets its own vector (or its own exception) back.
+Concurrent callers are batched by the same policy, lanes and limits as the Kafka processor and
+their batches go through the same batch-call path (:mod:`embedstream.engine.calls`): holds on
+rate limits and outages, retries of transient failures with backoff, splitting of rejected
+batches. Each caller gets its own vector, or its own exception, back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal, overload
 
-from embedstream.core.dedup import unique_texts
+from embedstream.config import Settings, load_settings, validate
+from embedstream.core import configured
 from embedstream.core.lanes import BucketKey, Pending, Priority
-from embedstream.core.policy import BatchLimits, FlushReason
+from embedstream.core.limits import check_item
+from embedstream.core.observer import EngineObserver
+from embedstream.core.policy import FlushReason
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.engine.batcher import Batcher
-from embedstream.engine.embedder import BatchCall, EmbeddingBackend, OpenAIEmbedder
-from embedstream.errors import SPLITTABLE_REASONS, EmbedStreamError, PermanentItemError, Reason
+from embedstream.engine.calls import BatchCaller
+from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
+from embedstream.engine.jobs import Embedded, Job, Outcomes
+from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, TransientError
+from embedstream.wire import Vector
 
-Vector = list[float] | str
+__all__ = ["BatchingClient", "Vector"]
+
+Lane = Literal["high", "low"]
+EncodingFormat = Literal["float", "base64"]
 
 
-@dataclass(slots=True)
-class _Request:
-    text: str
+@dataclass(slots=True, eq=False, kw_only=True)
+class _Request(Job):
+    key: BucketKey
     future: asyncio.Future[Vector]
 
 
+class _Callers(Outcomes[_Request]):
+    """Outcomes delivered to the awaiting callers; retries wait in memory, then rejoin."""
+
+    def __init__(self, batcher: Batcher[_Request]) -> None:
+        self._batcher = batcher
+        self._waiting: dict[_Request, asyncio.TimerHandle] = {}
+
+    async def succeeded(
+        self, key: BucketKey, done: Sequence[Embedded[_Request]], dimensions: int
+    ) -> None:
+        for embedded in done:
+            if not embedded.job.future.done():  # the caller may have given up
+                embedded.job.future.set_result(embedded.vector)
+
+    async def retry_later(self, job: _Request, error: EmbedStreamError, delay_s: float) -> None:
+        self._batcher.expect()
+        loop = asyncio.get_running_loop()
+        self._waiting[job] = loop.call_later(delay_s, self._rejoin, job)
+
+    def _rejoin(self, job: _Request) -> None:
+        del self._waiting[job]
+        if job.future.done():
+            self._batcher.forget_expected()
+        else:
+            self._batcher.add_expected(job.key, job.tokens, job)
+
+    async def dead_letter(self, job: _Request, error: EmbedStreamError) -> None:
+        if not job.future.done():
+            job.future.set_exception(error)
+
+    def abandoned(self, jobs: Sequence[_Request]) -> None:
+        for job in jobs:
+            if not job.future.done():
+                job.future.set_exception(_closed())
+
+    def give_up_waiting(self) -> None:
+        """Closing: retries still waiting for their delay fail now."""
+        for job, handle in list(self._waiting.items()):
+            handle.cancel()
+            del self._waiting[job]
+            self._batcher.forget_expected()
+            self.abandoned([job])
+
+
+def _closed() -> TransientError:
+    return TransientError(Reason.TIMEOUT, "client closed before the provider answered")
+
+
 class BatchingClient:
+    """Batches concurrent `embed` calls. Settings default to :class:`Settings`' defaults;
+    pass `settings=` or any setting by name (`max_wait_ms=20`, `max_attempts=3`, ...).
+    `api_key` and `base_url` fall back to OPENAI_API_KEY and OPENAI_BASE_URL."""
+
     def __init__(
         self,
         backend: EmbeddingBackend | None = None,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        model: str = "text-embedding-3-small",
-        encoding_format: Literal["float", "base64"] = "float",
-        max_batch_size: int = 256,
-        max_batch_tokens: int = 100_000,
-        max_input_tokens: int = 8_192,
-        max_wait_ms: float = 20.0,
-        scale_factor: float = 64.0,
-        max_concurrency: int = 4,
-        request_timeout_s: float = 30.0,
+        settings: Settings | None = None,
         token_counter: TokenCounter = estimate_tokens,
+        observer: EngineObserver | None = None,
+        **setting_values: Any,
     ) -> None:
-        self._backend = backend or OpenAIEmbedder(
-            base_url=base_url, api_key=api_key, timeout_s=request_timeout_s
-        )
-        self._model = model
-        self._encoding_format = encoding_format
-        self._max_input_tokens = max_input_tokens
+        self.settings = _resolve(settings, setting_values)
+        self._backend = backend or OpenAIEmbedder.from_settings(self.settings)
+        self._limits = configured.provider_limits(self.settings)
         self._count_tokens = token_counter
-        limits = BatchLimits(max_batch_size, max_batch_tokens, max_wait_ms / 1000.0, scale_factor)
+        self.governor = configured.governor(self.settings, time.monotonic)
         self._batcher: Batcher[_Request] = Batcher(
-            limits, self._dispatch, max_concurrency=max_concurrency
+            configured.batch_limits(self.settings),
+            self._dispatch,
+            governor=self.governor,
+            observer=observer,
+        )
+        self._callers = _Callers(self._batcher)
+        self._caller = BatchCaller(
+            self._backend,
+            self._callers,
+            self.governor,
+            max_attempts=self.settings.max_attempts,
+            backoff=configured.backoff(self.settings),
+            observer=observer,
         )
         self._runner: asyncio.Task[None] | None = None
-        self.calls = 0
 
     @property
     def model(self) -> str:
         """The model used when a call names none."""
-        return self._model
+        return self.settings.model
 
     async def __aenter__(self) -> BatchingClient:
         self.start()
@@ -86,12 +153,18 @@ class BatchingClient:
         if self._runner is None:
             self._runner = asyncio.create_task(self._batcher.run())
 
-    async def close(self) -> None:
-        """Send what is buffered, wait for in-flight calls, release the HTTP client."""
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Send what is buffered and wait for every answer (retries included), then release
+        the HTTP client. After `timeout_s`, callers still waiting get a TransientError."""
         if self._runner is not None:
             self._batcher.drain()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
+            try:
+                await asyncio.wait_for(asyncio.shield(self._runner), timeout_s)
+            except TimeoutError:
+                self._caller.abandon_holds()
+                self._callers.give_up_waiting()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._runner
             self._runner = None
         await self._backend.close()
 
@@ -101,85 +174,106 @@ class BatchingClient:
         *,
         model: str | None = None,
         dimensions: int | None = None,
-        encoding_format: Literal["float", "base64"] | None = None,
-        priority: Literal["high", "low"] = "high",
+        encoding_format: EncodingFormat | None = None,
+        priority: Lane = "high",
     ) -> asyncio.Future[Vector]:
         """Queue one text; the future resolves to its vector. Raises at once on bad input."""
         if self._runner is None:
             raise RuntimeError("BatchingClient not started: use `async with` or start()")
-        if not text or text.isspace():
-            raise PermanentItemError(Reason.EMPTY_TEXT, "text is empty or only whitespace")
         tokens = self._count_tokens(text)
-        if tokens > self._max_input_tokens:
-            raise PermanentItemError(
-                Reason.TOO_LONG, f"about {tokens} tokens, limit {self._max_input_tokens}"
-            )
+        encoding = encoding_format or self.settings.encoding_format
+        problem = check_item(self._limits, text=text, tokens=tokens, encoding_format=encoding)
+        if problem is not None:
+            raise PermanentItemError(problem.reason, problem.message)
         key = BucketKey(
             Priority.HIGH if priority == "high" else Priority.LOW,
-            model or self._model,
-            encoding_format or self._encoding_format,
+            model or self.settings.model,
+            encoding,
             dimensions,
         )
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
-        self._batcher.add(key, tokens, _Request(text, future))
+        job = _Request(id=f"call-{id(future):x}", text=text, tokens=tokens, key=key, future=future)
+        self._batcher.add(key, tokens, job)
         return future
 
-    async def embed(
+    @overload
+    async def embed(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]
         self,
         text: str,
         *,
+        model: str | None = ...,
+        dimensions: int | None = ...,
+        encoding_format: EncodingFormat | None = ...,
+        priority: Lane | None = ...,
+        timeout: float | None = ...,  # noqa: ASYNC109 (OpenAI SDK style)
+    ) -> Vector: ...
+
+    @overload
+    async def embed(
+        self,
+        text: Sequence[str],
+        *,
+        model: str | None = ...,
+        dimensions: int | None = ...,
+        encoding_format: EncodingFormat | None = ...,
+        priority: Lane | None = ...,
+        timeout: float | None = ...,  # noqa: ASYNC109 (OpenAI SDK style)
+    ) -> list[Vector]: ...
+
+    async def embed(
+        self,
+        text: str | Sequence[str],
+        *,
         model: str | None = None,
         dimensions: int | None = None,
-        encoding_format: Literal["float", "base64"] | None = None,
-        priority: Literal["high", "low"] = "high",
-    ) -> Vector:
-        return await self.submit(
-            text,
-            model=model,
-            dimensions=dimensions,
-            encoding_format=encoding_format,
-            priority=priority,
-        )
-
-    async def embed_many(
-        self, texts: Sequence[str], *, priority: Literal["high", "low"] = "low"
-    ) -> list[Vector]:
-        futures = [self.submit(text, priority=priority) for text in texts]
-        # Awaiting in order is cheaper than gather() (no per-future callbacks) and the batcher
-        # runs in the background meanwhile, so the total wait is the same.
+        encoding_format: EncodingFormat | None = None,
+        priority: Lane | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (per call, as the OpenAI SDK has it)
+    ) -> Vector | list[Vector]:
+        """The vector of one text (high priority by default), or of each text of a list (low
+        priority by default), like the OpenAI SDK's `embeddings.create(input=...)`."""
+        texts = [text] if isinstance(text, str) else list(text)
+        lane: Lane = priority or ("high" if isinstance(text, str) else "low")
+        futures = [
+            self.submit(
+                t,
+                model=model,
+                dimensions=dimensions,
+                encoding_format=encoding_format,
+                priority=lane,
+            )
+            for t in texts
+        ]
         try:
-            return [await future for future in futures]
+            async with asyncio.timeout(timeout):
+                # In order rather than gather(): no per-future callbacks, same total wait.
+                vectors = [await future for future in futures]
+        except TimeoutError:
+            raise TransientError(Reason.TIMEOUT, f"no vector within {timeout:g}s") from None
         finally:
             for future in futures:
-                future.cancel()  # no-op for finished ones; drops the rest if we failed early
+                future.cancel()  # no-op for finished ones; a cancelled job is never sent
+        return vectors[0] if isinstance(text, str) else vectors
+
+    async def embed_many(self, texts: Sequence[str], *, priority: Lane = "low") -> list[Vector]:
+        return await self.embed(list(texts), priority=priority)
 
     async def _dispatch(
         self, key: BucketKey, batch: list[Pending[_Request]], reason: FlushReason
     ) -> None:
-        del reason
-        await self._call(key, [p.payload for p in batch])
+        live = [pending for pending in batch if not pending.payload.future.done()]
+        if live:
+            await self._caller.dispatch(key, live, reason)
 
-    async def _call(self, key: BucketKey, requests: list[_Request]) -> None:
-        distinct, mapping = unique_texts([r.text for r in requests])
-        call = BatchCall(key.model, distinct, key.encoding_format, key.dimensions)
-        self.calls += 1
-        governor = self._batcher.governor
-        try:
-            outcome = await self._backend.embed(call)
-        except EmbedStreamError as exc:
-            governor.on_failure(exc)
-            if len(requests) > 1 and exc.reason in SPLITTABLE_REASONS:
-                # Find the bad input; its batch-mates still get their vectors.
-                middle = len(requests) // 2
-                await asyncio.gather(
-                    self._call(key, requests[:middle]), self._call(key, requests[middle:])
-                )
-                return
-            for request in requests:
-                if not request.future.done():
-                    request.future.set_exception(exc)
-            return
-        governor.on_success(outcome.latency_s, outcome.headers)
-        for request, index in zip(requests, mapping, strict=True):
-            if not request.future.done():  # the caller may have been cancelled
-                request.future.set_result(outcome.vectors[index])
+
+def _resolve(settings: Settings | None, values: dict[str, Any]) -> Settings:
+    if settings is None:
+        # Like the OpenAI SDK, read only OPENAI_API_KEY / OPENAI_BASE_URL from the environment.
+        env = {k: v for k, v in os.environ.items() if k in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+        return load_settings(env=env, overrides=values)
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(Settings)})
+    if unknown:
+        raise TypeError(f"BatchingClient got unknown settings: {', '.join(unknown)}")
+    resolved = dataclasses.replace(settings, **values)
+    validate(resolved)
+    return resolved

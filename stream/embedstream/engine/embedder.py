@@ -16,6 +16,7 @@ from typing import Protocol
 import openai
 from openai import AsyncOpenAI, Omit, omit
 
+from embedstream.config import Settings
 from embedstream.errors import (
     EmbedStreamError,
     PermanentItemError,
@@ -50,6 +51,14 @@ class EmbeddingBackend(Protocol):
 
 
 class OpenAIEmbedder:
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OpenAIEmbedder:
+        return cls(
+            base_url=settings.base_url,
+            api_key=settings.api_key,
+            timeout_s=settings.request_timeout_s,
+        )
+
     def __init__(self, *, base_url: str | None, api_key: str | None, timeout_s: float) -> None:
         self._secret = api_key
         self._client = AsyncOpenAI(

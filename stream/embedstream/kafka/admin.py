@@ -1,7 +1,7 @@
 """Kafka topics: the declarations in topics.toml, and creating/inspecting them on a broker.
 
 topics/topics.toml is the canonical declaration; stream/embedstream/kafka/topics.toml is an
-identical copy shipped in the wheel, used when no path is given. Besides stream/kafka.py this is
+identical copy shipped in the wheel, used when no path is given. Besides kafka/clients.py this is
 the only module importing aiokafka, so admin-API quirks stay in one place.
 """
 

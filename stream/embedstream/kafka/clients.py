@@ -4,6 +4,7 @@ imports aiokafka, so the rest of the pipeline is testable without a broker."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -73,6 +74,15 @@ async def check_broker(settings: Settings) -> None:
         ) from exc
     finally:
         await producer.stop()
+
+
+def broker_probe(producer: AIOKafkaProducer) -> Callable[[], Awaitable[object]]:
+    """A cheap "does the broker answer?" check, for readiness."""
+
+    def probe() -> Awaitable[object]:
+        return producer.client.fetch_all_metadata()  # type: ignore[no-any-return]
+
+    return probe
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:

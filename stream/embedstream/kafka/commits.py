@@ -2,13 +2,13 @@
 
 At-least-once: explicit offsets through the consumer, never a bare `commit()`; a commit that
 fails during a rebalance is retried next time, never fatal. Exactly-once: the offset goes into
-the partition's transaction together with its staged outputs (stream/transactions.py).
+the partition's transaction together with its staged outputs (kafka/transactions.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
@@ -25,7 +25,7 @@ class OffsetCommitter:
         consumer: Any,
         trackers: Mapping[Any, PartitionOffsets],
         transactions: PartitionTransactions | None,
-        on_lost: Callable[[Any], None],
+        on_lost: Callable[[Any], Awaitable[None]],
     ) -> None:
         self._consumer = consumer
         self._trackers = trackers
@@ -60,7 +60,7 @@ class OffsetCommitter:
                 await transactions.commit(tp, offset)
             except Fenced as exc:
                 log.error("lost %s to another member (%s); dropping its work", tp, exc)
-                self._on_lost(tp)
+                await self._on_lost(tp)
                 continue
             except (KafkaError, TimeoutError, OSError):
                 continue  # logged by the transactions; the outputs stay staged for next time

@@ -3,7 +3,7 @@
 At-least-once: the direct writer returns once the broker acknowledged the record, and the
 processor commits an input offset only after that. Exactly-once: the staging writer parks the
 record in its input partition's outbox, and the partition's transaction writes it together
-with the offset commit (stream/transactions.py).
+with the offset commit (kafka/transactions.py).
 """
 
 from __future__ import annotations
@@ -12,24 +12,22 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiokafka.errors import KafkaError
 
+from embedstream.core.lanes import Priority
 from embedstream.kafka.admin import TopicNames
+from embedstream.kafka.protocols import Producer
 from embedstream.kafka.work import Origin, WorkItem
-from embedstream.wire import HEADER_PREFIX, EmbedResult, Failure, dead_letter_headers
-
-RETRY_ATTEMPTS = HEADER_PREFIX + "retry.attempts"
-RETRY_NOT_BEFORE = HEADER_PREFIX + "retry.not_before"
-RETRY_FIRST_ERROR = HEADER_PREFIX + "retry.first_error"
-RETRY_FIRST_FAILURE = HEADER_PREFIX + "retry.first_failure"
-PRIORITY = HEADER_PREFIX + "priority"
-ENQUEUED_AT = HEADER_PREFIX + "enqueued_at"
-# On a result whose text was cut to the per-input limit: the token estimate before cutting.
-TRUNCATED_FROM = HEADER_PREFIX + "truncated_from_tokens"
-
-Headers = list[tuple[str, bytes]]
+from embedstream.wire import (
+    TRUNCATED_FROM,
+    EmbedResult,
+    Failure,
+    Headers,
+    RetryState,
+    dead_letter_headers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +66,7 @@ class DirectWriter:
     backoff: the item cannot be committed before its output is written anyway."""
 
     def __init__(
-        self, producer: Any, retry_for_s: float = WRITE_RETRY_S, first_delay_s: float = 0.5
+        self, producer: Producer, retry_for_s: float = WRITE_RETRY_S, first_delay_s: float = 0.5
     ) -> None:
         self._producer = producer
         self._retry_for_s = retry_for_s
@@ -107,14 +105,15 @@ class Sink:
         )
 
     async def retry(self, item: WorkItem, not_before_ms: int, error: str) -> None:
-        headers: Headers = [
-            (RETRY_ATTEMPTS, str(item.attempts).encode()),
-            (RETRY_NOT_BEFORE, str(not_before_ms).encode()),
-            (RETRY_FIRST_ERROR, (item.first_error or error).encode()[:1024]),
-            (RETRY_FIRST_FAILURE, str(item.first_failure_ms or now_ms()).encode()),
-            (PRIORITY, item.priority.label.encode()),
-            (ENQUEUED_AT, str(item.timestamp_ms).encode()),
-        ]
+        state = RetryState(
+            attempts=item.attempts,
+            not_before_ms=not_before_ms,
+            first_error=item.first_error or error,
+            first_failure_ms=item.first_failure_ms or now_ms(),
+            high_priority=item.priority is Priority.HIGH,
+            enqueued_at_ms=item.timestamp_ms,
+        )
+        headers = state.headers()
         key = item.request.id.encode()
         await self._writer.write(Output(item.origin, self._topics.retry, key, item.raw, headers))
 

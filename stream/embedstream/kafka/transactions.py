@@ -103,6 +103,11 @@ class PartitionTransactions:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(producer.stop(), TXN_TIMEOUT_S)
 
+    async def close(self) -> None:
+        """Stop every partition's producer (at shutdown)."""
+        for tp in list(self._producers):
+            await self.release(tp)
+
     async def commit(self, tp: Any, offset: int) -> None:
         """Write the outputs below `offset` and commit `offset`, atomically.
 

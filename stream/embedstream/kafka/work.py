@@ -1,10 +1,12 @@
-"""A request in flight through the pipeline, with the Kafka coordinates it must be acked at."""
+"""A request read from Kafka on its way through the engine, with where it must be acked."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from embedstream.core.lanes import Priority
+from embedstream.core.lanes import BucketKey, Priority
+from embedstream.engine.jobs import Job
+from embedstream.kafka.partitions import PartitionState
 from embedstream.wire import EmbedRequest
 
 
@@ -15,19 +17,28 @@ class Origin:
     offset: int
 
 
-@dataclass(slots=True)
-class WorkItem:
+@dataclass(slots=True, eq=False, kw_only=True)
+class WorkItem(Job):
     request: EmbedRequest
     origin: Origin
     raw: bytes
     priority: Priority
+    partition: PartitionState  # the assignment it was read under (dead once revoked)
     timestamp_ms: int  # when the request first entered Kafka: end-to-end latency starts here
-    attempts: int = 0  # calls already made for this request (carried across the retry topic)
-    first_failure_ms: int | None = None
-    first_error: str | None = None
-    generation: int = 0  # assignment generation; stale once its partition is revoked
-    model: str = ""  # resolved at intake: the request's, or the configured default
-    encoding_format: str = "float"
-    tokens: int = 0  # token estimate of the text as sent
+    model: str  # resolved at intake: the request's, or the configured default
+    encoding_format: str
     truncated_from: int | None = None  # estimate before truncation (oversize_policy=truncate)
     not_before_ms: int = 0  # a retry's earliest send time (from the retry record's headers)
+
+    @property
+    def key(self) -> BucketKey:
+        return BucketKey(self.priority, self.model, self.encoding_format, self.request.dimensions)
+
+    @property
+    def current(self) -> bool:
+        """Its partition is still assigned as it was when the record was read."""
+        return self.partition.live
+
+    def finish(self) -> None:
+        """Its outcome is written: the offset may be committed."""
+        self.partition.complete(self.origin.offset)

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from embedstream.core.lanes import Priority
@@ -45,10 +46,12 @@ class Observed(Protocol):
 
 
 class Health:
-    def __init__(self, observed: Observed, metrics: Metrics, producer: Any) -> None:
+    def __init__(
+        self, observed: Observed, metrics: Metrics, probe_broker: Callable[[], Awaitable[object]]
+    ) -> None:
         self._observed = observed
         self._metrics = metrics
-        self._producer = producer
+        self._probe = probe_broker
         self.broker_reachable = True
         self._known_partitions: set[Any] = set()
 
@@ -71,7 +74,7 @@ class Health:
     async def _probe_broker(self) -> None:
         reachable = False
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._producer.client.fetch_all_metadata(), PROBE_TIMEOUT_S)
+            await asyncio.wait_for(self._probe(), PROBE_TIMEOUT_S)
             reachable = True
         if reachable != self.broker_reachable:
             log.warning("broker %s", "reachable again" if reachable else "unreachable")

@@ -212,7 +212,7 @@ class Metrics:
 
     # ----------------------------------------------------------------- provider calls
 
-    def observe_call(self, latency_s: float, ok: bool) -> None:
+    def observe_call(self, latency_s: float, *, ok: bool) -> None:
         self._api_calls.labels(outcome="ok" if ok else "error").inc()
         self._api_latency.observe(latency_s)
 

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from embedstream.app import default_backend
+from embedstream.app import build_service, default_backend
 from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
 from embedstream.kafka.clients import AIOKafkaConsumer, make_producer, partitions_of
 from embedstream.kafka.processor import Processor
+from embedstream.ops.metrics import Metrics
 from embedstream.tools.embedded import EmbeddedBroker
 from embedstream.tools.simulator.model import SimulatorConfig
 from embedstream.tools.simulator.server import SimulatorServer
@@ -131,18 +132,21 @@ async def run_demo(
         where = "a real endpoint" if real_endpoint else f"the simulator at {settings.base_url}"
         print(f"embedded broker at {broker.bootstrap}; embeddings from {where}", file=sys.stderr)
         await create_topics(settings.bootstrap_servers, load_topic_specs(settings.topic_prefix))
-        processor = Processor(settings, default_backend(settings))
-        run_task = asyncio.create_task(processor.run())
+        metrics = Metrics()
+        service = build_service(settings, default_backend(settings), metrics=metrics)
+        run_task = asyncio.create_task(service.run())
         try:
-            summary = await asyncio.wait_for(_drive(settings, processor, items, rate), timeout_s)
+            summary = await asyncio.wait_for(
+                _drive(settings, service.processor, items, rate), timeout_s
+            )
         finally:
-            processor.stop()
+            service.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(run_task, 30)
-        assert processor.pipeline is not None
-        sizes = processor.pipeline.stats.batch_sizes
-        summary.api_calls = processor.pipeline.stats.calls
-        summary.mean_batch = sum(sizes) / max(len(sizes), 1)
+        calls = metrics.registry.get_sample_value("embedstream_batch_size_count") or 0.0
+        inputs = metrics.registry.get_sample_value("embedstream_batch_size_sum") or 0.0
+        summary.api_calls = int(calls)
+        summary.mean_batch = inputs / max(calls, 1.0)
         print(summary.render())
         return 0
     finally:

@@ -19,7 +19,6 @@ import orjson
 
 from embedstream.config import load_settings
 from embedstream.kafka.admin import topic_names
-from embedstream.kafka.sink import TRUNCATED_FROM
 from embedstream.tools.verify.reader import TopicRecord, read_topics
 from embedstream.tools.verify.report import (
     DeadLetter,
@@ -30,7 +29,7 @@ from embedstream.tools.verify.report import (
     VerificationReport,
     build_report,
 )
-from embedstream.wire import headers_dict
+from embedstream.wire import TRUNCATED_FROM, headers_dict
 
 
 async def verify(

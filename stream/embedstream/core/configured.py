@@ -1,0 +1,54 @@
+"""The engine's rules as the settings configure them, built in one place for every caller.
+
+The Kafka processor and the in-process client take their limits, governor and backoff from
+here, so a default changed in `Settings` changes both. Pure: the clock is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from embedstream.config import Settings
+from embedstream.core.backoff import Backoff
+from embedstream.core.governor import Governor
+from embedstream.core.limits import ProviderLimits, effective_limits, profile
+from embedstream.core.policy import BatchLimits
+
+
+def provider_limits(settings: Settings) -> ProviderLimits:
+    """The provider profile narrowed by the user's batch and input limits."""
+    return effective_limits(
+        profile(settings.provider_profile),
+        max_batch_size=settings.max_batch_size,
+        max_batch_tokens=settings.max_batch_tokens,
+        max_input_tokens=settings.max_input_tokens,
+    )
+
+
+def batch_limits(settings: Settings) -> BatchLimits:
+    provider = provider_limits(settings)
+    return BatchLimits(
+        max_items=provider.max_inputs,
+        max_tokens=provider.max_tokens_per_request,
+        max_wait_s=settings.max_wait_ms / 1000.0,
+        scale_factor=settings.scale_factor,
+    )
+
+
+def governor(settings: Settings, clock: Callable[[], float]) -> Governor:
+    return Governor(
+        max_concurrency=settings.max_concurrency,
+        clock=clock,
+        adaptive=settings.concurrency_mode == "adaptive",
+        target_latency_s=settings.target_latency_ms / 1000.0 or None,
+        min_low_share=settings.min_low_share,
+        rpm=settings.rate_limit_rpm,
+        tpm=settings.rate_limit_tpm,
+    )
+
+
+def backoff(settings: Settings) -> Backoff:
+    return Backoff(
+        base_s=settings.retry_backoff_base_ms / 1000.0,
+        cap_s=settings.retry_backoff_cap_ms / 1000.0,
+    )

@@ -1,0 +1,49 @@
+"""What the engine reports as it works: the one seam between batching and metrics.
+
+The engine calls these methods; `embedstream.ops.metrics.Metrics` implements them on a
+Prometheus registry, and :class:`NullObserver` ignores them (the in-process client without
+metrics, unit tests). Pure: a Protocol and a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class EngineObserver(Protocol):
+    def observe_flush(
+        self, lane: str, reason: str, items: int, tokens: int, waits_s: Sequence[float]
+    ) -> None:
+        """A batch was cut: its lane, why, its size and each item's wait in the batcher."""
+
+    def observe_call(self, latency_s: float, *, ok: bool) -> None:
+        """One provider call finished."""
+
+    def observe_error(self, error_class: str, reason: str) -> None:
+        """A provider call failed."""
+
+    def count_retry(self, reason: str) -> None:
+        """An item is to be tried again later."""
+
+    def count_dead_letter(self, reason: str) -> None:
+        """An item was given up on."""
+
+
+class NullObserver:
+    def observe_flush(
+        self, lane: str, reason: str, items: int, tokens: int, waits_s: Sequence[float]
+    ) -> None:
+        return None
+
+    def observe_call(self, latency_s: float, *, ok: bool) -> None:
+        return None
+
+    def observe_error(self, error_class: str, reason: str) -> None:
+        return None
+
+    def count_retry(self, reason: str) -> None:
+        return None
+
+    def count_dead_letter(self, reason: str) -> None:
+        return None

@@ -1,0 +1,59 @@
+"""What flows through the engine (a :class:`Job`) and what comes out of it (:class:`Outcomes`).
+
+A job is one text on its way to the provider, with the retry state the batch-call path keeps
+on it. The Kafka processor and the in-process client each extend it with what they need to
+answer (Kafka coordinates, a future) and implement :class:`Outcomes` to deliver the answers.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from embedstream.core.lanes import BucketKey
+from embedstream.errors import EmbedStreamError
+from embedstream.wire import Vector
+
+
+@dataclass(slots=True, eq=False, kw_only=True)
+class Job:
+    id: str  # for logs: the request id (never the text)
+    text: str
+    tokens: int  # estimate of the text as sent
+    deadline_ms: int | None = None  # epoch ms after which the job is not worth sending
+    attempts: int = 0  # calls made for it so far (carried across retries)
+    first_failure_ms: int | None = None
+    first_error: str | None = None
+
+
+J = TypeVar("J", bound=Job)
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded(Generic[J]):
+    job: J
+    vector: Vector
+    tokens: int  # the job's share of the call's reported usage, in proportion to its estimate
+
+
+class Outcomes(ABC, Generic[J]):
+    """Delivers every job's outcome. Each job gets exactly one of these calls."""
+
+    @abstractmethod
+    async def succeeded(self, key: BucketKey, done: Sequence[Embedded[J]], dimensions: int) -> None:
+        """A call returned these vectors (one per job, in batch order)."""
+
+    @abstractmethod
+    async def retry_later(self, job: J, error: EmbedStreamError, delay_s: float) -> None:
+        """This attempt failed in a way a later one may not: try again after `delay_s`."""
+
+    @abstractmethod
+    async def dead_letter(self, job: J, error: EmbedStreamError) -> None:
+        """The job can never succeed, or has used up its attempts."""
+
+    @abstractmethod
+    def abandoned(self, jobs: Sequence[J]) -> None:
+        """Shutdown came while these were held back (rate limit, outage): no outcome. Kafka
+        leaves their offsets uncommitted (re-read on restart); the client fails the callers."""

@@ -1,0 +1,208 @@
+"""An in-memory Kafka for unit tests: a cluster of partition logs, a consumer and a producer
+that implement the shell's Protocols (`embedstream.kafka.protocols`).
+
+Real code, shared by the tests: the processor loop runs against it unchanged, so revokes,
+pauses, commits and retry records can be driven step by step without a broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError
+
+from embedstream.kafka.protocols import RebalanceListener, RecordHeaders
+
+
+@dataclass(frozen=True, slots=True)
+class FakeRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: RecordHeaders = ()
+    timestamp: int = 0
+
+
+class FakeCluster:
+    """Topics as lists of records per partition; `produce` appends and wakes fetchers."""
+
+    def __init__(self, topics: Mapping[str, int]) -> None:
+        self.logs: dict[TopicPartition, list[FakeRecord]] = {
+            TopicPartition(topic, p): [] for topic, count in topics.items() for p in range(count)
+        }
+        self.arrived = asyncio.Event()
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return sorted(tp for tp in self.logs if tp.topic == topic)
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: RecordHeaders = (),
+        *,
+        partition: int | None = None,
+        timestamp: int = 0,
+    ) -> FakeRecord:
+        tps = self.partitions_of(topic)
+        if not tps:
+            raise KeyError(f"no topic {topic}")
+        if partition is None:
+            partition = zlib.crc32(key or b"") % len(tps)
+        log = self.logs[TopicPartition(topic, partition)]
+        record = FakeRecord(topic, partition, len(log), key, value, tuple(headers), timestamp)
+        log.append(record)
+        self.arrived.set()
+        return record
+
+    def records(self, topic: str) -> list[FakeRecord]:
+        return [r for tp in self.partitions_of(topic) for r in self.logs[tp]]
+
+
+class FakeConsumer:
+    """A group member alone in its group: `start` assigns every partition of the subscribed
+    topics; `revoke` and `assign` replay a rebalance through the listener."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.listener: RebalanceListener | None = None
+        self.topics: list[str] = []
+        self.assigned: set[TopicPartition] = set()
+        self.paused: set[TopicPartition] = set()
+        self.positions: dict[TopicPartition, int] = {}
+        self.committed: dict[TopicPartition, int] = {}
+        self.commits: list[dict[TopicPartition, int]] = []
+        self.stopped = False
+
+    def subscribe(self, topics: list[str], *, listener: Any) -> None:
+        self.topics, self.listener = list(topics), listener
+
+    async def start(self) -> None:
+        await self.assign({tp for t in self.topics for tp in self.cluster.partitions_of(t)})
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def assign(self, tps: set[TopicPartition]) -> None:
+        self.assigned |= tps
+        for tp in tps:
+            self.positions[tp] = self.committed.get(tp, 0)
+        if self.listener is not None:
+            await self.listener.on_partitions_assigned(set(tps))
+
+    async def revoke(self, tps: set[TopicPartition]) -> None:
+        if self.listener is not None:
+            await self.listener.on_partitions_revoked(set(tps))
+        self.assigned -= tps
+        self.paused -= tps
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[FakeRecord]]:
+        batch = self._take(max_records)
+        if not batch:
+            self.cluster.arrived.clear()
+            try:
+                await asyncio.wait_for(self.cluster.arrived.wait(), timeout_ms / 1000)
+            except TimeoutError:
+                return {}
+            batch = self._take(max_records)
+        return batch
+
+    def _take(self, max_records: int | None) -> dict[TopicPartition, list[FakeRecord]]:
+        budget = max_records if max_records is not None else 10**9
+        batch: dict[TopicPartition, list[FakeRecord]] = {}
+        for tp in sorted(self.assigned - self.paused):
+            log = self.cluster.logs[tp]
+            start = self.positions[tp]
+            records = log[start : start + budget]
+            if records:
+                batch[tp] = records
+                self.positions[tp] = start + len(records)
+                budget -= len(records)
+        return batch
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self.positions[partition] = offset
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self.paused |= set(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self.paused -= set(partitions)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return len(self.cluster.logs[partition])
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: len(self.cluster.logs[tp]) for tp in partitions}
+
+    async def position(self, partition: TopicPartition) -> int:
+        return self.positions[partition]
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self.commits.append(dict(offsets))
+        self.committed.update(offsets)
+
+
+@dataclass
+class FakeProducer:
+    """Appends to the cluster; `fail_next` sends raise KafkaConnectionError (a broker outage)."""
+
+    cluster: FakeCluster
+    fail_next: int = 0
+    started: bool = False
+    stopped: bool = False
+    sent: list[FakeRecord] = field(default_factory=list)
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        headers: RecordHeaders | None = None,
+    ) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(self._write(topic, value, key, headers))
+        except KafkaConnectionError as exc:
+            future.set_exception(exc)
+        return future
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        headers: RecordHeaders | None = None,
+    ) -> FakeRecord:
+        return self._write(topic, value, key, headers)
+
+    def _write(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Sequence[Any] | None
+    ) -> FakeRecord:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise KafkaConnectionError("broker down (fake)")
+        record = self.cluster.produce(topic, value, key, tuple(headers or ()))
+        self.sent.append(record)
+        return record

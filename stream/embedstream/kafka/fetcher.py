@@ -1,0 +1,134 @@
+"""Fetching under backpressure: how much to ask for, which partitions to pause, lag.
+
+Memory is bounded by pausing partitions (low priority first), never by dropping records: the
+pure rules are in `embedstream.core.flow`; this module applies them to the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
+from embedstream.config import Settings
+from embedstream.core.flow import fetch_budget, partitions_to_pause
+from embedstream.core.lanes import Priority
+from embedstream.kafka.partitions import Assignment, PartitionState
+from embedstream.kafka.protocols import Consumer, Record
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT_MS = 100
+# How fast the record-size estimate follows recent records (an exponential average).
+RECORD_SIZE_SMOOTHING = 1 / 8
+
+Fetched = list[tuple[PartitionState, Sequence[Record]]]
+
+
+class Fetcher:
+    def __init__(self, consumer: Consumer, assignment: Assignment, settings: Settings) -> None:
+        self._consumer = consumer
+        self._assignment = assignment
+        self._limit = settings.max_buffered_items
+        self._byte_limit = settings.max_buffered_bytes
+        self._max_poll = settings.max_poll_records
+        # Until records are seen, assume large ones: the first fetch must not overshoot.
+        self._avg_record_bytes = settings.max_event_bytes / 4
+
+    @property
+    def pressure(self) -> int:
+        """Held items, or the bytes held expressed as items if that is the tighter bound."""
+        a = self._assignment
+        by_bytes = -(-a.held_bytes * self._limit // self._byte_limit)
+        return max(a.held, by_bytes)
+
+    def budget(self) -> int:
+        """How many records the next fetch may bring without breaking the memory bounds."""
+        low_fetching = any(not s.paused and s.lane is Priority.LOW for s in self._assignment)
+        records = fetch_budget(
+            held=self.pressure,
+            limit=self._limit,
+            low_fetching=low_fetching,
+            max_poll=self._max_poll,
+        )
+        # Weigh each record by the byte limit too, given the size of recent records.
+        cost = max(1.0, self._avg_record_bytes * self._limit / self._byte_limit)
+        return int(records / cost)
+
+    async def fetch(self, budget: int, stopping: asyncio.Event) -> Fetched | None:
+        """One fetch, high-priority partitions first; None as soon as a stop is requested."""
+        fetch = asyncio.ensure_future(
+            self._consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=budget)
+        )
+        stop_wait = asyncio.ensure_future(stopping.wait())
+        done, _ = await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        if fetch not in done:
+            fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                await fetch
+            return None
+        fetched: Fetched = []
+        for tp, records in fetch.result().items():
+            if not records:
+                continue
+            state = self._assignment.get(tp)
+            if state is None:
+                self._rewind_if_assigned(tp, records[0].offset)
+            elif not state.handing_off:  # the next owner reads those from the commit
+                fetched.append((state, records))
+        fetched.sort(key=lambda pair: pair[0].lane)
+        return fetched
+
+    def observe(self, record: Record) -> None:
+        size = len(record.value or b"")
+        self._avg_record_bytes += (size - self._avg_record_bytes) * RECORD_SIZE_SMOOTHING
+
+    def _rewind_if_assigned(self, tp: TopicPartition, offset: int) -> None:
+        """Records of a partition not tracked yet were skipped: if it is ours, read them again
+        later rather than let the fetch position move past them."""
+        if tp in self._consumer.assignment():
+            self._consumer.seek(tp, offset)
+            log.info("rewound %s to %d: records arrived before it was tracked", tp, offset)
+
+    def update_lag(self, state: PartitionState, position: int) -> None:
+        highwater = self._consumer.highwater(state.tp)
+        if highwater is not None:
+            state.lag = max(0, highwater - position)
+
+    async def refresh_lag(self) -> None:
+        """Lag of paused partitions, asked of the broker: they fetch nothing, so the high
+        watermark that fetches carry would go stale exactly while backpressure holds."""
+        stale = [s for s in self._assignment if s.paused]
+        if not stale:
+            return
+        ends = await self._consumer.end_offsets([s.tp for s in stale])
+        for state in stale:
+            if state.live and state.tp in ends:
+                position = await self._consumer.position(state.tp)
+                state.lag = max(0, ends[state.tp] - position)
+
+    def apply_backpressure(self, *, provider_blocked: bool) -> None:
+        states = {s.tp: s for s in self._assignment}
+        paused = {tp for tp, s in states.items() if s.paused}
+        wanted = partitions_to_pause(
+            held=self.pressure,
+            limit=self._limit,
+            provider_blocked=provider_blocked,
+            assigned=states,
+            paused=paused,
+            is_high=lambda tp: states[tp].lane is Priority.HIGH,
+        )
+        to_pause, to_resume = wanted - paused, paused - wanted
+        if to_pause:
+            self._consumer.pause(*to_pause)
+            log.info("paused %d partitions (held %d)", len(to_pause), self._assignment.held)
+        if to_resume:
+            self._consumer.resume(*to_resume)
+            log.info("resumed %d partitions (held %d)", len(to_resume), self._assignment.held)
+        for tp, state in states.items():
+            state.paused = tp in wanted

@@ -1,0 +1,108 @@
+"""Rebalances: take partitions on, and hand them off cleanly.
+
+On revoke the member finishes what it read from the revoked partitions (buffered items are sent
+now, retries not yet due go back to the retry topic), commits, then lets go, so the next owner
+repeats nothing. Work still unfinished after `drain_timeout_s` is abandoned: at-least-once, the
+next owner re-reads it from the last commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+
+from embedstream.engine.batcher import Batcher
+from embedstream.kafka.commits import OffsetCommitter
+from embedstream.kafka.partitions import Assignment
+from embedstream.kafka.sink import Sink
+from embedstream.kafka.transactions import PartitionTransactions
+from embedstream.kafka.waiting import WaitingRetries
+from embedstream.kafka.work import WorkItem
+
+log = logging.getLogger(__name__)
+
+
+class Handoff:
+    def __init__(
+        self,
+        assignment: Assignment,
+        batcher: Batcher[WorkItem],
+        waiting: WaitingRetries,
+        sink: Sink,
+        committer: OffsetCommitter,
+        transactions: PartitionTransactions | None,
+        *,
+        drain_timeout_s: float,
+    ) -> None:
+        self._assignment = assignment
+        self._batcher = batcher
+        self._waiting = waiting
+        self._sink = sink
+        self._committer = committer
+        self._transactions = transactions
+        self._drain_timeout_s = drain_timeout_s
+        self.assigned = asyncio.Event()  # set at the first assignment
+        self.joined = False
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.joined = True
+        # Track first, with no await between: the fetch loop may hand over records of these
+        # partitions as soon as they are assigned, and an untracked record would be skipped.
+        for tp in assigned:
+            self._assignment.add(tp)
+            if self._transactions is not None:
+                self._transactions.open(tp)
+        if self._transactions is not None:
+            for tp in assigned:
+                await self._transactions.assign(tp)  # fences the previous owner first
+        if assigned:
+            self.assigned.set()
+        log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        for tp in revoked:
+            state = self._assignment.get(tp)
+            if state is not None:
+                state.handing_off = True
+        try:
+            await self._waiting.hand_back(revoked, self._sink)
+            self._batcher.hurry()
+            deadline = time.monotonic() + self._drain_timeout_s
+            while self._assignment.pending_in(revoked) and time.monotonic() < deadline:
+                self._assignment.progress.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._assignment.progress.wait(), deadline - time.monotonic()
+                    )
+            unfinished = self._assignment.pending_in(revoked)
+            if unfinished:
+                log.warning("revoke: %d items unfinished after %.0fs; the next owner redoes them",
+                            unfinished, self._drain_timeout_s)  # fmt: skip
+            await self._committer.commit(revoked)
+        finally:
+            for tp in revoked:
+                await self.forget(tp)
+        log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
+
+    async def forget(self, tp: TopicPartition) -> None:
+        """Stop tracking a partition: work read from it is dropped, its completions ignored."""
+        self._assignment.remove(tp)
+        self._batcher.drop_where(lambda item: not item.current)
+        self._waiting.forget_stale()
+        if self._transactions is not None:
+            await self._transactions.release(tp)
+
+
+class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, handoff: Handoff) -> None:
+        self._handoff = handoff
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._handoff.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self._handoff.on_assigned(set(assigned))

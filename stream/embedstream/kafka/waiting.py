@@ -1,0 +1,70 @@
+"""Retry records read before their not-before time, held in memory until due.
+
+Held rather than blocking their partition, so one slow retry never delays the records behind
+it; counted as held, so backpressure sees them. On a handoff they go back to the retry topic
+unchanged, so their offsets (and everything after them) can be committed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from aiokafka import TopicPartition
+
+from embedstream.core.delayed import DelayQueue
+from embedstream.kafka.sink import Sink, now_ms
+from embedstream.kafka.work import WorkItem
+
+
+class WaitingRetries:
+    def __init__(
+        self, submit: Callable[[WorkItem], None], clock_ms: Callable[[], int] = now_ms
+    ) -> None:
+        self._submit = submit
+        self._clock_ms = clock_ms
+        self._queue: DelayQueue[WorkItem] = DelayQueue()
+        self._wake = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def hold_or_submit(self, item: WorkItem) -> None:
+        if item.not_before_ms > self._clock_ms():
+            self._queue.push(item.not_before_ms, item)
+            self._wake.set()
+        else:
+            self._submit(item)
+
+    async def run(self) -> None:
+        """Hands each item to the engine once its time has come (until cancelled)."""
+        while True:
+            self._wake.clear()
+            now = self._clock_ms()
+            for item in self._queue.pop_due(now):
+                if item.current:
+                    self._submit(item)
+            due = self._queue.next_due_ms()
+            timeout = (due - now) / 1000.0 if due is not None else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def forget_stale(self) -> None:
+        """Drop items of partitions no longer assigned as they were read."""
+        self._queue.keep_where(lambda item: item.current)
+
+    async def hand_back(self, partitions: set[TopicPartition], sink: Sink) -> None:
+        """Write the items read from `partitions` back to the retry topic, then finish them."""
+
+        def read_from(item: WorkItem) -> bool:
+            return item.partition.tp in partitions
+
+        items = self._queue.take_where(read_from)
+        if not items:
+            return
+        await asyncio.gather(
+            *(sink.retry(i, i.not_before_ms, i.first_error or "requeued") for i in items)
+        )
+        for item in items:
+            item.finish()
