@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install the test dependencies, start Apache Kafka
 # (KRaft, loopback, jars from Maven Central, cached) and Debian's prometheus package, lint,
-# type-check, run pytest, stop Kafka.
+# type-check, check the layers, run pytest, stop Kafka.
 # Extra arguments go to pytest (e.g. `bash ops/test.sh tests/unit -x`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,6 +30,8 @@ export EMBEDSTREAM_REQUIRE_BROKER=1 EMBEDSTREAM_REQUIRE_TOOLS=1
 "$PYTHON" -m ruff check .
 "$PYTHON" -m ruff format --check .
 "$PYTHON" -m mypy
+# The layers' contracts (pyproject [tool.importlinter]): core pure, one importer per library.
+"$PYTHON" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache
 status=0
 "$PYTHON" -m pytest -p no:cacheprovider "$@" || status=$?
 if [[ $status -ne 0 ]]; then

@@ -31,6 +31,7 @@ from embedstream.kafka.handoff import Handoff
 from embedstream.kafka.outcomes import KafkaOutcomes
 from embedstream.kafka.partitions import Assignment
 from embedstream.kafka.processor import Parts, Processor
+from embedstream.kafka.protocols import Consumer, Producer
 from embedstream.kafka.sink import DirectWriter, Sink, Writer
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
@@ -82,12 +83,16 @@ def build_service(
     *,
     metrics: Metrics | None = None,
     token_counter: TokenCounter = estimate_tokens,
+    consumer: Consumer | None = None,
+    producer: Producer | None = None,
 ) -> Service:
+    """Every part of one processor. `consumer` and `producer` default to aiokafka clients
+    for `settings`; unit tests pass the in-memory fakes of `embedstream.kafka.fakes`."""
     metrics = metrics or Metrics()
     backend = backend or default_backend(settings)
     names = topic_names(settings.topic_prefix)
-    consumer = make_consumer(settings)
-    producer = make_producer(settings)
+    consumer = consumer or make_consumer(settings)
+    producer = producer or make_producer(settings)
     assignment = Assignment(_lane_of(names))
     transactions: PartitionTransactions | None = None
     writer: Writer = DirectWriter(producer)

@@ -33,8 +33,8 @@ from tests.integration.helpers import (
     request,
     running_processor,
     running_service,
-    steady_traffic,
     settings_for,
+    steady_traffic,
     wait_for_ids,
 )
 
@@ -209,7 +209,9 @@ async def test_always_failing_items_make_max_attempts_calls_then_one_dead_letter
 
 async def _until_flowing(bootstrap: str, results_topic: str, healthy: list[str]) -> None:
     """Wait until healthy traffic gets results (the provider is seen to serve others)."""
-    while len(healthy) < 5:
+    while True:
+        if len(healthy) >= 5:
+            break
         await asyncio.sleep(0.05)
     await wait_for_ids(bootstrap, results_topic, set(healthy[:5]), timeout_s=60)
 

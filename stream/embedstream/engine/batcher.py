@@ -60,6 +60,7 @@ class Batcher(Generic[T]):
         self._in_flight: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._draining = False
+        self._abandoned = False
         self._hurrying = False  # flush everything buffered now, then go back to the policy
         # Observes every cut batch (metrics): key, items, reason, and the clock reading.
         self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
@@ -124,10 +125,14 @@ class Batcher(Generic[T]):
         self._hurrying = True
         self._wake.set()
 
-    def cancel_in_flight(self) -> None:
-        """Give up on running calls (a bounded shutdown): their items stay unfinished."""
+    def abandon(self) -> list[T]:
+        """Give up (a bounded shutdown): cancel running calls, drop what is buffered and let
+        `run` return. Their items stay unfinished; the buffered ones are returned."""
+        self._abandoned = True
         for task in self._in_flight:
             task.cancel()
+        self._wake.set()
+        return self.drop_where(lambda payload: True)
 
     def poke(self) -> None:
         """Re-evaluate now (e.g. the governor's gate or limits changed from outside)."""
@@ -135,7 +140,7 @@ class Batcher(Generic[T]):
 
     async def run(self) -> None:
         try:
-            while not (
+            while not self._abandoned and not (
                 self._draining and self._buffered == 0 and not self._in_flight and not self._awaited
             ):
                 timeout = self.launch_due()

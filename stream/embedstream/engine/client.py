@@ -163,6 +163,7 @@ class BatchingClient:
             except TimeoutError:
                 self._caller.abandon_holds()
                 self._callers.give_up_waiting()
+                self._callers.abandoned(self._batcher.abandon())
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._runner
             self._runner = None

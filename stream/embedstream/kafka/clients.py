@@ -12,6 +12,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from embedstream.config import Settings
 from embedstream.errors import ConfigError
+from embedstream.kafka.protocols import Producer
 
 __all__ = [
     "AIOKafkaConsumer",
@@ -76,11 +77,13 @@ async def check_broker(settings: Settings) -> None:
         await producer.stop()
 
 
-def broker_probe(producer: AIOKafkaProducer) -> Callable[[], Awaitable[object]]:
-    """A cheap "does the broker answer?" check, for readiness."""
+def broker_probe(producer: Producer) -> Callable[[], Awaitable[object]]:
+    """A cheap "does the broker answer?" check for readiness: a metadata request through
+    the producer's connection (a fake producer without one always answers)."""
+    client = getattr(producer, "client", None)
 
-    def probe() -> Awaitable[object]:
-        return producer.client.fetch_all_metadata()  # type: ignore[no-any-return]
+    async def probe() -> object:
+        return None if client is None else await client.fetch_all_metadata()
 
     return probe
 

@@ -169,7 +169,7 @@ class Processor:
             log.warning("drain deadline passed: leaving unfinished work for the next run")
             p.caller.abandon_holds()
             if not await _within(batcher_task, ABANDON_GRACE_S, self._abort):
-                p.batcher.cancel_in_flight()
+                p.batcher.abandon()
         await batcher_task
 
     async def _fetch_until_stopped(self) -> None:

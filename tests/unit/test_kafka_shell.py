@@ -1,0 +1,215 @@
+"""The Kafka shell (fetch, admit, commit, rebalance, drain) against the in-memory fakes.
+
+The processor runs unchanged on `embedstream.kafka.fakes`: these tests drive revokes, pauses,
+retry records and slow calls step by step and check what is produced and committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiokafka import TopicPartition
+from embedstream.app import Service, build_service
+from embedstream.config import load_settings
+from embedstream.engine.embedder import BatchCall, BatchOutcome
+from embedstream.kafka.admin import topic_names
+from embedstream.kafka.fakes import FakeCluster, FakeConsumer, FakeProducer
+from embedstream.testing import vector_for
+from embedstream.wire import RetryState, headers_dict
+
+NAMES = topic_names("t.")
+HIGH = TopicPartition(NAMES.requests_high, 0)
+LOW = TopicPartition(NAMES.requests_low, 0)
+RETRY = TopicPartition(NAMES.retry, 0)
+
+
+@dataclass
+class GatedBackend:
+    """A provider that answers at once, except for texts containing SLOW: those wait for
+    `gate` (or forever if it is never set)."""
+
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    calls: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+
+    async def embed(self, call: BatchCall) -> BatchOutcome:
+        self.calls.append((time.time(), tuple(call.texts)))
+        if any("SLOW" in text for text in call.texts):
+            await self.gate.wait()
+        vectors: list[list[float] | str] = [vector_for(t) for t in call.texts]
+        return BatchOutcome(vectors, 2, len(call.texts), 0.0)
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class Harness:
+    cluster: FakeCluster
+    consumer: FakeConsumer
+    producer: FakeProducer
+    service: Service
+    task: asyncio.Task[None]
+
+    def request(self, tp: TopicPartition, request_id: str, text: str, **headers: bytes) -> int:
+        value = orjson.dumps({"id": request_id, "text": text})
+        record = self.cluster.produce(
+            tp.topic, value, request_id.encode(), list(headers.items()), partition=tp.partition
+        )
+        return record.offset
+
+    def result_ids(self) -> list[str]:
+        return [orjson.loads(r.value or b"")["id"] for r in self.cluster.records(NAMES.results)]
+
+    def committed(self, tp: TopicPartition) -> int:
+        return self.consumer.committed.get(tp, 0)
+
+
+@asynccontextmanager
+async def running(backend: Any, **settings: Any) -> AsyncIterator[Harness]:
+    cluster = FakeCluster(
+        {NAMES.requests_high: 1, NAMES.requests_low: 1, NAMES.retry: 1, NAMES.results: 2,
+         NAMES.dead_letters: 1}
+    )  # fmt: skip
+    values: dict[str, Any] = {
+        "topic_prefix": "t.", "metrics_port": 0, "commit_interval_ms": 10, "max_wait_ms": 0,
+        "max_batch_size": 1, "max_buffered_items": 100, **settings,
+    }  # fmt: skip
+    consumer, producer = FakeConsumer(cluster), FakeProducer(cluster)
+    service = build_service(
+        load_settings(env={}, overrides=values), backend, consumer=consumer, producer=producer
+    )
+    task = asyncio.create_task(service.run())
+    await asyncio.wait_for(service.processor.assigned.wait(), 5)
+    try:
+        yield Harness(cluster, consumer, producer, service, task)
+    finally:
+        service.stop()
+        service.stop()  # a second stop ends the drain at once
+        await asyncio.wait_for(task, 10)
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll `check` (state of fakes, which signal nothing) until it holds."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            if check():
+                return
+            await asyncio.sleep(0.005)
+
+
+async def test_every_request_gets_a_result_keyed_by_id_and_offsets_commit_to_the_end() -> None:
+    async with running(GatedBackend(), max_batch_size=16) as h:
+        ids = [f"r{i}" for i in range(40)]
+        for i in ids:
+            h.request(LOW if i < "r2" else HIGH, i, f"text {i}")
+        await eventually(lambda: sorted(h.result_ids()) == sorted(ids))
+        await eventually(lambda: h.committed(LOW) + h.committed(HIGH) == len(ids))
+        keys = {r.key for r in h.cluster.records(NAMES.results)}
+        assert keys == {i.encode() for i in ids}
+
+
+async def test_an_unfinished_record_holds_the_commit_while_later_ones_finish() -> None:
+    backend = GatedBackend()
+    async with running(backend, max_concurrency=4) as h:
+        h.request(LOW, "slow", "SLOW text")
+        for i in range(9):
+            h.request(LOW, f"fast{i}", f"fast {i}")
+        await eventually(lambda: len(h.result_ids()) == 9)
+        await asyncio.sleep(0.05)  # several commit intervals
+        assert h.committed(LOW) == 0  # offset 0 is unfinished: nothing past it
+        backend.gate.set()
+        await eventually(lambda: h.committed(LOW) == 10)
+        assert "slow" in h.result_ids()
+
+
+async def test_a_revoke_mid_batch_waits_for_the_batch_then_commits_before_letting_go() -> None:
+    backend = GatedBackend()
+    async with running(backend, max_concurrency=4, drain_timeout_s=5) as h:
+        h.request(LOW, "slow", "SLOW text")
+        h.request(LOW, "fast", "fast text")
+        await eventually(lambda: h.result_ids() == ["fast"])
+        revoke = asyncio.create_task(h.consumer.revoke({LOW}))
+        await asyncio.sleep(0.05)
+        assert not revoke.done()  # still finishing the slow batch
+        backend.gate.set()
+        await asyncio.wait_for(revoke, 5)
+        assert h.committed(LOW) == 2  # handed off with everything it read committed
+        assert LOW not in h.service.processor.partitions()
+
+
+async def test_a_revoke_past_the_drain_timeout_leaves_the_unfinished_record_to_the_next_owner() -> (
+    None
+):
+    backend = GatedBackend()
+    async with running(backend, max_concurrency=4, drain_timeout_s=0.1) as h:
+        h.request(LOW, "slow", "SLOW text")
+        h.request(LOW, "fast", "fast text")
+        await eventually(lambda: h.result_ids() == ["fast"])
+        await asyncio.wait_for(h.consumer.revoke({LOW}), 5)
+        assert h.committed(LOW) == 0
+        backend.gate.set()  # its result may still be written (at-least-once) ...
+        await eventually(lambda: "slow" in h.result_ids())
+        await asyncio.sleep(0.05)
+        assert h.committed(LOW) == 0  # ... but its offset is the next owner's to commit
+
+
+async def test_a_retry_due_later_waits_without_blocking_its_partition() -> None:
+    backend = GatedBackend()
+    async with running(backend) as h:
+        due = int(time.time() * 1000) + 300
+        headers = dict(RetryState(attempts=1, not_before_ms=due).headers())
+        h.request(RETRY, "later", "retried text", **headers)
+        h.request(RETRY, "now", "fresh text")
+        await eventually(lambda: h.result_ids() == ["now"])
+        assert h.committed(RETRY) == 0  # the waiting retry holds the commit
+        await eventually(lambda: "later" in h.result_ids())
+        sent_at = next(at for at, texts in backend.calls if texts == ("retried text",))
+        assert sent_at * 1000 >= due
+        await eventually(lambda: h.committed(RETRY) == 2)
+        result = next(r for r in h.cluster.records(NAMES.results) if r.key == b"later")
+        assert orjson.loads(result.value or b"")["attempts"] == 2
+
+
+async def test_backpressure_pauses_fetching_and_resumes_once_work_finishes() -> None:
+    backend = GatedBackend()
+    async with running(backend, max_buffered_items=10, max_concurrency=2) as h:
+        for i in range(40):
+            h.request(LOW, f"s{i}", f"SLOW {i}")
+        await eventually(lambda: LOW in h.consumer.paused)
+        assert h.service.processor.paused_count() >= 1
+        assert h.service.processor.held <= 10
+        backend.gate.set()
+        await eventually(lambda: len(h.result_ids()) == 40)
+        await eventually(lambda: not h.consumer.paused)
+
+
+async def test_malformed_retry_headers_dead_letter_the_record_and_the_stream_goes_on() -> None:
+    async with running(GatedBackend()) as h:
+        h.request(RETRY, "bad", "text", **{"embedstream.retry.attempts": b"three"})
+        h.request(RETRY, "good", "text two")
+        await eventually(lambda: h.result_ids() == ["good"])
+        await eventually(lambda: len(h.cluster.records(NAMES.dead_letters)) == 1)
+        letter = h.cluster.records(NAMES.dead_letters)[0]
+        assert headers_dict(letter.headers)["embedstream.error.reason"] == "invalid_headers"
+        assert letter.key == b"bad"
+        await eventually(lambda: h.committed(RETRY) == 2)
+
+
+async def test_stop_is_bounded_when_the_provider_never_answers() -> None:
+    backend = GatedBackend()  # the gate is never opened
+    async with running(backend, drain_timeout_s=0.2, max_concurrency=2) as h:
+        for i in range(5):
+            h.request(LOW, f"s{i}", f"SLOW {i}")
+        await eventually(lambda: len(backend.calls) >= 1)
+        h.service.stop()
+        # A single stop: the drain gives up after drain_timeout_s plus a short grace.
+        await asyncio.wait_for(asyncio.shield(h.task), 10)
+        assert h.committed(LOW) == 0  # nothing unfinished is committed: re-read on restart
+        assert h.result_ids() == []
+        assert h.consumer.stopped and h.producer.stopped
