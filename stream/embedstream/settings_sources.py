@@ -98,8 +98,10 @@ def check_environment(env: Mapping[str, str], names: Sequence[str], secrets: set
     allowed = set(settings_vars) | {secret_file_var(n) for n in secrets} | set(TOOL_VARIABLES)
     for variable in sorted(env):
         if variable.startswith(ENV_PREFIX) and variable not in allowed:
-            near = difflib.get_close_matches(variable, list(settings_vars), n=1, cutoff=0.6)
-            hint = f"{near[0]} ({settings_vars[near[0]]})" if near else None
+            # Compare the names without the shared prefix, which would make everything "close".
+            wanted = variable.removeprefix(ENV_PREFIX).lower()
+            near = difflib.get_close_matches(wanted, list(names), n=1, cutoff=0.6)
+            hint = f"{env_var(near[0])} ({near[0]})" if near else None
             raise UnknownSetting(variable, "unknown environment variable", hint)
 
 
