@@ -212,6 +212,7 @@ make_tls_material() {
 
 write_secured_env() {
   cat >"$DATA_DIR/secured.env" <<EOF
+plaintext_bootstrap=$BOOTSTRAP
 sasl_ssl_bootstrap=127.0.0.1:$SASL_SSL_PORT
 ssl_bootstrap=127.0.0.1:$SSL_PORT
 ssl_cafile=$TLS_DIR/ca.pem

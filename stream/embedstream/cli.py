@@ -103,7 +103,7 @@ async def _dispatch(ns: argparse.Namespace) -> int:
     command: str = ns.command
     if command == "run":
         settings = _settings(ns, ALL_SETTINGS)
-        setup_logging(settings.log_level, settings.log_format)
+        setup_logging(settings.log_level, settings.log_format, settings.secret_values())
         from embedstream.app import run_service
 
         await run_service(settings)

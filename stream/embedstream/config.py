@@ -245,6 +245,10 @@ class Settings:
     def allowed_model_set(self) -> frozenset[str]:
         return frozenset(m.strip() for m in self.allowed_models.split(",") if m.strip())
 
+    def secret_values(self) -> list[str]:
+        """The secrets set, for the log redactor."""
+        return [value for name in SECRETS if (value := getattr(self, name))]
+
     def describe(self) -> dict[str, str]:
         """Settings as strings for logs: secrets masked, credentials in URLs scrubbed."""
         shown: dict[str, str] = {}

@@ -23,7 +23,7 @@ FILE_SUFFIX = "_FILE"
 # be in the environment of any `embedstream` process the test suite starts, so they are allowed.
 TOOL_VARIABLES: Mapping[str, str] = {
     "EMBEDSTREAM_TEST_BOOTSTRAP": "broker of the integration tests (ops/test.sh sets it)",
-    "EMBEDSTREAM_TEST_SECURED": "1: the secured-broker tests start their broker (ops/test.sh)",
+    "EMBEDSTREAM_TEST_SECURED_ENV": "secured.env of a running secured broker for the tests",
     "EMBEDSTREAM_REQUIRE_BROKER": "1: integration tests fail instead of skipping without a broker",
     "EMBEDSTREAM_REQUIRE_TOOLS": "1: tests fail instead of skipping without promtool/prometheus",
     "EMBEDSTREAM_PYTHON": "interpreter ops/kafka/kafka.sh probes the broker with",
