@@ -73,7 +73,7 @@ async def steady_traffic(
     stop = asyncio.Event()
 
     async def feed() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+        producer = producer_for(bootstrap, acks="all", linger_ms=5)
         await producer.start()
         try:
             wave_s = 0.05
