@@ -2,7 +2,8 @@
 
 Each setting declares its group, help text, range and secrecy once, in its field metadata; the
 loader, the validation, ``embedstream run --help`` and the README table all derive from it.
-Sources (defaults, TOML, environment, overrides) are merged by :mod:`embedstream.settings_sources`.
+Sources (defaults, TOML, environment, overrides) are read by :mod:`embedstream.settings_sources`,
+and raw values typed by :mod:`embedstream.settings_types`.
 A bad value raises :class:`ConfigError` naming the setting and its environment variable, before
 anything touches Kafka or the provider.
 """
@@ -16,25 +17,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from embedstream.errors import ConfigError, env_var
 from embedstream.settings_sources import TOOL_VARIABLES as TOOL_VARIABLES
 from embedstream.settings_sources import collect_raw
-
-EncodingFormat = Literal["float", "base64"]
-LogFormat = Literal["plain", "json"]
-LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-ProviderProfile = Literal["openai", "dashscope", "generic"]
-ConcurrencyMode = Literal["fixed", "adaptive"]
-OversizePolicy = Literal["dead_letter", "truncate"]
-Delivery = Literal["at_least_once", "exactly_once"]
-SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
-
-TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
-SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+from embedstream.settings_types import (
+    SASL_PROTOCOLS,
+    TLS_PROTOCOLS,
+    ConcurrencyMode,
+    Delivery,
+    EncodingFormat,
+    LogFormat,
+    LogLevel,
+    OversizePolicy,
+    ProviderProfile,
+    SaslMechanism,
+    SecurityProtocol,
+    literal_choices,
+    parse_value,
+)
 
 
 class Group(StrEnum):
@@ -288,58 +291,12 @@ def scrub_url(text: str) -> str:
 
 def coerce(name: str, value: Any) -> Any:
     """A raw value (text from the environment or a flag, or a TOML scalar) as the field's type."""
-    kind = str(FIELDS[name].type)
-    try:
-        if kind == "int":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return int(value)
-        if kind == "float":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return float(value)
-        if kind == "bool":
-            return _bool(value)
-        if kind in _LITERALS:
-            allowed = tuple(str(v) for v in get_args(_LITERALS[kind]))
-            text = str(value).upper() if kind == "LogLevel" else str(value)
-            if text not in allowed:
-                raise ConfigError(name, f"must be one of {', '.join(allowed)}; got {value!r}")
-            return text
-        return None if value is None else str(value)
-    except (TypeError, ValueError) as exc:
-        shown = "***" if spec(name).secret else repr(value)
-        raise ConfigError(name, f"expected {kind}, got {shown}") from exc
+    return parse_value(name, str(FIELDS[name].type), value, secret=spec(name).secret)
 
 
 def choices(name: str) -> tuple[str, ...] | None:
     """The values a Literal-typed setting accepts, or None for free-form settings."""
-    literal = _LITERALS.get(str(FIELDS[name].type))
-    return None if literal is None else tuple(str(v) for v in get_args(literal))
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(value)
-
-
-_LITERALS: dict[str, Any] = {
-    "EncodingFormat": EncodingFormat,
-    "LogFormat": LogFormat,
-    "LogLevel": LogLevel,
-    "ProviderProfile": ProviderProfile,
-    "ConcurrencyMode": ConcurrencyMode,
-    "OversizePolicy": OversizePolicy,
-    "Delivery": Delivery,
-    "SecurityProtocol": SecurityProtocol,
-    "SaslMechanism": SaslMechanism,
-}
+    return literal_choices(str(FIELDS[name].type))
 
 
 def validate(s: Settings) -> None:

@@ -18,8 +18,9 @@ from typing import Any
 
 from aiokafka.abc import AbstractTokenProvider
 
-from embedstream.config import SASL_PROTOCOLS, TLS_PROTOCOLS, Settings
+from embedstream.config import Settings
 from embedstream.errors import ConfigError
+from embedstream.settings_types import SASL_PROTOCOLS, TLS_PROTOCOLS
 
 
 class TokenFileProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka is untyped
