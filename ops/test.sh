@@ -7,13 +7,16 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PYTHON="${PYTHON:-python3}"
-# promtool (alert-rule tests) and prometheus (a real scrape) come from Debian's package.
-if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+# promtool (alert-rule tests) and prometheus (a real scrape) come from Debian's package; openssl
+# makes the throwaway CA and certificates of the secured broker (tests/integration/secured.py).
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null \
+  || ! command -v openssl >/dev/null; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      prometheus openssl >/dev/null
   else
-    echo "ops/test.sh: install Debian's 'prometheus' package (promtool, prometheus) first" >&2
+    echo "ops/test.sh: install Debian's 'prometheus' and 'openssl' packages first" >&2
     exit 1
   fi
 fi
@@ -25,6 +28,7 @@ bash ops/kafka/kafka.sh start
 trap 'bash ops/kafka/kafka.sh stop >/dev/null 2>&1 || true' EXIT
 export EMBEDSTREAM_TEST_BOOTSTRAP="127.0.0.1:$EMBEDSTREAM_KAFKA_PORT"
 # Integration tests fail (not skip) when the broker is missing: CI must not go green without it.
+# The secured broker (TLS/SASL tests) is started by its pytest fixture, on free ports.
 export EMBEDSTREAM_REQUIRE_BROKER=1 EMBEDSTREAM_REQUIRE_TOOLS=1
 
 "$PYTHON" -m ruff check .

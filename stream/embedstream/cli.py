@@ -4,42 +4,46 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from embedstream.config import Settings, load_settings
+from embedstream.config import FIELDS, Settings
 from embedstream.errors import EmbedStreamError
+from embedstream.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
 from embedstream.ops.logs import setup_logging
 
-COMMON_SETTINGS = ("bootstrap_servers", "topic_prefix")
-
-
-def _add_settings_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
-    parser.add_argument("--config", type=Path, help="TOML file of settings")
-    for f in dataclasses.fields(Settings):
-        if f.name in names:
-            parser.add_argument(
-                "--" + f.name.replace("_", "-"), dest=f.name, default=None, help=f.metadata["help"]
-            )
+ALL_SETTINGS = tuple(FIELDS)
+COMMON_SETTINGS = CONNECTION_SETTINGS
 
 
 def _settings(ns: argparse.Namespace, names: Sequence[str]) -> Settings:
-    overrides = {name: getattr(ns, name, None) for name in names}
-    return load_settings(env=os.environ, file=ns.config, overrides=overrides)
+    return settings_from_args(ns, names)
+
+
+async def _checked_settings(ns: argparse.Namespace, names: Sequence[str]) -> Settings:
+    """Settings for a command that talks to Kafka, after the broker accepted them."""
+    from embedstream.kafka.clients import check_broker
+
+    settings = _settings(ns, names)
+    await check_broker(settings)
+    return settings
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="embedstream", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    all_settings = [f.name for f in dataclasses.fields(Settings)]
 
-    run = sub.add_parser("run", help="run one processor (a consumer-group member)")
-    _add_settings_flags(run, all_settings)
+    run = sub.add_parser(
+        "run",
+        usage="embedstream run [--config FILE] [--<setting> VALUE ...]",
+        help="run one processor (a consumer-group member)",
+        description="Run one processor. Every setting is also EMBEDSTREAM_<NAME> in the "
+        "environment or a key of the --config file; flags win.",
+    )
+    add_settings_flags(run, ALL_SETTINGS)
 
     from embedstream.tools.simulator.server import add_cli_arguments
 
@@ -48,14 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     topics = sub.add_parser("topics", help="create, list or describe the topics")
     topics.add_argument("action", choices=["create", "list", "describe"])
     topics.add_argument("--file", type=Path, default=None, help="topic declarations (TOML)")
-    _add_settings_flags(topics, COMMON_SETTINGS)
+    add_settings_flags(topics, COMMON_SETTINGS)
 
     produce = sub.add_parser("produce", help="publish requests from JSON lines or plain text")
     produce.add_argument("file", nargs="?", type=Path, help="input file (default: stdin)")
     produce.add_argument("--priority", choices=["high", "low"], default="low")
     produce.add_argument("--plain", action="store_true", help="each line is a text, ids generated")
     produce.add_argument("--quiet", action="store_true", help="no progress bar")
-    _add_settings_flags(produce, COMMON_SETTINGS)
+    add_settings_flags(produce, COMMON_SETTINGS)
 
     consume = sub.add_parser("consume", help="print results (or dead letters) as JSON lines")
     consume.add_argument("--dead-letters", action="store_true")
@@ -64,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument(
         "--idle-timeout", type=float, default=None, help="stop after S idle seconds"
     )
-    _add_settings_flags(consume, COMMON_SETTINGS)
+    add_settings_flags(consume, COMMON_SETTINGS)
 
     from embedstream.tools.top.app import add_cli_arguments as add_top_arguments
     from embedstream.tools.verify.app import add_cli_arguments as add_verify_arguments
@@ -98,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _dispatch(ns: argparse.Namespace) -> int:
     command: str = ns.command
     if command == "run":
-        settings = _settings(ns, [f.name for f in dataclasses.fields(Settings)])
-        setup_logging(settings.log_level, settings.log_format)
+        settings = _settings(ns, ALL_SETTINGS)
+        setup_logging(settings.log_level, settings.log_format, settings.secret_values())
         from embedstream.app import run_service
 
         await run_service(settings)
@@ -135,19 +139,21 @@ async def _dispatch(ns: argparse.Namespace) -> int:
 
 async def _topics(ns: argparse.Namespace) -> int:
     from embedstream.kafka import admin as topics
+    from embedstream.kafka.clients import connection_for
 
-    settings = _settings(ns, COMMON_SETTINGS)
+    settings = await _checked_settings(ns, COMMON_SETTINGS)
+    kafka = connection_for(settings)
     specs = topics.load_topic_specs(settings.topic_prefix, ns.file)
     if ns.action == "create":
-        created = await topics.create_topics(settings.bootstrap_servers, specs)
+        created = await topics.create_topics(kafka, specs)
         for name in created:
             print(f"created {name}")
         print(f"{len(created)} created, {len(specs) - len(created)} already existed")
     elif ns.action == "list":
-        for name in await topics.list_topics(settings.bootstrap_servers, settings.topic_prefix):
+        for name in await topics.list_topics(kafka, settings.topic_prefix):
             print(name)
     else:
-        descriptions = await topics.describe_topics(settings.bootstrap_servers, specs)
+        descriptions = await topics.describe_topics(kafka, specs)
         print(topics.format_description(specs, descriptions))
     return 0
 
@@ -155,7 +161,7 @@ async def _topics(ns: argparse.Namespace) -> int:
 async def _produce(ns: argparse.Namespace) -> int:
     from embedstream.tools.clients import Progress, produce_lines
 
-    settings = _settings(ns, COMMON_SETTINGS)
+    settings = await _checked_settings(ns, COMMON_SETTINGS)
     if ns.file is not None:
         with ns.file.open(encoding="utf-8", errors="surrogateescape") as fh:
             lines = fh.readlines()
@@ -174,7 +180,7 @@ async def _produce(ns: argparse.Namespace) -> int:
 async def _consume(ns: argparse.Namespace) -> int:
     from embedstream.tools.clients import consume_records, write_json_line
 
-    settings = _settings(ns, COMMON_SETTINGS)
+    settings = await _checked_settings(ns, COMMON_SETTINGS)
     async for doc in consume_records(
         settings,
         dead_letters=ns.dead_letters,

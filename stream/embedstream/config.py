@@ -1,132 +1,263 @@
 """Every setting, typed and frozen, validated once at start.
 
-Sources, lowest precedence first: defaults, a TOML file, the environment (``EMBEDSTREAM_<NAME>``),
-then explicit overrides (the CLI). A bad value raises :class:`ConfigError` naming the setting and
-its environment variable, before anything touches Kafka or the provider.
+Each setting declares its group, help text, range and secrecy once, in its field metadata; the
+loader, the validation, ``embedstream run --help`` and the README table all derive from it.
+Sources (defaults, TOML, environment, overrides) are read by :mod:`embedstream.settings_sources`,
+and raw values typed by :mod:`embedstream.settings_types`.
+A bad value raises :class:`ConfigError` naming the setting and its environment variable, before
+anything touches Kafka or the provider.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import tomllib
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from embedstream.errors import ConfigError, env_var
+from embedstream.settings_sources import TOOL_VARIABLES as TOOL_VARIABLES
+from embedstream.settings_sources import collect_raw
+from embedstream.settings_types import (
+    SASL_PROTOCOLS,
+    TLS_PROTOCOLS,
+    ConcurrencyMode,
+    Delivery,
+    EncodingFormat,
+    LogFormat,
+    LogLevel,
+    OversizePolicy,
+    ProviderProfile,
+    SaslMechanism,
+    SecurityProtocol,
+    literal_choices,
+    parse_value,
+)
 
-EncodingFormat = Literal["float", "base64"]
-LogFormat = Literal["plain", "json"]
-ProviderProfile = Literal["openai", "dashscope", "generic"]
-ConcurrencyMode = Literal["fixed", "adaptive"]
-OversizePolicy = Literal["dead_letter", "truncate"]
-Delivery = Literal["at_least_once", "exactly_once"]
+
+class Group(StrEnum):
+    """Where a setting is shown: a heading of ``run --help`` and of the README reference."""
+
+    KAFKA = "Kafka"
+    SECURITY = "Kafka security"
+    PROVIDER = "Provider"
+    BATCHING = "Batching"
+    LIMITS = "Limits"
+    DELIVERY = "Delivery"
+    OPERATIONS = "Operations"
 
 
-def _setting(default: Any, help: str, *, secret: bool = False, env: str | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "secret": secret, "alt_env": env})
+@dataclass(frozen=True)
+class SettingSpec:
+    """What a setting's field declares besides its type and default."""
+
+    help: str
+    group: Group
+    secret: bool = False
+    alt_env: str | None = None  # a variable other tools already use (OPENAI_API_KEY)
+    gt: float | None = None  # bounds: value > gt, >= ge, < lt, <= le
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def range_problem(self, value: float) -> str | None:
+        """Why ``value`` is out of range, or None. NaN compares false with everything, so
+        finiteness is checked first: a NaN wait would never fire."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be a finite number, got {value}"
+        bounds = [
+            (self.gt, ">", value > (self.gt or 0)),
+            (self.ge, ">=", value >= (self.ge or 0)),
+            (self.lt, "<", value < (self.lt or 0)),
+            (self.le, "<=", value <= (self.le or 0)),
+        ]
+        broken = [f"{op} {limit:g}" for limit, op, ok in bounds if limit is not None and not ok]
+        if not broken:
+            return None
+        wanted = " and ".join(f"{op} {limit:g}" for limit, op, _ in bounds if limit is not None)
+        return f"must be {wanted}, got {value:g}"
+
+
+def _setting(default: Any, help: str, group: Group, **spec: Any) -> Any:
+    return field(default=default, metadata={"spec": SettingSpec(help, group, **spec)})
+
+
+_K, _S, _P, _B = Group.KAFKA, Group.SECURITY, Group.PROVIDER, Group.BATCHING
+_L, _D, _O = Group.LIMITS, Group.DELIVERY, Group.OPERATIONS
 
 
 @dataclass(frozen=True)
 class Settings:
     """The processor's configuration. Field order is the order of the README reference."""
 
-    # Kafka
-    bootstrap_servers: str = _setting("127.0.0.1:9092", "Kafka bootstrap servers, comma separated.")
-    topic_prefix: str = _setting("embed.", "Prefix shared by every embedstream topic.")
-    group_id: str = _setting("embedstream", "Consumer group; scale out by running more members.")
-    client_id: str = _setting("embedstream", "Kafka client id prefix (shows up in broker logs).")
-    session_timeout_ms: int = _setting(10_000, "Consumer group session timeout.")
-    heartbeat_interval_ms: int = _setting(3_000, "Consumer heartbeat interval.")
-    fetch_max_wait_ms: int = _setting(100, "Longest a fetch waits for data on the broker.")
-    max_poll_records: int = _setting(1_000, "Most records one poll hands over.")
-    commit_interval_ms: int = _setting(500, "How often completed offsets are committed.")
-    connect_timeout_s: float = _setting(15.0, "How long start-up waits for the broker.")
-    # Provider
+    bootstrap_servers: str = _setting(
+        "127.0.0.1:9092", "Kafka bootstrap servers, comma separated.", _K
+    )
+    topic_prefix: str = _setting("embed.", "Prefix shared by every embedstream topic.", _K)
+    group_id: str = _setting(
+        "embedstream", "Consumer group; scale out by running more members.", _K
+    )
+    client_id: str = _setting(
+        "embedstream", "Kafka client id prefix (shows up in broker logs).", _K
+    )
+    session_timeout_ms: int = _setting(10_000, "Consumer group session timeout.", _K, gt=0)
+    heartbeat_interval_ms: int = _setting(3_000, "Consumer heartbeat interval.", _K, gt=0)
+    fetch_max_wait_ms: int = _setting(
+        100, "Longest a fetch waits for data on the broker.", _K, ge=0
+    )
+    max_poll_records: int = _setting(1_000, "Most records one poll hands over.", _K, gt=0)
+    commit_interval_ms: int = _setting(500, "How often completed offsets are committed.", _K, gt=0)
+    connect_timeout_s: float = _setting(15.0, "How long start-up waits for the broker.", _K, gt=0)
+
+    security_protocol: SecurityProtocol = _setting(
+        "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.", _S
+    )
+    sasl_mechanism: SaslMechanism = _setting(
+        "PLAIN", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.", _S
+    )
+    sasl_username: str | None = _setting(None, "SASL user (PLAIN, SCRAM).", _S)
+    sasl_password: str | None = _setting(
+        None, "SASL password (or EMBEDSTREAM_SASL_PASSWORD_FILE). Never logged.", _S, secret=True
+    )
+    sasl_oauth_token_file: str | None = _setting(
+        None, "OAUTHBEARER: file holding the current token, re-read at each login.", _S
+    )
+    ssl_cafile: str | None = _setting(
+        None,
+        "PEM file of the CAs signing the broker certificates; unset: the system's.",
+        _S,
+    )
+    ssl_certfile: str | None = _setting(None, "PEM client certificate (mutual TLS).", _S)
+    ssl_keyfile: str | None = _setting(None, "PEM private key of ssl_certfile.", _S)
+    ssl_keyfile_password: str | None = _setting(
+        None,
+        "Password of the key (or EMBEDSTREAM_SSL_KEYFILE_PASSWORD_FILE). Never logged.",
+        _S,
+        secret=True,
+    )
+    ssl_check_hostname: bool = _setting(
+        True, "Check that the broker certificate names the host connected to.", _S
+    )
+
     base_url: str | None = _setting(
         None,
         "OpenAI-compatible base URL (ends in /v1). Falls back to OPENAI_BASE_URL.",
-        env="OPENAI_BASE_URL",
+        _P,
+        alt_env="OPENAI_BASE_URL",
     )
     api_key: str | None = _setting(
         None,
-        "Provider API key. Falls back to OPENAI_API_KEY. Never logged.",
+        "Provider API key (or EMBEDSTREAM_API_KEY_FILE, OPENAI_API_KEY). Never logged.",
+        _P,
         secret=True,
-        env="OPENAI_API_KEY",
+        alt_env="OPENAI_API_KEY",
     )
-    model: str = _setting("text-embedding-3-small", "Model used when a request names none.")
+    model: str = _setting("text-embedding-3-small", "Model used when a request names none.", _P)
     encoding_format: EncodingFormat = _setting(
-        "float", "Encoding used when a request names none: float or base64."
+        "float", "Encoding used when a request names none: float or base64.", _P
     )
-    request_timeout_s: float = _setting(30.0, "Timeout of one embeddings call.")
+    request_timeout_s: float = _setting(30.0, "Timeout of one embeddings call.", _P, gt=0)
     provider_profile: ProviderProfile = _setting(
-        "openai", "Provider limits: openai, dashscope or generic (see Provider limits)."
+        "openai", "Provider limits: openai, dashscope or generic (see Provider limits).", _P
     )
     allowed_models: str = _setting(
-        "", "Comma-separated models requests may name; empty allows any."
+        "", "Comma-separated models requests may name; empty allows any.", _P
     )
-    # Batching
-    max_batch_size: int = _setting(256, "Most inputs in one call.")
-    max_batch_tokens: int = _setting(100_000, "Most estimated tokens in one call.")
-    max_input_tokens: int = _setting(8_192, "Most estimated tokens in one input.")
-    max_wait_ms: float = _setting(50.0, "Longest an item waits for batch-mates under backlog.")
+
+    max_batch_size: int = _setting(256, "Most inputs in one call.", _B, gt=0)
+    max_batch_tokens: int = _setting(100_000, "Most estimated tokens in one call.", _B, gt=0)
+    max_wait_ms: float = _setting(
+        50.0, "Longest an item waits for batch-mates under backlog.", _B, ge=0
+    )
     scale_factor: float = _setting(
-        64.0, "Backlog depth at which the wait reaches half of max_wait_ms."
-    )
-    max_concurrency: int = _setting(4, "Most embeddings calls in flight.")
-    concurrency_mode: ConcurrencyMode = _setting(
-        "fixed", "fixed, or adaptive (AIMD: halve on 429/503 or slow calls, grow by one)."
-    )
-    target_latency_ms: float = _setting(
-        0.0, "Adaptive mode: a call slower than this counts as overload; 0 disables."
-    )
-    rate_limit_rpm: float = _setting(0.0, "Most calls per minute (token bucket); 0 is unlimited.")
-    rate_limit_tpm: float = _setting(
-        0.0, "Most estimated tokens per minute (token bucket); 0 is unlimited."
+        64.0, "Backlog depth at which the wait reaches half of max_wait_ms.", _B, gt=0
     )
     min_low_share: float = _setting(
-        0.1, "Share of calls the low lane keeps while both lanes are backlogged."
+        0.1,
+        "Share of calls the low lane keeps while both lanes are backlogged.",
+        _B,
+        ge=0,
+        lt=1,
+    )
+
+    max_input_tokens: int = _setting(8_192, "Most estimated tokens in one input.", _L, gt=0)
+    max_concurrency: int = _setting(4, "Most embeddings calls in flight.", _L, gt=0)
+    concurrency_mode: ConcurrencyMode = _setting(
+        "fixed", "fixed, or adaptive (AIMD: halve on 429/503 or slow calls, grow by one).", _L
+    )
+    target_latency_ms: float = _setting(
+        0.0,
+        "Adaptive mode: a call slower than this counts as overload; 0 disables.",
+        _L,
+        ge=0,
+    )
+    rate_limit_rpm: float = _setting(
+        0.0, "Most calls per minute (token bucket); 0 is unlimited.", _L, ge=0
+    )
+    rate_limit_tpm: float = _setting(
+        0.0, "Most estimated tokens per minute (token bucket); 0 is unlimited.", _L, ge=0
     )
     max_buffered_items: int = _setting(
-        5_000, "Most items held in memory; above it fetching pauses."
+        5_000, "Most items held in memory; above it fetching pauses.", _L, gt=0
     )
     max_buffered_bytes: int = _setting(
-        64 * 1024 * 1024, "Most request bytes held in memory; above it fetching pauses."
+        64 * 1024 * 1024,
+        "Most request bytes held in memory; above it fetching pauses.",
+        _L,
+        gt=0,
     )
-    # Delivery and failures
+    max_event_bytes: int = _setting(1_048_576, "Largest request event accepted.", _L, gt=0)
+
     delivery: Delivery = _setting(
         "at_least_once",
         "at_least_once, or exactly_once (Kafka transactions; consumers read_committed).",
+        _D,
     )
     drain_timeout_s: float = _setting(
-        30.0, "On a rebalance, how long to finish work of revoked partitions before handing off."
+        30.0,
+        "On a rebalance, how long to finish work of revoked partitions before handing off.",
+        _D,
+        gt=0,
     )
-    max_attempts: int = _setting(5, "Attempts before an item is dead-lettered.")
+    max_attempts: int = _setting(5, "Attempts before an item is dead-lettered.", _D, gt=0)
     retry_backoff_base_ms: float = _setting(
-        500.0, "First retry delay; doubles per attempt, with jitter."
+        500.0, "First retry delay; doubles per attempt, with jitter.", _D, gt=0
     )
-    retry_backoff_cap_ms: float = _setting(30_000.0, "Longest retry delay.")
+    retry_backoff_cap_ms: float = _setting(30_000.0, "Longest retry delay.", _D, gt=0)
     oversize_policy: OversizePolicy = _setting(
-        "dead_letter", "Input over max_input_tokens: dead_letter, or truncate (header notes it)."
+        "dead_letter",
+        "Input over max_input_tokens: dead_letter, or truncate (header notes it).",
+        _D,
     )
-    max_event_bytes: int = _setting(1_048_576, "Largest request event accepted.")
-    # Operations
-    metrics_host: str = _setting("127.0.0.1", "Address of the /metrics, /healthz, /readyz server.")
-    metrics_port: int = _setting(9464, "Port of the metrics server; 0 disables it.")
-    log_level: str = _setting("INFO", "Python log level.")
-    log_format: LogFormat = _setting("plain", "plain or json log lines.")
+
+    metrics_host: str = _setting(
+        "127.0.0.1", "Address of the /metrics, /healthz, /readyz server.", _O
+    )
+    metrics_port: int = _setting(
+        9464, "Port of the metrics server; 0 disables it.", _O, ge=0, le=65535
+    )
+    log_level: LogLevel = _setting("INFO", "DEBUG, INFO, WARNING, ERROR or CRITICAL.", _O)
+    log_format: LogFormat = _setting("plain", "plain or json log lines.", _O)
 
     @property
     def allowed_model_set(self) -> frozenset[str]:
         return frozenset(m.strip() for m in self.allowed_models.split(",") if m.strip())
 
+    def secret_values(self) -> list[str]:
+        """The secrets set, for the log redactor."""
+        return [value for name in SECRETS if (value := getattr(self, name))]
+
     def describe(self) -> dict[str, str]:
-        """Settings as strings for logs, secrets masked."""
+        """Settings as strings for logs: secrets masked, credentials in URLs scrubbed."""
         shown: dict[str, str] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            shown[f.name] = "***" if f.metadata["secret"] and value else str(value)
+            shown[f.name] = "***" if spec(f.name).secret and value else scrub_url(str(value))
         return shown
 
     def __repr__(self) -> str:  # keep secrets out of tracebacks and debug prints
@@ -134,105 +265,50 @@ class Settings:
         return f"Settings({inner})"
 
 
-def load_settings(
-    env: Mapping[str, str] | None = None,
-    file: Path | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> Settings:
-    """Merge all sources and validate; raises ConfigError naming the first bad setting."""
-    raw: dict[str, Any] = {}
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
-    if file is not None:
-        try:
-            with file.open("rb") as fh:
-                data = tomllib.load(fh)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError("config_file", f"cannot read {file}: {exc}") from exc
-        for key, value in data.items():
-            if key not in fields:
-                raise ConfigError(key, f"unknown setting in {file}")
-            raw[key] = value
-    for name, f in fields.items():
-        alt = f.metadata["alt_env"]
-        if env is not None and env.get(env_var(name)) not in (None, ""):
-            raw[name] = env[env_var(name)]
-        elif env is not None and alt and env.get(alt) and name not in raw:
-            raw[name] = env[alt]
-    for key, value in (overrides or {}).items():
-        if key not in fields:
-            raise ConfigError(key, "unknown setting")
-        if value is not None:
-            raw[key] = value
-    values = {name: _coerce(name, fields[name].type, value) for name, value in raw.items()}
-    settings = Settings(**values)
-    validate(settings)
-    return settings
+FIELDS: Mapping[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Settings)}
+SECRETS = tuple(name for name, f in FIELDS.items() if f.metadata["spec"].secret)
 
 
-def _coerce(name: str, annotation: Any, value: Any) -> Any:
-    kind = str(annotation)
+def spec(name: str) -> SettingSpec:
+    found: SettingSpec = FIELDS[name].metadata["spec"]
+    return found
+
+
+def scrub_url(text: str) -> str:
+    """``http://user:pass@host/v1`` -> ``http://user:***@host/v1``; other text unchanged."""
+    if "://" not in text or "@" not in text:
+        return text
     try:
-        if kind == "int":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return int(value)
-        if kind == "float":
-            return float(value)
-        if kind in _LITERALS:
-            allowed = tuple(str(v) for v in get_args(_LITERALS[kind]))
-            text = str(value)
-            if text not in allowed:
-                raise ConfigError(name, f"must be one of {', '.join(allowed)}; got {text!r}")
-            return text
-        return None if value is None else str(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(name, f"expected {kind}, got {value!r}") from exc
+        parts = urlsplit(text)
+    except ValueError:
+        return "***"  # unparseable yet credential-shaped: show nothing
+    if parts.password is None and "@" not in parts.netloc:
+        return text
+    user, _, host = parts.netloc.rpartition("@")
+    user = user.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-_LITERALS: dict[str, Any] = {
-    "EncodingFormat": EncodingFormat,
-    "LogFormat": LogFormat,
-    "ProviderProfile": ProviderProfile,
-    "ConcurrencyMode": ConcurrencyMode,
-    "OversizePolicy": OversizePolicy,
-    "Delivery": Delivery,
-}
+def coerce(name: str, value: Any) -> Any:
+    """A raw value (text from the environment or a flag, or a TOML scalar) as the field's type."""
+    return parse_value(name, str(FIELDS[name].type), value, secret=spec(name).secret)
+
+
+def choices(name: str) -> tuple[str, ...] | None:
+    """The values a Literal-typed setting accepts, or None for free-form settings."""
+    return literal_choices(str(FIELDS[name].type))
 
 
 def validate(s: Settings) -> None:
-    """Cross-field and range checks. Each failure names exactly one setting."""
-    positive_ints = (
-        "session_timeout_ms",
-        "heartbeat_interval_ms",
-        "max_poll_records",
-        "commit_interval_ms",
-        "max_batch_size",
-        "max_batch_tokens",
-        "max_input_tokens",
-        "max_concurrency",
-        "max_buffered_items",
-        "max_attempts",
-        "max_event_bytes",
-    )
-    for name in positive_ints:
-        if getattr(s, name) <= 0:
-            raise ConfigError(name, f"must be > 0, got {getattr(s, name)}")
-    for name in ("max_wait_ms", "fetch_max_wait_ms"):
-        if getattr(s, name) < 0:
-            raise ConfigError(name, f"must be >= 0, got {getattr(s, name)}")
-    for name in ("rate_limit_rpm", "rate_limit_tpm", "target_latency_ms"):
-        if getattr(s, name) < 0:
-            raise ConfigError(name, f"must be >= 0, got {getattr(s, name)}")
-    if not 0 <= s.min_low_share < 1:
-        raise ConfigError("min_low_share", f"must be in [0, 1), got {s.min_low_share}")
+    """Range and cross-field checks. Each failure names exactly one setting."""
+    for name in FIELDS:
+        value = getattr(s, name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            problem = spec(name).range_problem(value)
+            if problem:
+                raise ConfigError(name, problem)
     if s.retry_backoff_cap_ms < s.retry_backoff_base_ms:
         raise ConfigError("retry_backoff_cap_ms", "must be at least retry_backoff_base_ms")
-    for name in (
-        "scale_factor", "request_timeout_s", "connect_timeout_s", "retry_backoff_base_ms",
-        "drain_timeout_s",
-    ):  # fmt: skip
-        if getattr(s, name) <= 0:
-            raise ConfigError(name, f"must be > 0, got {getattr(s, name)}")
     if not s.bootstrap_servers.strip():
         raise ConfigError("bootstrap_servers", "must name at least one host:port")
     for server in s.bootstrap_servers.split(","):
@@ -253,19 +329,77 @@ def validate(s: Settings) -> None:
         raise ConfigError("max_buffered_bytes", "must be at least max_event_bytes")
     if s.max_input_tokens > s.max_batch_tokens:
         raise ConfigError("max_input_tokens", "must not exceed max_batch_tokens")
-    if not 0 <= s.metrics_port <= 65535:
-        raise ConfigError("metrics_port", f"must be 0..65535, got {s.metrics_port}")
     if s.base_url is not None and not s.base_url.startswith(("http://", "https://")):
-        raise ConfigError("base_url", f"must start with http:// or https://, got {s.base_url!r}")
+        raise ConfigError(
+            "base_url", f"must start with http:// or https://, got {scrub_url(s.base_url)!r}"
+        )
+    validate_security(s)
+
+
+def validate_security(s: Settings) -> None:
+    """The Kafka security settings agree with security_protocol, and their files exist."""
+    protocol = s.security_protocol
+    if protocol in SASL_PROTOCOLS:
+        if s.sasl_mechanism == "OAUTHBEARER":
+            if not s.sasl_oauth_token_file:
+                raise ConfigError("sasl_oauth_token_file", "OAUTHBEARER needs a token file")
+        else:
+            for name in ("sasl_username", "sasl_password"):
+                if not getattr(s, name):
+                    raise ConfigError(name, f"{protocol} with {s.sasl_mechanism} needs it set")
+    else:
+        for name in ("sasl_username", "sasl_password", "sasl_oauth_token_file"):
+            if getattr(s, name):
+                raise ConfigError(
+                    "security_protocol", f"is {protocol} but {name} is set; use SASL_SSL"
+                )
+    tls_files = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password")
+    if protocol not in TLS_PROTOCOLS:
+        for name in tls_files:
+            if getattr(s, name):
+                raise ConfigError(
+                    "security_protocol", f"is {protocol} but {name} is set; use SSL or SASL_SSL"
+                )
+    if s.ssl_keyfile and not s.ssl_certfile:
+        raise ConfigError("ssl_certfile", "must be set when ssl_keyfile is")
+    if s.ssl_keyfile_password and not s.ssl_certfile:
+        raise ConfigError("ssl_keyfile_password", "is set but ssl_certfile is not")
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "sasl_oauth_token_file"):
+        path = getattr(s, name)
+        if path and not Path(path).is_file():
+            raise ConfigError(name, f"no such file: {path}")
+        if path and not os.access(path, os.R_OK):
+            raise ConfigError(name, f"cannot read {path} (permissions)")
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:
     """(name, env var, default, meaning) for every setting: the README reference table."""
     rows = []
-    for f in dataclasses.fields(Settings):
+    for name, f in FIELDS.items():
         default = "unset" if f.default is None else str(f.default)
-        env = env_var(f.name)
-        if f.metadata["alt_env"]:
-            env += f" (or {f.metadata['alt_env']})"
-        rows.append((f.name, env, default, str(f.metadata["help"])))
+        if isinstance(f.default, bool):
+            default = str(f.default).lower()
+        env = env_var(name)
+        if spec(name).alt_env:
+            env += f" (or {spec(name).alt_env})"
+        rows.append((name, env, default, spec(name).help))
     return rows
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None,
+    file: Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Merge all sources and validate; raises ConfigError naming the first bad setting.
+
+    ``env`` is checked strictly: an ``EMBEDSTREAM_*`` variable that names no setting (and is
+    not one of the tools' own, see :data:`TOOL_VARIABLES`) is an error, like a typo in the file.
+    """
+    alt = {name: alt for name in FIELDS if (alt := spec(name).alt_env)}
+    raw = collect_raw(
+        list(FIELDS), secrets=SECRETS, alt_env=alt, env=env, file=file, overrides=overrides
+    )
+    settings = Settings(**{name: coerce(name, value) for name, value in raw.items()})
+    validate(settings)
+    return settings

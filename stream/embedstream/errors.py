@@ -89,6 +89,16 @@ class ConfigError(EmbedStreamError):
         self.setting = setting
 
 
+class UnknownSetting(ConfigError):
+    """A name in the environment, the TOML file or the overrides that is no setting."""
+
+    def __init__(self, name: str, problem: str, suggestion: str | None) -> None:
+        hint = f"; did you mean {suggestion}?" if suggestion else "; see `embedstream run --help`"
+        EmbedStreamError.__init__(self, f"{problem} {name}{hint}")
+        self.setting = name
+        self.suggestion = suggestion
+
+
 class InvalidEvent(EmbedStreamError):
     """A request event cannot be parsed or validated; ``reason`` is a stable code."""
 

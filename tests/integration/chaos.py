@@ -26,11 +26,11 @@ from typing import Any, Self
 
 import aiohttp
 import orjson
-from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from embedstream.config import load_settings
 from embedstream.kafka.admin import topic_names
+from embedstream.kafka.clients import admin_for, producer_for
 from embedstream.tools.verify.app import verify
 from embedstream.tools.verify.report import VerificationReport
 
@@ -500,8 +500,8 @@ class Feeder:
         await self.close()
 
     async def _run(self) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self._bootstrap,
+        producer = producer_for(
+            self._bootstrap,
             acks="all",
             enable_idempotence=True,
             linger_ms=5,
@@ -612,9 +612,7 @@ class CommitWatcher(_Sampling):
             while True:
                 try:
                     if admin is None:
-                        admin = AIOKafkaAdminClient(
-                            bootstrap_servers=self._bootstrap, request_timeout_ms=5000
-                        )
+                        admin = admin_for(self._bootstrap, request_timeout_ms=5000)
                         await admin.start()
                     found = await asyncio.wait_for(
                         admin.list_consumer_group_offsets(self._group), 10

@@ -7,14 +7,17 @@ EMBEDSTREAM_TEST_BOOTSTRAP=127.0.0.1:39092. Without it these tests are skipped.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from embedstream.kafka.admin import delete_topics, list_topics
 from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.broker import PrivateBroker
+from tests.integration.secured import SecuredBroker, SecuredBrokerProcess
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +57,23 @@ async def simulator() -> AsyncIterator[SimulatorServer]:
     """A simulated provider with default settings (for tests that need no faults)."""
     async with SimulatorServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def secured_broker() -> Iterator[SecuredBroker]:
+    """The SASL_SSL + SSL broker, started once per session (about 20 s)."""
+    if not os.environ.get("EMBEDSTREAM_TEST_BOOTSTRAP"):
+        pytest.skip("integration tests need the Kafka jars and scripts; see ops/test.sh")
+    env_file = os.environ.get("EMBEDSTREAM_TEST_SECURED_ENV")
+    if env_file:
+        yield SecuredBroker.from_env_file(Path(env_file))
+        return
+    if shutil.which("openssl") is None:
+        if os.environ.get("EMBEDSTREAM_REQUIRE_BROKER") == "1":
+            pytest.fail("the secured broker needs the openssl command")
+        pytest.skip("the secured broker needs the openssl command")
+    process = SecuredBrokerProcess()
+    try:
+        yield process.start()
+    finally:
+        process.remove()

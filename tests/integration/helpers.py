@@ -1,4 +1,7 @@
-"""Typed helpers shared by integration tests: publish requests, read outcomes, committed lag."""
+"""Typed helpers shared by integration tests: publish requests, read outcomes, committed lag.
+
+Each takes a bootstrap string (the plaintext test broker) or a KafkaConnection (a secured
+listener); the clients come from embedstream.kafka.clients like the package's own."""
 
 from __future__ import annotations
 
@@ -9,13 +12,19 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 from embedstream.app import Service, build_service, default_backend
 from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import create_topics, load_topic_specs
-from embedstream.kafka.clients import partitions_of
+from embedstream.kafka.clients import (
+    KafkaTarget,
+    admin_for,
+    connection_for,
+    consumer_for,
+    partitions_of,
+    producer_for,
+)
 from embedstream.kafka.processor import Processor
 
 
@@ -36,13 +45,13 @@ def settings_for(bootstrap: str, prefix: str, base_url: str, **overrides: Any) -
 
 
 async def create_all_topics(settings: Settings) -> None:
-    await create_topics(settings.bootstrap_servers, load_topic_specs(settings.topic_prefix))
+    await create_topics(connection_for(settings), load_topic_specs(settings.topic_prefix))
 
 
 async def publish(
-    bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes]]
+    bootstrap: KafkaTarget, topic: str, records: Sequence[tuple[bytes | None, bytes]]
 ) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = producer_for(bootstrap, acks="all", linger_ms=5)
     await producer.start()
     try:
         futures = [await producer.send(topic, value, key=key) for key, value in records]
@@ -64,7 +73,7 @@ async def steady_traffic(
     stop = asyncio.Event()
 
     async def feed() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+        producer = producer_for(bootstrap, acks="all", linger_ms=5)
         await producer.start()
         try:
             wave_s = 0.05
@@ -91,11 +100,9 @@ def request(request_id: str, text: str, **fields: Any) -> tuple[bytes, bytes]:
     return request_id.encode(), orjson.dumps({"id": request_id, "text": text, **fields})
 
 
-async def read_topic(bootstrap: str, topic: str, *, idle_s: float = 1.0) -> list[Any]:
+async def read_topic(bootstrap: KafkaTarget, topic: str, *, idle_s: float = 1.0) -> list[Any]:
     """Every record of a topic (read_committed), stopping after `idle_s` without new data."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
-    )
+    consumer = consumer_for(bootstrap, enable_auto_commit=False, isolation_level="read_committed")
     await consumer.start()
     try:
         tps = await partitions_of(consumer, topic)
@@ -118,12 +125,10 @@ async def read_topic(bootstrap: str, topic: str, *, idle_s: float = 1.0) -> list
 
 
 async def wait_for_ids(
-    bootstrap: str, topic: str, ids: set[str], timeout_s: float
+    bootstrap: KafkaTarget, topic: str, ids: set[str], timeout_s: float
 ) -> dict[str, list[dict[str, Any]]]:
     """Read `topic` until every id has at least one record; returns records by id."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
-    )
+    consumer = consumer_for(bootstrap, enable_auto_commit=False, isolation_level="read_committed")
     await consumer.start()
     seen: dict[str, list[dict[str, Any]]] = {}
     try:
@@ -141,13 +146,13 @@ async def wait_for_ids(
         await consumer.stop()
 
 
-async def group_offsets(bootstrap: str, group: str) -> dict[TopicPartition, int]:
+async def group_offsets(bootstrap: KafkaTarget, group: str) -> dict[TopicPartition, int]:
     """A group's committed offsets ({} for a group that never committed).
 
     On a fresh broker the first coordinator lookup creates __consumer_offsets and fails with
     GroupCoordinatorNotAvailable until it exists, so retry that for a while.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = admin_for(bootstrap)
     await admin.start()
     try:
         for _ in range(60):
@@ -162,10 +167,12 @@ async def group_offsets(bootstrap: str, group: str) -> dict[TopicPartition, int]
         await admin.close()
 
 
-async def committed_lag(bootstrap: str, group: str, topics: Sequence[str]) -> dict[str, int]:
+async def committed_lag(
+    bootstrap: KafkaTarget, group: str, topics: Sequence[str]
+) -> dict[str, int]:
     """Per topic: end offsets minus the group's committed offsets, summed over partitions."""
     committed = await group_offsets(bootstrap, group)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = consumer_for(bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
         lag: dict[str, int] = {}

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
+from embedstream.kafka.clients import producer_for
 from embedstream.tools.simulator.model import encode_base64, expected_vector
 from embedstream.tools.verify.app import add_cli_arguments, main_from_args, verify
 from embedstream.tools.verify.reader import ReadError
@@ -53,7 +53,7 @@ async def send(
     bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes, Headers]]
 ) -> list[Any]:
     """Publishes and returns each record's metadata (partition, offset)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = producer_for(bootstrap, acks="all")
     await producer.start()
     try:
         return [
@@ -156,8 +156,8 @@ async def test_clean_run_is_ok(
 
     # Results through transactions, as the processor's producer may write them: the reader
     # must step over the commit markers, and must not see the aborted transaction.
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+    producer = producer_for(
+        bootstrap,
         transactional_id=f"verify-test-{uuid.uuid4().hex}",
         enable_idempotence=True,
         acks="all",

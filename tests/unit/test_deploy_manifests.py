@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from embedstream.config import Settings
+from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import load_topic_specs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -372,3 +374,125 @@ def test_dashboard_panels_have_queries_and_unique_ids() -> None:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert "embedstream_" in target["expr"], panel["title"]
+
+
+# --------------------------------------------------------------------------- Kubernetes, SASL
+
+BASE_KUSTOMIZATION = ROOT / "ops" / "k8s" / "kustomization.yaml"
+SASL_DIR = ROOT / "ops" / "k8s-sasl"
+# KEDA's name of each SASL mechanism (its kafka scaler's `sasl` parameter).
+KEDA_SASL = {"PLAIN": "plaintext", "SCRAM-SHA-256": "scram_sha256", "SCRAM-SHA-512": "scram_sha512"}
+
+
+@pytest.fixture(scope="module")
+def sasl() -> dict[str, Any]:
+    kustomization = _load_yaml(SASL_DIR / "kustomization.yaml")
+    patches = {doc["kind"]: doc for doc in _load_all_yaml(SASL_DIR / "processor-sasl.yaml")}
+    [json_patch] = [p for p in kustomization["patches"] if "target" in p]
+    return {
+        "kustomization": kustomization,
+        "trigger_auth": _load_yaml(SASL_DIR / "keda-trigger-auth.yaml"),
+        "patches": patches,
+        "json_patch": json_patch,
+    }
+
+
+def test_base_kustomization_lists_every_manifest() -> None:
+    listed = set(_load_yaml(BASE_KUSTOMIZATION)["resources"])
+    manifests = {p.name for p in DEPLOYMENT.parent.glob("*.yaml")} - {BASE_KUSTOMIZATION.name}
+    assert listed == manifests
+
+
+def test_sasl_overlay_builds_on_the_base(sasl: dict[str, Any]) -> None:
+    kustomization = sasl["kustomization"]
+    assert kustomization["resources"] == ["../k8s", "keda-trigger-auth.yaml"]
+    for patch in kustomization["patches"]:
+        if "path" in patch:
+            assert (SASL_DIR / patch["path"]).is_file()
+
+
+def test_trigger_authentication_reads_the_secret_only(sasl: dict[str, Any]) -> None:
+    auth = sasl["trigger_auth"]
+    assert auth["apiVersion"] == "keda.sh/v1alpha1" and auth["kind"] == "TriggerAuthentication"
+    assert set(auth["spec"]) == {"secretTargetRef"}
+    refs = auth["spec"]["secretTargetRef"]
+    assert {r["parameter"] for r in refs} >= {"username", "password"}
+    assert {r["name"] for r in refs} == {"embedstream-kafka"}
+    assert all(set(r) == {"parameter", "name", "key"} for r in refs)  # no literal values
+
+
+def _apply_json_patch(document: Any, operations: list[dict[str, Any]]) -> Any:
+    """The `add` operations of RFC 6902, enough for the overlay; a path into nothing fails."""
+    for op in operations:
+        assert op["op"] == "add", op
+        *parents, last = op["path"].strip("/").split("/")
+        node = document
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[last] = op["value"]
+    return document
+
+
+def test_sasl_overlay_keda_and_processor_agree(k8s: dict[str, Any], sasl: dict[str, Any]) -> None:
+    config = {**k8s["ConfigMap"]["data"], **sasl["patches"]["ConfigMap"]["data"]}
+    assert sasl["patches"]["ConfigMap"]["metadata"]["name"] == k8s["ConfigMap"]["metadata"]["name"]
+    json_patch = sasl["json_patch"]
+    assert json_patch["target"] == {"kind": "ScaledObject", "name": "embedstream"}
+    scaled = _apply_json_patch(
+        json.loads(json.dumps(k8s["ScaledObject"])), yaml.safe_load(json_patch["patch"])
+    )
+    auth_name = sasl["trigger_auth"]["metadata"]["name"]
+    tls = config["EMBEDSTREAM_SECURITY_PROTOCOL"] in ("SSL", "SASL_SSL")
+    for trigger in scaled["spec"]["triggers"]:
+        assert trigger["authenticationRef"] == {"name": auth_name}
+        assert trigger["metadata"]["sasl"] == KEDA_SASL[config["EMBEDSTREAM_SASL_MECHANISM"]]
+        assert trigger["metadata"]["tls"] == ("enable" if tls else "disable")
+
+
+def test_sasl_overlay_mounts_the_password_the_settings_read(
+    k8s: dict[str, Any], sasl: dict[str, Any], tmp_path: Path
+) -> None:
+    patch = sasl["patches"]["Deployment"]
+    assert patch["metadata"]["name"] == k8s["Deployment"]["metadata"]["name"]
+    pod = patch["spec"]["template"]["spec"]
+    base_pod = k8s["Deployment"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["fsGroup"] == base_pod["securityContext"]["runAsGroup"]
+    [container] = pod["containers"]
+    assert container["name"] == _container(k8s)["name"]
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["EMBEDSTREAM_SASL_USERNAME"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "embedstream-kafka", "key": "username"}
+    [volume] = pod["volumes"]
+    [mount] = container["volumeMounts"]
+    assert mount["name"] == volume["name"] and mount["readOnly"] is True
+    assert volume["secret"]["secretName"] == "embedstream-kafka"
+    [item] = volume["secret"]["items"]
+    config = {**k8s["ConfigMap"]["data"], **sasl["patches"]["ConfigMap"]["data"]}
+    assert item["key"] == "password"
+    assert config["EMBEDSTREAM_SASL_PASSWORD_FILE"] == f"{mount['mountPath']}/{item['path']}"
+    # The merged configuration is one the processor accepts.
+    password = tmp_path / "password"
+    password.write_text("pw\n")
+    env_vars = {k: str(v) for k, v in config.items()}
+    env_vars |= {"EMBEDSTREAM_SASL_PASSWORD_FILE": str(password), "EMBEDSTREAM_SASL_USERNAME": "u"}
+    settings = load_settings(env=env_vars)
+    assert (settings.security_protocol, settings.sasl_password) == ("SASL_SSL", "pw")
+
+
+def test_readme_creates_the_secret_the_overlay_reads() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "kubectl create secret generic embedstream-kafka" in readme
+    assert "--from-literal=username=" in readme and "--from-literal=password=" in readme
+    assert "ops/k8s-sasl" in readme
+
+
+def test_sasl_overlay_renders_with_kubectl() -> None:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl not installed")
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(SASL_DIR)], capture_output=True, text=True, timeout=60
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout) if doc}
+    assert {"ConfigMap", "Deployment", "ScaledObject", "TriggerAuthentication"} <= set(docs)
+    assert all("authenticationRef" in t for t in docs["ScaledObject"]["spec"]["triggers"])

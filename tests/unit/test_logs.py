@@ -29,3 +29,27 @@ def test_setup_installs_one_handler(fmt: str) -> None:
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
+
+
+@pytest.mark.parametrize("fmt", ["plain", "json"])
+def test_secrets_and_url_passwords_are_masked_in_every_line(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging("info", fmt, secrets=["canary-sasl-pw", "sk-canary"])
+        log = logging.getLogger("httpx")
+        log.info('HTTP Request: POST %s "200 OK"', "http://gw:canary-url@h:1/v1/embeddings")
+        log.info("auth with %s and %s", "canary-sasl-pw", "Bearer sk-canary")
+        try:
+            raise RuntimeError("key sk-canary refused")
+        except RuntimeError:
+            log.exception("failed")
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    err = capsys.readouterr().err
+    assert "canary" not in err
+    assert "http://gw:***@h:1/v1/embeddings" in err
+    assert "RuntimeError" in err  # the traceback is kept, only the secret masked

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from embedstream.cli import build_parser
-from embedstream.config import reference_rows
+from embedstream.config import FIELDS, TOOL_VARIABLES, Group, reference_rows, spec
 from embedstream.ops.metrics import METRIC_NAMES
 
 README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
@@ -23,6 +23,21 @@ def test_settings_table_matches_the_code() -> None:
         assert table[name][0] == env
         shown = table[name][1].strip()
         assert shown in (f"`{default}`", "unset", "empty"), (name, shown, default)
+
+
+def test_settings_tables_follow_the_groups_of_the_code() -> None:
+    section = README[README.index("## Configuration") : README.index("## Connecting to a managed")]
+    parts = re.split(r"^#### (.+)$", section, flags=re.M)
+    tables = {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
+    assert list(tables) == [group.value for group in Group]
+    for group in Group:
+        names = re.findall(r"^\| `(\w+)` \|", tables[group.value], re.M)
+        assert names == [n for n in FIELDS if spec(n).group is group], group
+
+
+def test_tool_variables_are_documented() -> None:
+    for name in TOOL_VARIABLES:
+        assert f"`{name}`" in README, name
 
 
 def test_every_documented_command_exists() -> None:

@@ -1,8 +1,10 @@
 """Kafka topics: the declarations in topics.toml, and creating/inspecting them on a broker.
 
 topics/topics.toml is the canonical declaration; stream/embedstream/kafka/topics.toml is an
-identical copy shipped in the wheel, used when no path is given. Besides kafka/clients.py this is
-the only module importing aiokafka, so admin-API quirks stay in one place.
+identical copy shipped in the wheel, used when no path is given. Admin-API quirks stay here; the
+client itself comes from :mod:`embedstream.kafka.clients`, so TLS and SASL settings apply. Every
+function takes a :class:`~embedstream.kafka.connection.KafkaConnection` (or, for tests and the
+embedded broker, a plain bootstrap string).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
+
+from embedstream.kafka.clients import KafkaTarget, admin_for
 
 DEFAULT_PREFIX = "embed."
 PACKAGED_TOPICS_FILE = Path(__file__).with_name("topics.toml")
@@ -165,8 +169,8 @@ def _config_value(value: Any, where: str) -> str:
 
 
 @asynccontextmanager
-async def _admin_client(bootstrap: str) -> AsyncIterator[Any]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=_ADMIN_TIMEOUT_MS)
+async def _admin_client(kafka: KafkaTarget) -> AsyncIterator[Any]:
+    admin = admin_for(kafka, request_timeout_ms=_ADMIN_TIMEOUT_MS)
     try:
         await admin.start()
         yield admin
@@ -174,12 +178,12 @@ async def _admin_client(bootstrap: str) -> AsyncIterator[Any]:
         await admin.close()
 
 
-async def create_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
+async def create_topics(kafka: KafkaTarget, specs: Sequence[TopicSpec]) -> list[str]:
     """Creates the topics that do not exist yet and returns their names; idempotent.
 
     Returns once every created partition has a leader, so callers can produce at once.
     """
-    async with _admin_client(bootstrap) as admin:
+    async with _admin_client(kafka) as admin:
         existing = set(await admin.list_topics())
         missing = [spec for spec in specs if spec.name not in existing]
         if not missing:
@@ -231,15 +235,15 @@ def _has_leaders(topic: Mapping[str, Any]) -> bool:
     )
 
 
-async def list_topics(bootstrap: str, prefix: str) -> list[str]:
-    async with _admin_client(bootstrap) as admin:
+async def list_topics(kafka: KafkaTarget, prefix: str) -> list[str]:
+    async with _admin_client(kafka) as admin:
         names = await admin.list_topics()
     return sorted(str(name) for name in names if str(name).startswith(prefix))
 
 
-async def delete_topics(bootstrap: str, names: Sequence[str]) -> None:
+async def delete_topics(kafka: KafkaTarget, names: Sequence[str]) -> None:
     """Deletes the named topics (test cleanup, tear-down); absent ones are ignored."""
-    async with _admin_client(bootstrap) as admin:
+    async with _admin_client(kafka) as admin:
         existing = set(await admin.list_topics())
         doomed = [name for name in names if name in existing]
         if not doomed:
@@ -252,9 +256,9 @@ async def delete_topics(bootstrap: str, names: Sequence[str]) -> None:
             raise for_code(code)(f"deleting topic {result['topic']}")
 
 
-async def describe_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[TopicDescription]:
+async def describe_topics(kafka: KafkaTarget, specs: Sequence[TopicSpec]) -> list[TopicDescription]:
     """Describes the declared topics that exist, in spec order; missing ones are left out."""
-    async with _admin_client(bootstrap) as admin:
+    async with _admin_client(kafka) as admin:
         # Describing only existing topics: a metadata request for a missing topic
         # would create it on a broker with auto.create.topics.enable=true.
         existing = set(await admin.list_topics())

@@ -1,34 +1,70 @@
-"""Kafka client construction and small helpers. The only module (besides topic admin) that
-imports aiokafka, so the rest of the pipeline is testable without a broker."""
+"""Kafka client construction and small helpers. With the rest of `kafka/`, the only place that
+imports aiokafka, so the pipeline is testable without a broker. Every client is built here from
+one :class:`~embedstream.kafka.connection.KafkaConnection`, so TLS and SASL apply to all."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.admin import AIOKafkaAdminClient
 
 from embedstream.config import Settings
-from embedstream.errors import ConfigError
+from embedstream.kafka.connection import (
+    KafkaConnection,
+    KafkaTarget,
+    as_connection,
+    connection_for,
+)
+from embedstream.kafka.preflight import check_connection
 from embedstream.kafka.protocols import Producer
 
 __all__ = [
     "AIOKafkaConsumer",
     "AIOKafkaProducer",
     "ConsumerRebalanceListener",
+    "KafkaConnection",
+    "KafkaTarget",
     "TopicPartition",
+    "admin_for",
     "check_broker",
+    "connection_for",
+    "consumer_for",
     "make_consumer",
     "make_producer",
+    "make_reader",
+    "producer_for",
 ]
+
+
+def consumer_for(target: KafkaTarget, **options: Any) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(**as_connection(target).options(), **options)
+
+
+def producer_for(target: KafkaTarget, **options: Any) -> AIOKafkaProducer:
+    return AIOKafkaProducer(**as_connection(target).options(), **options)
+
+
+def admin_for(target: KafkaTarget, **options: Any) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(**as_connection(target).options(), **options)
+
+
+def make_reader(target: KafkaTarget, **options: Any) -> AIOKafkaConsumer:
+    """A consumer in no group that commits nothing, for tools that assign and seek."""
+    defaults: dict[str, Any] = {
+        "group_id": None,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "isolation_level": "read_committed",
+    }
+    return consumer_for(target, **{**defaults, **options})
 
 
 def make_consumer(settings: Settings) -> AIOKafkaConsumer:
     """The group member; the processor subscribes it with its rebalance listener."""
-    return AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
+    return consumer_for(
+        connection_for(settings),
         group_id=settings.group_id,
         client_id=f"{settings.client_id}-consumer",
         enable_auto_commit=False,
@@ -46,7 +82,6 @@ def make_consumer(settings: Settings) -> AIOKafkaConsumer:
 
 def make_producer(settings: Settings, **overrides: Any) -> AIOKafkaProducer:
     options: dict[str, Any] = {
-        "bootstrap_servers": settings.bootstrap_servers,
         "client_id": f"{settings.client_id}-producer",
         "acks": "all",
         "linger_ms": 5,
@@ -59,22 +94,17 @@ def make_producer(settings: Settings, **overrides: Any) -> AIOKafkaProducer:
         "compression_type": None,
     }
     options.update(overrides)
-    return AIOKafkaProducer(**options)
+    return producer_for(connection_for(settings), **options)
 
 
 async def check_broker(settings: Settings) -> None:
-    """Fail fast, naming the setting, when no broker answers at ``bootstrap_servers``."""
-    producer = make_producer(settings, request_timeout_ms=int(settings.connect_timeout_s * 1000))
-    try:
-        await asyncio.wait_for(producer.start(), settings.connect_timeout_s)
-    except (KafkaConnectionError, KafkaError, TimeoutError, OSError) as exc:
-        raise ConfigError(
-            "bootstrap_servers",
-            f"no Kafka broker answered at {settings.bootstrap_servers} "
-            f"within {settings.connect_timeout_s:g}s ({type(exc).__name__})",
-        ) from exc
-    finally:
-        await producer.stop()
+    """Fail fast, naming the setting, when the cluster cannot be reached, trusted or logged in
+    to with these settings (see :mod:`embedstream.kafka.preflight`)."""
+    await check_connection(
+        connection_for(settings),
+        timeout_s=settings.connect_timeout_s,
+        client_id=f"{settings.client_id}-preflight",
+    )
 
 
 def broker_probe(producer: Producer) -> Callable[[], Awaitable[object]]:

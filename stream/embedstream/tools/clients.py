@@ -13,7 +13,7 @@ import orjson
 
 from embedstream.config import Settings
 from embedstream.kafka.admin import topic_names
-from embedstream.kafka.clients import AIOKafkaConsumer, make_producer, partitions_of
+from embedstream.kafka.clients import connection_for, make_producer, make_reader, partitions_of
 from embedstream.wire import headers_dict
 
 
@@ -108,10 +108,9 @@ async def consume_records(
     """Outcomes as dicts: results parsed, dead letters with their headers and original value."""
     names = topic_names(settings.topic_prefix)
     topic = names.dead_letters if dead_letters else names.results
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
+    consumer = make_reader(
+        connection_for(settings),
+        client_id=f"{settings.client_id}-consume",
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
     )
     await consumer.start()

@@ -21,7 +21,7 @@ import orjson
 from embedstream.app import build_service, default_backend
 from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
-from embedstream.kafka.clients import AIOKafkaConsumer, make_producer, partitions_of
+from embedstream.kafka.clients import connection_for, make_producer, make_reader, partitions_of
 from embedstream.kafka.processor import Processor
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.embedded import EmbeddedBroker
@@ -131,7 +131,7 @@ async def run_demo(
         settings = load_settings(env=os.environ, overrides=overrides)
         where = "a real endpoint" if real_endpoint else f"the simulator at {settings.base_url}"
         print(f"embedded broker at {broker.bootstrap}; embeddings from {where}", file=sys.stderr)
-        await create_topics(settings.bootstrap_servers, load_topic_specs(settings.topic_prefix))
+        await create_topics(connection_for(settings), load_topic_specs(settings.topic_prefix))
         metrics = Metrics()
         service = build_service(settings, default_backend(settings), metrics=metrics)
         run_task = asyncio.create_task(service.run())
@@ -185,8 +185,8 @@ async def _publish(settings: Settings, names: TopicNames, texts: list[str], rate
 
 
 async def _collect(settings: Settings, topic: str, n: int) -> list[float]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False, fetch_max_wait_ms=10
+    consumer = make_reader(
+        connection_for(settings), isolation_level="read_uncommitted", fetch_max_wait_ms=10
     )
     await consumer.start()
     try:

@@ -8,17 +8,16 @@ ok, 1 when it is not; connection problems raise :class:`~embedstream.tools.verif
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from contextlib import aclosing
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from embedstream.config import load_settings
+from embedstream.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
 from embedstream.kafka.admin import topic_names
+from embedstream.kafka.clients import KafkaTarget, check_broker, connection_for
 from embedstream.tools.verify.reader import TopicRecord, read_topics
 from embedstream.tools.verify.report import (
     DeadLetter,
@@ -33,7 +32,7 @@ from embedstream.wire import TRUNCATED_FROM, headers_dict
 
 
 async def verify(
-    bootstrap: str,
+    kafka: KafkaTarget,
     prefix: str,
     *,
     check_vectors: bool,
@@ -54,7 +53,7 @@ async def verify(
     dead_letters: list[DeadLetter] = []
 
     topics = [names.requests_high, names.requests_low, names.results, names.dead_letters]
-    async with aclosing(read_topics(bootstrap, topics, timeout_s=timeout_s)) as records:
+    async with aclosing(read_topics(kafka, topics, timeout_s=timeout_s)) as records:
         async for record in records:
             if record.topic in request_topics:
                 rid, info = parse_request(record)
@@ -152,31 +151,18 @@ def _request_id(doc: Any) -> str | None:
 # --------------------------------------------------------------------------- command line
 
 
+# --model names the model of requests naming none, for --check-vectors.
+VERIFY_SETTINGS = (*CONNECTION_SETTINGS, "model")
+
+
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``embedstream verify``; pair with :func:`main_from_args`."""
+    add_settings_flags(parser, VERIFY_SETTINGS)
     add = parser.add_argument
-    add("--config", type=Path, default=None, help="TOML file of settings")
-    add(
-        "--bootstrap-servers",
-        dest="bootstrap_servers",
-        default=None,
-        help="Kafka bootstrap servers (default: EMBEDSTREAM_BOOTSTRAP_SERVERS or the setting)",
-    )
-    add(
-        "--topic-prefix",
-        dest="topic_prefix",
-        default=None,
-        help="prefix of the embedstream topics (default: EMBEDSTREAM_TOPIC_PREFIX or 'embed.')",
-    )
     add(
         "--check-vectors",
         action="store_true",
         help="require every vector to be the simulator's vector for its text",
-    )
-    add(
-        "--model",
-        default=None,
-        help="model of requests naming none, for --check-vectors (default: the model setting)",
     )
     add(
         "--max-duplicates",
@@ -190,17 +176,10 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def main_from_args(ns: argparse.Namespace) -> int:
     """Run the check the parsed options describe; print the report; 0 if ok, else 1."""
-    settings = load_settings(
-        env=os.environ,
-        file=ns.config,
-        overrides={
-            "bootstrap_servers": ns.bootstrap_servers,
-            "topic_prefix": ns.topic_prefix,
-            "model": ns.model,
-        },
-    )
+    settings = settings_from_args(ns, VERIFY_SETTINGS)
+    await check_broker(settings)
     report = await verify(
-        settings.bootstrap_servers,
+        connection_for(settings),
         settings.topic_prefix,
         check_vectors=ns.check_vectors,
         default_model=settings.model,

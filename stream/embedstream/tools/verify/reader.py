@@ -14,11 +14,12 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.clients import partitions_of
+from embedstream.kafka.clients import KafkaTarget, make_reader, partitions_of
+from embedstream.kafka.connection import as_connection
 
 _POLL_MS = 500
 
@@ -41,16 +42,20 @@ class TopicRecord:
 
 
 async def read_topic(
-    bootstrap: str, topic: str, *, timeout_s: float = 120.0, client_id: str = "embedstream-verify"
+    kafka: KafkaTarget,
+    topic: str,
+    *,
+    timeout_s: float = 120.0,
+    client_id: str = "embedstream-verify",
 ) -> AsyncGenerator[TopicRecord, None]:
     """Every record of ``topic`` up to its end offsets at start, partition by partition in
     offset order (partitions interleave). Raises :class:`ReadError` after ``timeout_s``."""
-    async for record in read_topics(bootstrap, [topic], timeout_s=timeout_s, client_id=client_id):
+    async for record in read_topics(kafka, [topic], timeout_s=timeout_s, client_id=client_id):
         yield record
 
 
 async def read_topics(
-    bootstrap: str,
+    kafka: KafkaTarget,
     topics: Sequence[str],
     *,
     timeout_s: float = 120.0,
@@ -59,13 +64,10 @@ async def read_topics(
     """Like :func:`read_topic` for several topics through one consumer."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+    bootstrap = as_connection(kafka).bootstrap_servers
+    consumer = make_reader(
+        kafka,
         client_id=client_id,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
         request_timeout_ms=max(1000, min(40_000, int(timeout_s * 1000))),
     )
     try:

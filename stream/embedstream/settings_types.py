@@ -1,0 +1,74 @@
+"""The value types settings take, and how a raw value (environment or flag text, a TOML scalar)
+becomes one. Literal types list their allowed values once; help, validation and docs read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from embedstream.errors import ConfigError
+
+EncodingFormat = Literal["float", "base64"]
+LogFormat = Literal["plain", "json"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+ProviderProfile = Literal["openai", "dashscope", "generic"]
+ConcurrencyMode = Literal["fixed", "adaptive"]
+OversizePolicy = Literal["dead_letter", "truncate"]
+Delivery = Literal["at_least_once", "exactly_once"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+
+# By the name a field's annotation gives (annotations are strings under `from __future__`).
+_LITERALS: dict[str, Any] = {
+    "EncodingFormat": EncodingFormat,
+    "LogFormat": LogFormat,
+    "LogLevel": LogLevel,
+    "ProviderProfile": ProviderProfile,
+    "ConcurrencyMode": ConcurrencyMode,
+    "OversizePolicy": OversizePolicy,
+    "Delivery": Delivery,
+    "SecurityProtocol": SecurityProtocol,
+    "SaslMechanism": SaslMechanism,
+}
+_CASE_INSENSITIVE = frozenset({"LogLevel"})  # `debug` is as clear as `DEBUG`
+
+
+def literal_choices(kind: str) -> tuple[str, ...] | None:
+    literal = _LITERALS.get(kind)
+    return None if literal is None else tuple(str(v) for v in get_args(literal))
+
+
+def parse_value(name: str, kind: str, value: Any, *, secret: bool = False) -> Any:
+    """``value`` as the type named ``kind``; ConfigError naming setting ``name`` if it is not
+    one (never echoing a secret)."""
+    try:
+        if kind in ("int", "float"):
+            if isinstance(value, bool):  # an int subclass, but `max_wait_ms = true` is a mistake
+                raise ValueError(value)
+            return int(value) if kind == "int" else float(value)
+        if kind == "bool":
+            return _bool(value)
+        allowed = literal_choices(kind)
+        if allowed is not None:
+            text = str(value).upper() if kind in _CASE_INSENSITIVE else str(value)
+            if text not in allowed:
+                raise ConfigError(name, f"must be one of {', '.join(allowed)}; got {value!r}")
+            return text
+        return None if value is None else str(value)
+    except (TypeError, ValueError) as exc:
+        shown = "***" if secret else repr(value)
+        raise ConfigError(name, f"expected {kind}, got {shown}") from exc
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(value)
