@@ -182,7 +182,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-duplicates",
         type=_non_negative_int,
         default=0,
-        help="duplicate result records tolerated (at-least-once may redeliver; default 0)",
+        help="duplicate result records tolerated (at-least-once may redeliver)",
     )
     add("--timeout", type=float, default=120.0, help="give up reading after S seconds")
     add("--json", action="store_true", help="print the report as one JSON object")
