@@ -7,13 +7,14 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PYTHON="${PYTHON:-python3}"
-# promtool (alert-rule tests) and prometheus (a real scrape) come from Debian's package.
-if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+# promtool (alert-rule tests) and prometheus (a real scrape) come from Debian's package; tmux
+# gives `embedstream top`'s tests a real terminal of a chosen size.
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v tmux >/dev/null; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus tmux >/dev/null
   else
-    echo "ops/test.sh: install Debian's 'prometheus' package (promtool, prometheus) first" >&2
+    echo "ops/test.sh: install Debian's 'prometheus' and 'tmux' packages first" >&2
     exit 1
   fi
 fi
