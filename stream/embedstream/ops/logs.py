@@ -106,7 +106,7 @@ class SummarisingHandler(logging.Handler):
 
     Time comes from ``clock`` (seconds, monotonic). Summaries are written when a record arrives
     (any record: a quiet run is closed before the next line), on :meth:`flush` and on
-    :meth:`close`; a summary carries the level, logger and time of the latest hidden line.
+    :meth:`close`; a summary carries the level and logger of the latest hidden line.
     """
 
     def __init__(
@@ -187,7 +187,8 @@ class SummarisingHandler(logging.Handler):
 
 
 def _summary(template: str, run: _Run, now: float, count: int) -> logging.LogRecord:
-    """A copy of the run's latest record whose message is the summary."""
+    """A copy of the run's latest record whose message is the summary, stamped with the time
+    it is written (a run's end is noticed late; log lines stay in time order)."""
     message = template.format(
         duration=now - run.began,
         interval=now - run.interval_began,
@@ -196,6 +197,8 @@ def _summary(template: str, run: _Run, now: float, count: int) -> logging.LogRec
     )
     record = logging.makeLogRecord(run.latest.__dict__)
     record.msg, record.args, record.exc_info, record.exc_text = message, None, None, None
+    record.created = max(record.created, time.time())
+    record.msecs = (record.created - int(record.created)) * 1000
     record.suppressed = count
     return record
 
