@@ -69,6 +69,7 @@ class Pane:
         env = f"env -u COLUMNS -u LINES PYTHONPATH={shlex.quote(str(STREAM))}"
         shell = f"{env} {shlex.join(command)}; echo EXITED $?; sleep 30"
         self._tmux("new-session", "-d", "-x", str(width), "-y", str(height), shell)
+        self._socket_path = Path(self._tmux("display-message", "-p", "#{socket_path}").strip())
 
     def _tmux(self, *args: str) -> str:
         done = subprocess.run(
@@ -100,6 +101,7 @@ class Pane:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+        self._socket_path.unlink(missing_ok=True)  # tmux leaves the socket file behind
 
 
 @pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 50)])
