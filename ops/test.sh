@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install the test dependencies, start Apache Kafka
-# (KRaft, loopback, jars from Maven Central, cached) and Debian's prometheus package, lint,
+# (KRaft, loopback, jars from Maven Central, cached) and the Debian packages below, lint,
 # type-check, check the layers, run pytest, stop Kafka.
 # Extra arguments go to pytest (e.g. `bash ops/test.sh tests/unit -x`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PYTHON="${PYTHON:-python3}"
-# promtool (alert-rule tests) and prometheus (a real scrape) come from Debian's package; openssl
-# makes the throwaway CA and certificates of the secured broker (tests/integration/secured.py).
-if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null \
-  || ! command -v openssl >/dev/null; then
+# Debian packages the tests use (command:package): promtool and prometheus (alert-rule tests,
+# a real scrape), openssl (the secured broker's throwaway CA and certificates,
+# tests/integration/secured.py), tmux (`embedstream top` in a terminal of a chosen size).
+needed=()
+for pair in promtool:prometheus prometheus:prometheus openssl:openssl tmux:tmux; do
+  command -v "${pair%%:*}" >/dev/null || needed+=("${pair##*:}")
+done
+if ((${#needed[@]})); then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      prometheus openssl >/dev/null
+      "${needed[@]}" >/dev/null
   else
-    echo "ops/test.sh: install Debian's 'prometheus' and 'openssl' packages first" >&2
+    echo "ops/test.sh: install Debian's packages first: ${needed[*]}" >&2
     exit 1
   fi
 fi

@@ -5,36 +5,80 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from embedstream.config import FIELDS, Settings
-from embedstream.errors import EmbedStreamError
+from embedstream.errors import ENV_PREFIX, EmbedStreamError
 from embedstream.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
-from embedstream.ops.logs import setup_logging
+from embedstream.ops.logs import discard_summaries, setup_logging
 
 ALL_SETTINGS = tuple(FIELDS)
 COMMON_SETTINGS = CONNECTION_SETTINGS
+# The one-shot client commands also take the log level: DEBUG shows tracebacks and every line.
+CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
+
+
+def package_version() -> str:
+    """The installed distribution's version: pyproject.toml is the one place it is written."""
+    try:
+        return version("embedstream")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help unless it has no default worth showing
+    (None, False) or already says it. Settings flags default to None: their defaults come
+    from the settings, not from argparse."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        said = "%(default)" in text or "(default" in text
+        # Identity, not equality: a default of 0 is worth showing, False (a flag's) is not.
+        if said or any(action.default is v for v in (None, False, argparse.SUPPRESS)):
+            return text
+        if not action.option_strings and action.nargs not in ("?", "*"):
+            return text
+        return text + " (default: %(default)s)"
 
 
 def _settings(ns: argparse.Namespace, names: Sequence[str]) -> Settings:
     return settings_from_args(ns, names)
 
 
-async def _checked_settings(ns: argparse.Namespace, names: Sequence[str]) -> Settings:
-    """Settings for a command that talks to Kafka, after the broker accepted them."""
-    from embedstream.kafka.clients import check_broker
-
-    settings = _settings(ns, names)
-    await check_broker(settings)
+def _client_settings(ns: argparse.Namespace) -> Settings:
+    """Settings of a one-shot command that talks to Kafka, with its logging set up."""
+    settings = _settings(ns, CLIENT_SETTINGS)
+    setup_logging(settings.log_level, settings.log_format, settings.secret_values())
     return settings
 
 
+async def _check_kafka(settings: Settings) -> None:
+    """Fail in one line, naming the setting, if the cluster refuses these settings; called
+    after every local check (files, arguments), so those fail without waiting for a broker."""
+    from embedstream.kafka.clients import check_broker
+
+    await check_broker(settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="embedstream", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="embedstream", description=__doc__, formatter_class=_HelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=_HelpFormatter
+        )
 
     run = sub.add_parser(
         "run",
@@ -42,57 +86,119 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one processor (a consumer-group member)",
         description="Run one processor. Every setting is also EMBEDSTREAM_<NAME> in the "
         "environment or a key of the --config file; flags win.",
+        formatter_class=_HelpFormatter,
     )
     add_settings_flags(run, ALL_SETTINGS)
 
     from embedstream.tools.simulator.server import add_cli_arguments
 
-    add_cli_arguments(sub.add_parser("simulate", help="serve a simulated /v1/embeddings"))
+    add_cli_arguments(command("simulate", "serve a simulated OpenAI-compatible /v1/embeddings"))
 
-    topics = sub.add_parser("topics", help="create, list or describe the topics")
-    topics.add_argument("action", choices=["create", "list", "describe"])
-    topics.add_argument("--file", type=Path, default=None, help="topic declarations (TOML)")
-    add_settings_flags(topics, COMMON_SETTINGS)
-
-    produce = sub.add_parser("produce", help="publish requests from JSON lines or plain text")
-    produce.add_argument("file", nargs="?", type=Path, help="input file (default: stdin)")
-    produce.add_argument("--priority", choices=["high", "low"], default="low")
-    produce.add_argument("--plain", action="store_true", help="each line is a text, ids generated")
-    produce.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_settings_flags(produce, COMMON_SETTINGS)
-
-    consume = sub.add_parser("consume", help="print results (or dead letters) as JSON lines")
-    consume.add_argument("--dead-letters", action="store_true")
-    consume.add_argument("--from-beginning", action="store_true")
-    consume.add_argument("--limit", type=int, default=None)
-    consume.add_argument(
-        "--idle-timeout", type=float, default=None, help="stop after S idle seconds"
+    topics = command("topics", "create, list or describe the topics")
+    topics.add_argument(
+        "action",
+        choices=["create", "list", "describe"],
+        help="create the declared topics (a no-op for those that exist), list or describe them",
     )
-    add_settings_flags(consume, COMMON_SETTINGS)
+    topics.add_argument(
+        "--file", type=Path, default=None, help="topic declarations (default: the packaged TOML)"
+    )
+    add_settings_flags(topics, CLIENT_SETTINGS)
+
+    produce = command("produce", "publish requests from JSON lines or plain text")
+    produce.add_argument(
+        "file", nargs="?", type=Path, default=None, help="input file (default: stdin)"
+    )
+    produce.add_argument(
+        "--priority",
+        choices=["high", "low"],
+        default="low",
+        help="lane: high for interactive requests, low for bulk work",
+    )
+    produce.add_argument(
+        "--plain", action="store_true", help="each line is a text; ids are generated"
+    )
+    produce.add_argument(
+        "--ids-out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --plain: write 'id<TAB>text' per request to FILE, to match results to texts",
+    )
+    produce.add_argument("--quiet", action="store_true", help="no progress output")
+    add_settings_flags(produce, CLIENT_SETTINGS)
+
+    consume = command("consume", "print results (or dead letters) as JSON lines")
+    consume.add_argument(
+        "--dead-letters",
+        action="store_true",
+        help="read the dead-letter topic (value, key and error headers) instead of results",
+    )
+    consume.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the oldest record (default: only records arriving from now on)",
+    )
+    consume.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="stop after N records (default: no limit)",
+    )
+    consume.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop after S seconds without a record (default: wait forever)",
+    )
+    add_settings_flags(consume, CLIENT_SETTINGS)
 
     from embedstream.tools.top.app import add_cli_arguments as add_top_arguments
     from embedstream.tools.verify.app import add_cli_arguments as add_verify_arguments
 
-    add_top_arguments(sub.add_parser("top", help="live view of processors' /metrics"))
-    add_verify_arguments(
-        sub.add_parser("verify", help="check every request got exactly one outcome")
-    )
+    add_top_arguments(command("top", "live view of processors' /metrics"))
+    add_verify_arguments(command("verify", "check every request got exactly one outcome"))
 
-    demo = sub.add_parser("demo", help="embedded broker + simulator + processor, end to end")
-    demo.add_argument("--items", type=int, default=3000)
+    demo = command("demo", "embedded broker + simulator + processor, end to end")
+    demo.add_argument("--items", type=_positive_int, default=3000, help="requests to send")
     demo.add_argument("--timeout", type=float, default=300.0, help="give up after S seconds")
     demo.add_argument("--rate", type=float, default=2000.0, help="requests published per second")
     demo.add_argument(
-        "--metrics-port", type=int, default=0, help="serve /metrics here (for embedstream top)"
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve /metrics here, for embedstream top (default: 0, no server)",
     )
     return parser
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _debug(ns: argparse.Namespace) -> bool:
+    """Whether the user asked for DEBUG (flag or environment), even if settings fail to load."""
+    level = getattr(ns, "log_level", None) or os.environ.get(ENV_PREFIX + "LOG_LEVEL") or ""
+    return level.upper() == "DEBUG"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.command == "produce" and ns.ids_out is not None and not ns.plain:
+        parser.error("--ids-out needs --plain: only plain lines get generated ids")
     try:
         return asyncio.run(_dispatch(ns))
     except EmbedStreamError as exc:
+        # A mistake or an environment problem, not a bug: one line, what failed and what to do.
+        discard_summaries()  # lines held back about the same failure would only repeat it
+        if _debug(ns):
+            traceback.print_exc()
         print(f"embedstream: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -140,39 +246,67 @@ async def _dispatch(ns: argparse.Namespace) -> int:
 async def _topics(ns: argparse.Namespace) -> int:
     from embedstream.kafka import admin as topics
     from embedstream.kafka.clients import connection_for
+    from embedstream.kafka.user_errors import kafka_user_errors
 
-    settings = await _checked_settings(ns, COMMON_SETTINGS)
+    settings = _client_settings(ns)
     kafka = connection_for(settings)
-    specs = topics.load_topic_specs(settings.topic_prefix, ns.file)
-    if ns.action == "create":
-        created = await topics.create_topics(kafka, specs)
-        for name in created:
-            print(f"created {name}")
-        print(f"{len(created)} created, {len(specs) - len(created)} already existed")
-    elif ns.action == "list":
-        for name in await topics.list_topics(kafka, settings.topic_prefix):
-            print(name)
-    else:
-        descriptions = await topics.describe_topics(kafka, specs)
-        print(topics.format_description(specs, descriptions))
+    try:
+        specs = topics.load_topic_specs(settings.topic_prefix, ns.file)
+    except (topics.TopicConfigError, OSError) as exc:
+        raise EmbedStreamError(f"topic declarations: {_reason(exc)}") from exc
+    await _check_kafka(settings)
+    with kafka_user_errors(settings):
+        if ns.action == "create":
+            created = await topics.create_topics(kafka, specs)
+            for name in created:
+                print(f"created {name}")
+            print(f"{len(created)} created, {len(specs) - len(created)} already existed")
+        elif ns.action == "list":
+            for name in await topics.list_topics(kafka, settings.topic_prefix):
+                print(name)
+        else:
+            descriptions = await topics.describe_topics(kafka, specs)
+            print(topics.format_description(specs, descriptions))
     return 0
 
 
-async def _produce(ns: argparse.Namespace) -> int:
-    from embedstream.tools.clients import Progress, produce_lines
+@contextmanager
+def _open(path: Path | None, mode: str, default: BinaryIO | None) -> Iterator[Any]:
+    """``path`` opened in binary ``mode`` (``default`` when None); a failure is a user error."""
+    if path is None:
+        yield default
+        return
+    try:
+        fh = path.open(mode)
+    except OSError as exc:
+        raise EmbedStreamError(f"cannot open {path}: {_reason(exc)}") from exc
+    with fh:
+        yield fh
 
-    settings = await _checked_settings(ns, COMMON_SETTINGS)
-    if ns.file is not None:
-        with ns.file.open(encoding="utf-8", errors="surrogateescape") as fh:
-            lines = fh.readlines()
-        total: int | None = len(lines)
-        source: Any = lines
-    else:
-        source, total = sys.stdin, None
-    progress = None if ns.quiet else Progress(sys.stderr, total)
-    sent = await produce_lines(
-        settings, source, priority=ns.priority, plain=ns.plain, progress=progress
-    )
+
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+async def _produce(ns: argparse.Namespace) -> int:
+    from embedstream.tools.clients import input_size, produce_lines, read_lines
+    from embedstream.tools.progress import make_progress
+
+    settings = _client_settings(ns)
+    with (
+        _open(ns.file, "rb", sys.stdin.buffer) as source,
+        _open(ns.ids_out, "wb", None) as ids_out,
+    ):
+        await _check_kafka(settings)
+        progress = None if ns.quiet else make_progress(sys.stderr, input_size(source))
+        sent = await produce_lines(
+            settings,
+            read_lines(source),
+            priority=ns.priority,
+            plain=ns.plain,
+            progress=progress,
+            ids_out=ids_out,
+        )
     print(f"sent {sent} requests", file=sys.stderr)
     return 0
 
@@ -180,7 +314,8 @@ async def _produce(ns: argparse.Namespace) -> int:
 async def _consume(ns: argparse.Namespace) -> int:
     from embedstream.tools.clients import consume_records, write_json_line
 
-    settings = await _checked_settings(ns, COMMON_SETTINGS)
+    settings = _client_settings(ns)
+    await _check_kafka(settings)
     async for doc in consume_records(
         settings,
         dead_letters=ns.dead_letters,

@@ -147,3 +147,62 @@ async def test_sigterm_drains_commits_and_exits_zero(bootstrap: str, unique_pref
         assert "stopped cleanly" in err.decode()
         lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
         assert lag == {names.requests_low: 0}
+
+
+async def test_consume_on_a_missing_topic_is_one_line(bootstrap: str, unique_prefix: str) -> None:
+    common = ["--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix]
+    code, out, err = await embedstream("consume", "--limit", "1", *common, limit_s=60)
+    assert code == 2, err
+    assert "Traceback" not in err and out == ""
+    [line] = err.splitlines()
+    assert line == (
+        f"embedstream: error: setting topic_prefix (EMBEDSTREAM_TOPIC_PREFIX): topic "
+        f"{unique_prefix}results does not exist at {bootstrap}; create the topics with "
+        "`embedstream topics create` (or check the prefix)"
+    )
+
+
+async def wait_for_count(bootstrap: str, topic: str, count: int, *, timeout_s: float) -> int:
+    """Records in ``topic`` once there are at least ``count`` (AssertionError on timeout)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        seen = len(await read_topic(bootstrap, topic, idle_s=0.2))
+        if seen >= count:
+            return seen
+        assert loop.time() < deadline, f"{seen} of {count} records in {topic}"
+        await asyncio.sleep(0.2)
+
+
+async def test_produce_streams_a_pipe_and_logs_plain_progress_to_a_file(
+    bootstrap: str, unique_prefix: str, tmp_path: Path
+) -> None:
+    """Lines written to produce's stdin reach Kafka while the pipe is still open (nothing waits
+    for the whole input); stderr to a file gets whole lines, no carriage returns; --ids-out
+    maps every generated id to its text."""
+    settings = settings_for(bootstrap, unique_prefix, "http://127.0.0.1:9/v1")
+    await create_all_topics(settings)
+    names = topic_names(unique_prefix)
+    ids_out = tmp_path / "ids.tsv"
+    with (tmp_path / "stderr.txt").open("wb") as err_file:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "embedstream", "produce", "--plain", "--ids-out", str(ids_out),
+            "--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=err_file,
+        )  # fmt: skip
+        assert proc.stdin is not None
+        proc.stdin.write(b"".join(b"early text %d\n" % i for i in range(50)))
+        await proc.stdin.drain()
+        early = await wait_for_count(bootstrap, names.requests_low, 50, timeout_s=60)
+        assert proc.returncode is None  # still reading: the pipe is open
+        proc.stdin.write(b"late text\n")
+        proc.stdin.close()
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    assert early >= 50
+    records = await read_topic(bootstrap, names.requests_low, idle_s=0.2)
+    sent = {orjson.loads(r.value)["id"]: orjson.loads(r.value)["text"] for r in records}
+    rows = dict(line.split("\t", 1) for line in ids_out.read_text().splitlines())
+    assert rows == sent and len(rows) == 51
+    err = (tmp_path / "stderr.txt").read_bytes()
+    assert b"\r" not in err and b"\x1b" not in err
+    assert err.decode().splitlines()[-1] == "sent 51 requests"

@@ -22,6 +22,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DEPLOYMENT = ROOT / "ops" / "k8s" / "deployment.yaml"
 SCALED_OBJECT = ROOT / "ops" / "k8s" / "keda-scaledobject.yaml"
+SERVICE_MONITOR = ROOT / "ops" / "k8s" / "servicemonitor.yaml"
 DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "embedstream.json"
 GRAFANA_DATASOURCE = ROOT / "ops" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
 
@@ -121,7 +122,7 @@ def test_processor_is_built_from_this_repository(services: dict[str, Any]) -> No
     assert services["processor"].get("user") in (None, "10001", "10001:10001")
 
 
-@pytest.mark.parametrize("name", ["kafka", "simulator", "processor"])
+@pytest.mark.parametrize("name", ["kafka", "simulator", "processor", "prometheus", "grafana"])
 def test_long_running_services_have_healthchecks(services: dict[str, Any], name: str) -> None:
     check = services[name].get("healthcheck")
     assert check and not check.get("disable"), name
@@ -131,6 +132,27 @@ def test_long_running_services_have_healthchecks(services: dict[str, Any], name:
 def test_processor_health_check_asks_for_readiness(services: dict[str, Any]) -> None:
     command = " ".join(services["processor"]["healthcheck"]["test"])
     assert f":{DEFAULTS.metrics_port}/readyz" in command
+
+
+@pytest.mark.parametrize(
+    ("name", "url"),
+    [
+        ("prometheus", "http://127.0.0.1:9090/-/ready"),
+        ("grafana", "http://127.0.0.1:3000/api/health"),
+    ],
+)
+def test_monitoring_health_checks_ask_the_service_itself(
+    services: dict[str, Any], name: str, url: str
+) -> None:
+    test = services[name]["healthcheck"]["test"]
+    # Exec form with the image's own busybox wget: neither image ships curl or a shell script.
+    assert test[:2] == ["CMD", "wget"] and test[-1] == url
+    published = {p.rsplit(":", 2)[-1] for p in services[name]["ports"]}
+    assert url.split(":")[2].split("/")[0] in published
+
+
+def test_grafana_waits_for_a_healthy_prometheus(services: dict[str, Any]) -> None:
+    assert _conditions(services["grafana"]) == {"prometheus": "service_healthy"}
 
 
 def test_kafka_health_check_uses_the_kafka_tools(services: dict[str, Any]) -> None:
@@ -255,12 +277,14 @@ def test_grafana_mounts_provisioning_and_dashboard(services: dict[str, Any]) -> 
 @pytest.fixture(scope="module")
 def k8s() -> dict[str, Any]:
     docs = _load_all_yaml(DEPLOYMENT) + _load_all_yaml(SCALED_OBJECT)
+    docs += _load_all_yaml(SERVICE_MONITOR)
     by_kind: dict[str, Any] = {}
     for doc in docs:
         assert {"apiVersion", "kind", "metadata"} <= set(doc), doc
         assert doc["kind"] not in by_kind, f"several {doc['kind']} documents"
         by_kind[doc["kind"]] = doc
-    assert {"ConfigMap", "Deployment", "ScaledObject"} <= set(by_kind)
+    expected = {"ConfigMap", "Deployment", "ScaledObject", "Service", "PodDisruptionBudget"}
+    assert expected | {"ServiceMonitor"} <= set(by_kind)
     return by_kind
 
 
@@ -336,6 +360,40 @@ def test_deployment_is_non_root_with_secret_key_and_room_to_drain(k8s: dict[str,
     assert not any("API_KEY" in name for name in k8s["ConfigMap"]["data"])
 
 
+def _pod_labels(k8s: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert k8s["Deployment"]["spec"]["selector"]["matchLabels"] == labels
+    return labels
+
+
+def test_disruption_budget_evicts_one_processor_at_a_time(k8s: dict[str, Any]) -> None:
+    budget = k8s["PodDisruptionBudget"]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"]["selector"]["matchLabels"] == _pod_labels(k8s)
+    # One at a time (each eviction rebalances the group), and never a budget that a single
+    # replica (KEDA's minimum) could not satisfy, which would block node drains for good.
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert "minAvailable" not in budget["spec"]
+
+
+def test_service_monitor_scrapes_the_metrics_port_of_every_processor(k8s: dict[str, Any]) -> None:
+    service, monitor = k8s["Service"], k8s["ServiceMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert service["spec"]["selector"] == _pod_labels(k8s)
+    # Not-ready processors are scraped too: their metrics say why they are not ready.
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    [port] = service["spec"]["ports"]
+    assert port["targetPort"] == "metrics"
+    assert {p["name"] for p in _container(k8s)["ports"]} >= {"metrics"}
+    assert port["port"] == _metrics_port(k8s)
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == (port["name"], "/metrics")
+    interval = int(endpoint["interval"].removesuffix("s"))
+    assert int(endpoint["scrapeTimeout"].removesuffix("s")) < interval
+
+
 # --------------------------------------------------------------------------- Grafana
 
 
@@ -399,7 +457,9 @@ def sasl() -> dict[str, Any]:
 
 def test_base_kustomization_lists_every_manifest() -> None:
     listed = set(_load_yaml(BASE_KUSTOMIZATION)["resources"])
-    manifests = {p.name for p in DEPLOYMENT.parent.glob("*.yaml")} - {BASE_KUSTOMIZATION.name}
+    # The ServiceMonitor needs the Prometheus Operator's CRDs: applied on its own (README).
+    optional = {BASE_KUSTOMIZATION.name, "servicemonitor.yaml"}
+    manifests = {p.name for p in DEPLOYMENT.parent.glob("*.yaml")} - optional
     assert listed == manifests
 
 

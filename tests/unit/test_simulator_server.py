@@ -228,6 +228,38 @@ async def test_reject_texts_containing_names_the_index(
     assert status == 200
 
 
+# --------------------------------------------------------------------------- models
+
+
+async def test_lists_models_in_openai_format(start: Start, http: aiohttp.ClientSession) -> None:
+    server = await start()
+    async with client(server) as c:
+        listed = [model async for model in c.models.list()]
+        one = await c.models.retrieve(MODEL)
+        with pytest.raises(openai.NotFoundError) as caught:
+            await c.models.retrieve("no-such-model")
+    assert MODEL in [m.id for m in listed]
+    assert {(m.object, m.owned_by) for m in listed} == {("model", "embedstream-simulator")}
+    assert (one.id, one.object) == (MODEL, "model")
+    assert caught.value.code == "model_not_found"
+    async with http.get(f"{server.url}/models") as response:
+        body = await response.json()
+    assert response.status == 200
+    assert body["object"] == "list"
+    assert all(set(m) == {"id", "object", "created", "owned_by"} for m in body["data"])
+
+
+async def test_models_need_the_key_when_one_is_set(start: Start) -> None:
+    server = await start(SimulatorConfig(base_ms=0, auth_key="secret"))
+    async with client(server, api_key="wrong") as c:
+        with pytest.raises(openai.AuthenticationError):
+            await c.models.list()
+        with pytest.raises(openai.AuthenticationError):
+            await c.models.retrieve(MODEL)
+    async with client(server, api_key="secret") as c:
+        assert MODEL in [m.id async for m in c.models.list()]
+
+
 # --------------------------------------------------------------------------- faults
 
 

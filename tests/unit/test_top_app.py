@@ -10,7 +10,6 @@ import pytest
 from aiohttp import web
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.top.app import (
-    CLEAR_SCREEN,
     DEFAULT_TARGET,
     add_cli_arguments,
     normalise_target,
@@ -79,7 +78,7 @@ def closed_port() -> int:
 
 
 class FrameWatcher(StringIO):
-    """Output that signals once ``frames`` frames (clear sequences) were written."""
+    """Output that signals once ``frames`` frames (title lines) were written."""
 
     def __init__(self, frames: int) -> None:
         super().__init__()
@@ -88,9 +87,27 @@ class FrameWatcher(StringIO):
 
     def write(self, s: str, /) -> int:
         written = super().write(s)
-        if self.getvalue().count(CLEAR_SCREEN) >= self.frames:
+        if self.getvalue().count("embedstream top") >= self.frames:
             self.reached.set()
         return written
+
+
+class Watched(StringIO):
+    """Output a test can wait on: :meth:`shows` returns once ``text`` was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = asyncio.Event()
+
+    def write(self, s: str, /) -> int:
+        written = super().write(s)
+        self.changed.set()
+        return written
+
+    async def shows(self, text: str) -> None:
+        while text not in self.getvalue():
+            self.changed.clear()
+            await self.changed.wait()
 
 
 def cells(frame: str, name: str) -> list[str]:
@@ -107,28 +124,28 @@ async def test_draws_frames_with_rates_and_a_down_target(
     out = StringIO()
 
     code = await run_top(
-        [f"http://{target}", dead], interval_s=0.05, iterations=3, out=out, clear=True
+        [f"http://{target}", dead], interval_s=0.05, iterations=3, out=out, clear=False, width=200
     )
 
     assert code == 0
-    text = out.getvalue()
-    assert text.count(CLEAR_SCREEN) == 3
+    frames = out.getvalue().split("\n\n")
+    assert len(frames) == 3
     assert proc.scrapes == 3
-    frames = text.split(CLEAR_SCREEN)[1:]
     first, last = frames[0], frames[-1]
-    assert "targets 1/2 up" in last
-    # first frame: no earlier snapshot, so no rates yet
-    assert cells(first, target)[4:8] == ["-", "-", "-", "-"]
-    # TARGET, LAG HI, LAG LO, LAG S, ITEMS/S, BATCH, P50, P99, ERRORS, DLQ, PAUSED, INFL, READY
+    assert "1/2 up" in last
+    # TARGET ITEMS/S ERR/S DLQ/S RETRY/S LAG HI LAG LO LAG RT LAG S BATCH P50 P99 CALLS STATE
+    assert cells(first, target)[1:5] == ["-", "-", "-", "-"]  # no earlier snapshot: no rates
     row = cells(last, target)
-    assert row[1:4] == ["300", "7", "0.0"]
-    assert float(row[4]) > 0
-    assert row[5:7] == ["20.0", "17.5"]
-    assert row[8:] == ["0", "0", "0", "2/8", "yes"]
-    assert cells(last, dead) == [dead, "down", "(unreachable)"]
+    assert float(row[1]) > 0  # items/s
+    assert row[2:5] == ["0", "0", "0"]  # errors, dead letters and retries per second
+    assert row[5:9] == ["300", "7", "0", "0.0"]
+    assert row[9:11] == ["20.0", "17.5"]
+    assert row[12:] == ["2/8", "ready"]
+    assert cells(last, dead) == [dead, "down"]
+    assert f"{dead}: down (unreachable)" in last
     total = cells(last, "TOTAL")
-    assert total[1:3] == ["300", "7"]
-    assert total[-1] == "1/2"
+    assert total[5:7] == ["300", "7"]
+    assert total[-2:] == ["1/2", "ready"]
 
 
 async def test_without_clear_frames_are_separated_by_a_blank_line(
@@ -138,17 +155,18 @@ async def test_without_clear_frames_are_separated_by_a_blank_line(
     out = StringIO()
     await run_top([target], interval_s=0.0, iterations=2, out=out, clear=False)
     text = out.getvalue()
-    assert "\x1b" not in text
+    assert "\x1b" not in text and "\r" not in text
     frames = text.split("\n\n")
     assert len(frames) == 2
     assert all(frame.startswith("embedstream top") for frame in frames)
+    assert all(len(line) <= 80 for line in text.splitlines())  # a file gets 80 columns
 
 
 @pytest.mark.parametrize(
     ("status", "body", "reason"),
     [
-        (500, None, "(HTTP 500)"),
-        (200, b"this is { not exposition\n", "(bad exposition)"),
+        (500, None, "HTTP 500"),
+        (200, b"this is { not exposition\n", "bad exposition"),
     ],
 )
 async def test_bad_responses_show_down(
@@ -158,20 +176,43 @@ async def test_bad_responses_show_down(
     proc.status, proc.body = status, body
     out = StringIO()
     assert await run_top([target], interval_s=0.0, iterations=1, out=out, clear=False) == 0
-    row = cells(out.getvalue(), target)
-    assert row[:2] == [target, "down"]
-    assert " ".join(row[2:]) == reason
+    assert cells(out.getvalue(), target) == [target, "down"]
+    assert f"{target}: down ({reason})" in out.getvalue()
 
 
 async def test_runs_until_cancelled(processor: tuple[Processor, str]) -> None:
     proc, target = processor
     out = FrameWatcher(frames=2)
-    task = asyncio.create_task(run_top([target], 0.01, None, out, clear=True))
+    task = asyncio.create_task(run_top([target], 0.01, None, out, clear=False))
     await out.reached.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert proc.scrapes >= 2
+
+
+async def test_live_view_redraws_in_place_and_quits_on_q(processor: tuple[Processor, str]) -> None:
+    proc, target = processor
+    out = Watched()
+    keys: asyncio.Queue[str] = asyncio.Queue()
+
+    async def press() -> None:
+        await out.shows("q quit")
+        keys.put_nowait("p")  # the partitions appear at once, without waiting for a refresh
+        await out.shows("lag per partition")
+        keys.put_nowait("q")
+
+    presser = asyncio.create_task(press())
+    code = await asyncio.wait_for(
+        run_top([target], 0.2, None, out, clear=True, keys=keys, width=100), 30
+    )
+    await presser
+    assert code == 0
+    text = out.getvalue()
+    assert text.startswith("\x1b[?1049h")  # full screen, restored on exit
+    assert text.rstrip().endswith("\x1b[?1049l")
+    assert "q quit" in text and "lag per partition" in text
+    assert proc.scrapes <= 2  # q ended it within the first interval; iterations were unlimited
 
 
 @pytest.mark.parametrize(
@@ -225,4 +266,4 @@ async def test_run_from_args_does_not_clear_a_non_tty(processor: tuple[Processor
     ns = parse([target, "--interval", "0.01", "--iterations", "1"])
     assert await run_top_from_args(ns, out) == 0
     assert "\x1b" not in out.getvalue()
-    assert cells(out.getvalue(), target)[1] == "100"
+    assert cells(out.getvalue(), target)[4] == "100"  # LAG HI at 80 columns

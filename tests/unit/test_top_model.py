@@ -2,29 +2,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime
 
 import pytest
 from embedstream.ops.metrics import Metrics
+from embedstream.tools.top.histogram import Histogram
 from embedstream.tools.top.model import (
-    FRAME_WIDTH,
-    Histogram,
+    PartitionLag,
     Snapshot,
-    TargetView,
     compute_rates,
-    fmt_count,
-    fmt_ms,
-    fmt_rate,
     lag_lane,
     parse_exposition,
-    render_frame,
-    target_row,
-    total_row,
 )
 from prometheus_client import CollectorRegistry, generate_latest
-
-NOW = datetime(2024, 5, 6, 7, 8, 9)
-URL = "http://127.0.0.1:9464/metrics"
 
 
 def fresh() -> Metrics:
@@ -33,13 +22,6 @@ def fresh() -> Metrics:
 
 def scrape(metrics: Metrics) -> Snapshot:
     return parse_exposition(generate_latest(metrics.registry).decode())
-
-
-def row_cells(lines: list[str], name: str) -> list[str]:
-    """The whitespace-separated cells of the table row whose target is ``name``."""
-    matches = [line.split() for line in lines if line.split()[:1] == [name]]
-    assert len(matches) == 1, lines
-    return matches[0]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -75,6 +57,8 @@ def parsed() -> Snapshot:
     m.set_concurrency_limit(8)
     m.set_paused_partitions(1)
     m.set_ready(True)
+    for ok in (True, True, True, True, False):
+        m.observe_call(0.1, ok=ok)
     return scrape(m)
 
 
@@ -110,6 +94,22 @@ PARSE_CASES: list[tuple[str, Callable[[Snapshot], object], object]] = [
     ("concurrency limit", lambda s: s.concurrency_limit, 8.0),
     ("paused partitions", lambda s: s.paused_partitions, 1.0),
     ("ready", lambda s: s.ready, True),
+    (
+        "partitions, with lag and age",
+        lambda s: s.partitions,
+        (
+            PartitionLag("embed.requests.high", 0, "high", 10.0, 1.5),
+            PartitionLag("embed.requests.high", 1, "high", 5.0, 0.0),
+            PartitionLag("embed.requests.low", 0, "low", 7.0, 4.0),
+            PartitionLag("embed.retry", 2, "retry", 3.0, 0.0),
+        ),
+    ),
+    ("calls by outcome", lambda s: dict(s.api_calls), {"ok": 4.0, "error": 1.0}),
+    (
+        "errors by class",
+        lambda s: dict(s.api_errors_by_class),
+        {"transient": 1.0, "permanent": 1.0},
+    ),
 ]
 
 
@@ -159,6 +159,34 @@ def test_parse_rejects_garbage() -> None:
 )
 def test_lag_lane(topic: str, lane: str | None) -> None:
     assert lag_lane(topic) == lane
+
+
+@pytest.mark.parametrize(
+    ("topic", "label", "lane"),
+    [
+        ("orders-interactive", "high", "high"),  # a topic the user named: the label decides
+        ("embed.requests.low", "high", "high"),
+        ("bulk", "low", "low"),
+        ("embed.requests.high", "", "high"),  # no label: the suffix
+        ("embed.requests.high", "results", None),  # not a consumed lane
+    ],
+)
+def test_a_lane_label_wins_over_the_topic_name(topic: str, label: str, lane: str | None) -> None:
+    assert lag_lane(topic, label) == lane
+
+
+def test_lag_with_lane_labels_needs_no_topic_naming_convention() -> None:
+    text = (
+        "# TYPE embedstream_consumer_lag gauge\n"
+        'embedstream_consumer_lag{topic="orders",partition="0",lane="high"} 12\n'
+        'embedstream_consumer_lag{topic="backfill",partition="3",lane="low"} 40\n'
+    )
+    snap = parse_exposition(text)
+    assert dict(snap.lag) == {"high": 12.0, "low": 40.0, "retry": 0.0}
+    assert [(p.topic, p.partition, p.lane) for p in snap.partitions] == [
+        ("backfill", 3, "low"),
+        ("orders", 0, "high"),
+    ]
 
 
 # --------------------------------------------------------------------------- quantiles
@@ -248,6 +276,9 @@ RATE_CASES: list[tuple[str, Callable[[Snapshot, Snapshot], float | None], float 
     ("p50 low", lambda a, b: compute_rates(a, b, 4.0).item_wait_quantile(0.5, "low"), 0.075),
     ("errors delta", lambda a, b: compute_rates(a, b, 4.0).api_errors, 2.0),
     ("dlq delta", lambda a, b: compute_rates(a, b, 4.0).dead_letters, 1.0),
+    ("errors/s", lambda a, b: compute_rates(a, b, 4.0).errors_per_s, 0.5),
+    ("dead letters/s", lambda a, b: compute_rates(a, b, 4.0).dead_letters_per_s, 0.25),
+    ("retries/s", lambda a, b: compute_rates(a, b, 4.0).retries_per_s, 0.0),
     ("flushes size", lambda a, b: compute_rates(a, b, 4.0).flushes["size"], 1.0),
     ("flushes time", lambda a, b: compute_rates(a, b, 4.0).flushes["time"], 1.0),
     # Same snapshot twice: nothing happened, so no batch mean and no quantiles.
@@ -289,95 +320,23 @@ def test_rates_need_positive_elapsed(two_snapshots: tuple[Snapshot, Snapshot]) -
         compute_rates(*two_snapshots, elapsed_s=0.0)
 
 
-# --------------------------------------------------------------------------- rendering
-
-
 @pytest.mark.parametrize(
-    ("fmt", "value", "text"),
+    ("calls", "errors", "failing"),
     [
-        (fmt_count, None, "-"),
-        (fmt_count, 0.0, "0"),
-        (fmt_count, 9999.0, "9999"),
-        (fmt_count, 12345.0, "12.3k"),
-        (fmt_count, 123456.0, "123k"),
-        (fmt_count, 4_500_000.0, "4.5M"),
-        (fmt_rate, 12.34, "12.3"),
-        (fmt_rate, 850.0, "850"),
-        (fmt_rate, 12_345.0, "12.3k"),
-        (fmt_ms, 2.5, "2.50"),
-        (fmt_ms, 37.5, "37.5"),
-        (fmt_ms, 1200.0, "1200"),
+        ([True, False], [], False),  # some calls still succeed
+        ([False, False], [("TransientError", "connection")], True),  # every call failed
+        ([], [("ProviderWideError", "auth")], True),  # refused for everyone
+        ([True], [("ProviderWideError", "auth")], True),
+        ([], [], False),  # idle: nothing says the provider is down
     ],
 )
-def test_formats(fmt: Callable[[float | None], str], value: float | None, text: str) -> None:
-    assert fmt(value) == text
-
-
-@pytest.fixture(scope="module")
-def views(two_snapshots: tuple[Snapshot, Snapshot]) -> list[TargetView]:
-    first, second = two_snapshots
+def test_provider_failing(calls: list[bool], errors: list[tuple[str, str]], failing: bool) -> None:
     m = fresh()
-    m.set_lag("embed.requests.high", 0, 40)
-    m.set_lag("embed.requests.low", 0, 12345)
-    m.set_lag_seconds("embed.requests.low", 0, 2.5)
-    m.set_in_flight_calls(3)
-    m.set_concurrency_limit(8)
-    m.set_paused_partitions(2)
-    m.set_ready(True)
-    lagging = scrape(m)
-    return [
-        TargetView(URL, second, compute_rates(first, second, 4.0)),
-        TargetView("http://10.0.0.7:9464/metrics", lagging, compute_rates(lagging, lagging, 2.0)),
-        TargetView("http://10.0.0.8:9464/metrics", error="unreachable"),
-    ]
-
-
-def test_render_rows(views: list[TargetView]) -> None:
-    lines = render_frame(views, NOW, interval_s=2.0)
-    assert lines[0].startswith("embedstream top  2024-05-06 07:08:09  targets 2/3 up")
-    # fixed width: every line but the header is the same width
-    assert {len(line) for line in lines[1:]} == {FRAME_WIDTH}
-    # TARGET, LAG HI, LAG LO, LAG S, ITEMS/S, BATCH, P50, P99, ERRORS, DLQ, PAUSED, INFL, READY
-    assert (
-        " ".join(row_cells(lines, "127.0.0.1:9464"))
-        == "127.0.0.1:9464 0 0 0.0 10.0 20.0 25.0 99.0 3 1 0 0/0 no"
-    )
-    assert (
-        " ".join(row_cells(lines, "10.0.0.7:9464"))
-        == "10.0.0.7:9464 40 12.3k 2.5 0.0 - - - 0 0 2 3/8 yes"
-    )
-    assert row_cells(lines, "10.0.0.8:9464") == ["10.0.0.8:9464", "down", "(unreachable)"]
-    # the total: sums, the worst lag age, quantiles over all targets' increases
-    assert (
-        " ".join(row_cells(lines, "TOTAL"))
-        == "TOTAL 40 12.3k 2.5 10.0 20.0 25.0 99.0 3 1 2 3/8 1/3"
-    )
-
-
-def test_first_refresh_has_no_rates(two_snapshots: tuple[Snapshot, Snapshot]) -> None:
-    lines = render_frame([TargetView(URL, two_snapshots[0])], NOW)
-    cells = row_cells(lines, "127.0.0.1:9464")
-    assert cells[4:8] == ["-", "-", "-", "-"]  # items/s, batch, P50, P99
-    assert cells[8] == "1"  # errors total is known from one snapshot
-    assert row_cells(lines, "TOTAL")[4] == "-"
-
-
-def test_all_down() -> None:
-    views = [TargetView(URL, error="timeout"), TargetView("http://h:1/metrics", error="HTTP 500")]
-    lines = render_frame(views, NOW)
-    assert "targets 0/2 up" in lines[0]
-    assert row_cells(lines, "127.0.0.1:9464") == ["127.0.0.1:9464", "down", "(timeout)"]
-    assert row_cells(lines, "h:1") == ["h:1", "down", "(HTTP", "500)"]
-    assert row_cells(lines, "TOTAL") == ["TOTAL", *["-"] * 11, "0/2"]
-    assert total_row(views).items_per_s is None
-
-
-def test_rows_keep_their_width_with_long_names_and_huge_values() -> None:
-    m = fresh()
-    m.set_lag("embed.requests.high", 0, 10**20)
-    view = TargetView("http://a-very-long-host-name.example.internal:9464/metrics", scrape(m))
-    lines = render_frame([view], NOW)
-    assert {len(line) for line in lines[1:]} == {FRAME_WIDTH}
-    assert "…" in lines[2]
-    assert "#" in lines[2]
-    assert target_row(view).lag_high == 1e20
+    m.observe_error("ProviderWideError", "auth")  # before the interval: does not count
+    m.observe_call(0.1, ok=False)
+    before = scrape(m)
+    for ok in calls:
+        m.observe_call(0.1, ok=ok)
+    for error_class, reason in errors:
+        m.observe_error(error_class, reason)
+    assert compute_rates(before, scrape(m), 2.0).provider_failing is failing

@@ -26,6 +26,7 @@ closed connection) stops when it happens twice in a row.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from embedstream.errors import ConfigError
 from embedstream.kafka.connection import KafkaConnection
+
+log = logging.getLogger(__name__)
 
 _ATTEMPT_S = 5.0  # one connection attempt; a TLS handshake to a silent port must not hang
 _RETRY_S = 0.5
@@ -94,7 +97,11 @@ async def check_connection(conn: KafkaConnection, *, timeout_s: float, client_id
             break
         await asyncio.sleep(min(_RETRY_S, remaining))
     assert last is not None
-    raise ConfigError(last.setting, f"{last.problem} (gave up after {timeout_s:g}s)")
+    raise ConfigError(
+        last.setting,
+        f"{last.problem} (retried for {timeout_s:g}s, connect_timeout_s); check the address "
+        "and that the broker is running",
+    )
 
 
 async def probe(
@@ -117,6 +124,7 @@ async def probe(
             finally:
                 kafka_conn.close()
     except (OSError, KafkaError, TimeoutError) as exc:
+        log.debug("preflight %s:%d failed in %s: %r", host, port, phase, exc)
         return classify(conn, f"{host}:{port}", phase, exc)
     return None
 

@@ -3,97 +3,173 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import os
+import stat
 import sys
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
-from typing import IO, Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable
+from typing import IO, Any, BinaryIO, NamedTuple, Protocol
 
 import orjson
 
 from embedstream.config import Settings
+from embedstream.errors import ConfigError
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import connection_for, make_producer, make_reader, partitions_of
+from embedstream.kafka.user_errors import kafka_user_errors
+from embedstream.tools.progress import ProduceProgress
 from embedstream.wire import headers_dict
 
 
-def parse_line(line: str, *, plain: bool) -> tuple[bytes, bytes | None]:
-    """One input line as (value, key). JSON lines are sent as-is (even if invalid, so the
-    processor dead-letters them with a reason); plain lines become requests with a new id."""
+class Sender(Protocol):
+    """What produce needs of a Kafka producer (aiokafka's, or a fake in tests)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Awaitable[Any]: ...
+
+
+class Request(NamedTuple):
+    value: bytes
+    key: bytes | None
+    generated_id: str | None = None  # set for plain lines
+    text: str | None = None  # the text of a plain line, as sent
+
+
+def parse_line(line: bytes, *, plain: bool) -> Request:
+    """One input line (without its line break) as the request to send.
+
+    JSON lines are sent byte for byte (even if invalid, so the processor dead-letters them
+    with a reason); plain lines become requests with a new id (bytes that are not UTF-8 read
+    as U+FFFD).
+    """
     if plain:
         request_id = str(uuid.uuid4())
-        return orjson.dumps({"id": request_id, "text": line}), request_id.encode()
+        text = line.decode("utf-8", "replace")
+        value = orjson.dumps({"id": request_id, "text": text})
+        return Request(value, request_id.encode(), request_id, text)
     try:
         doc = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return line.encode("utf-8", "surrogateescape"), None
+        return Request(line, None)
     key = doc.get("id") if isinstance(doc, dict) else None
-    return line.encode("utf-8"), key.encode() if isinstance(key, str) else None
+    return Request(line, key.encode() if isinstance(key, str) else None)
 
 
-class Progress:
-    """A one-line progress bar on stderr, drawn at most 10 times a second."""
+def input_size(stream: BinaryIO) -> int | None:
+    """Bytes left in ``stream`` when it is a regular file (a bar can fill by them), else None."""
+    try:
+        info = os.fstat(stream.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    try:
+        return max(info.st_size - stream.tell(), 0)
+    except OSError:
+        return info.st_size
 
-    def __init__(self, stream: IO[str], total: int | None) -> None:
-        self._stream = stream
-        self._total = total
-        self._last = 0.0
-        self._started = time.monotonic()
-        self.done = 0
 
-    def advance(self, n: int = 1, *, force: bool = False) -> None:
-        self.done += n
-        now = time.monotonic()
-        if not force and now - self._last < 0.1:
-            return
-        self._last = now
-        rate = self.done / max(now - self._started, 1e-9)
-        if self._total:
-            filled = int(30 * self.done / self._total)
-            bar = "#" * filled + "-" * (30 - filled)
-            line = f"\r[{bar}] {self.done}/{self._total} ({rate:,.0f}/s)"
-        else:
-            line = f"\r{self.done} sent ({rate:,.0f}/s)"
-        self._stream.write(line)
-        self._stream.flush()
+# Sends in flight before waiting for their acknowledgements; bounds memory, not throughput.
+_MAX_PENDING = 1000
+# Bytes read per chunk: a read returns what is there (a pipe's lines as they come), at most this.
+_READ_CHUNK = 64 * 1024
 
-    def finish(self) -> None:
-        self.advance(0, force=True)
-        self._stream.write("\n")
+
+async def read_lines(stream: BinaryIO) -> AsyncIterator[bytes]:
+    """The lines of ``stream`` (line breaks kept) as they arrive, a few chunks read ahead.
+
+    A daemon thread does the blocking reads: on the event loop a pipe waiting for input would
+    stall the producer's deliveries, and on asyncio's executor a Ctrl-C would wait for that
+    read to return. A read returns what is there (a pipe's lines as they come), at most
+    :data:`_READ_CHUNK` bytes; a bounded queue keeps memory bounded.
+    """
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes | BaseException] = asyncio.Queue(maxsize=4)
+    read = getattr(stream, "read1", stream.read)
+
+    def pump() -> None:
+        while True:
+            try:
+                chunk: bytes | BaseException = read(_READ_CHUNK)
+            except Exception as exc:  # handed to the reader, raised there
+                chunk = exc
+            try:
+                asyncio.run_coroutine_threadsafe(chunks.put(chunk), loop).result()
+            except RuntimeError:  # the loop is gone: nobody reads any more
+                return
+            if not isinstance(chunk, bytes) or not chunk:
+                return
+
+    threading.Thread(target=pump, name="produce-input", daemon=True).start()
+    tail = b""
+    while True:
+        chunk = await chunks.get()
+        if isinstance(chunk, BaseException):
+            raise chunk
+        if not chunk:
+            break
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            yield line + b"\n"
+    if tail:
+        yield tail
 
 
 async def produce_lines(
     settings: Settings,
-    lines: Iterable[str],
+    lines: AsyncIterable[bytes],
     *,
     priority: str,
     plain: bool,
-    progress: Progress | None = None,
+    progress: ProduceProgress | None = None,
+    ids_out: BinaryIO | None = None,
+    producer: Sender | None = None,
 ) -> int:
+    """Publish every non-blank line of ``lines``, pulling them one at a time (see
+    :func:`read_lines`: a file or a pipe is never read whole). With ``plain``, ``ids_out``
+    receives ``id<TAB>text`` per request."""
     names = topic_names(settings.topic_prefix)
     topic = names.requests_high if priority == "high" else names.requests_low
-    producer = make_producer(settings)
-    await producer.start()
-    sent = 0
-    try:
-        pending = []
-        for raw_line in lines:
-            line = raw_line.rstrip("\n")
-            if not line.strip():
-                continue
-            value, key = parse_line(line, plain=plain)
-            pending.append(await producer.send(topic, value, key=key))
-            sent += 1
-            if len(pending) >= 1000:
-                await asyncio.gather(*pending)
-                pending.clear()
+    sender: Sender = producer if producer is not None else make_producer(settings)
+    with kafka_user_errors(settings):
+        try:
+            await sender.start()
+        except BaseException:
+            await sender.stop()  # a failed start leaves a client to close
+            raise
+        sent = 0
+        try:
+            pending: list[Awaitable[Any]] = []
+            async for raw_line in lines:
+                line = raw_line.rstrip(b"\r\n")
+                if progress:
+                    progress.advance(0, len(raw_line))
+                if not line.strip():
+                    continue
+                request = parse_line(line, plain=plain)
+                pending.append(await sender.send(topic, request.value, key=request.key))
+                if ids_out is not None and request.generated_id is not None:
+                    ids_out.write(f"{request.generated_id}\t{request.text}\n".encode())
+                sent += 1
+                if progress:
+                    progress.advance(1, 0)
+                if len(pending) >= _MAX_PENDING:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+            await asyncio.gather(*pending)
+        finally:
+            await sender.stop()
             if progress:
-                progress.advance()
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
-    if progress:
-        progress.finish()
+                progress.finish()
+            if ids_out is not None:
+                ids_out.flush()
     return sent
 
 
@@ -113,9 +189,21 @@ async def consume_records(
         client_id=f"{settings.client_id}-consume",
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
     )
-    await consumer.start()
+    with kafka_user_errors(settings):
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()  # a failed start leaves a client to close
+            raise
     try:
-        tps = await partitions_of(consumer, topic)
+        with kafka_user_errors(settings):
+            tps = await partitions_of(consumer, topic)
+        if not tps:
+            raise ConfigError(
+                "topic_prefix",
+                f"topic {topic} does not exist at {settings.bootstrap_servers}; "
+                "create the topics with `embedstream topics create` (or check the prefix)",
+            )
         consumer.assign(tps)
         if from_beginning:
             await consumer.seek_to_beginning(*tps)

@@ -477,6 +477,37 @@ class CallRecord:
     retry_after_s: float | None = None
 
 
+# --------------------------------------------------------------------------- models
+
+# The simulator embeds with any model name; these are the ones GET /v1/models advertises (the
+# OpenAI embedding models), so clients that list models before calling find the usual names.
+MODELS = ("text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")
+_OWNER = "embedstream-simulator"
+
+
+def model_entry(model_id: str) -> dict[str, object]:
+    """One model as OpenAI's ``GET /v1/models/{id}`` answers it."""
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": _OWNER}
+
+
+def model_list() -> dict[str, object]:
+    """OpenAI's ``GET /v1/models`` body: a list object of model entries."""
+    return {"object": "list", "data": [model_entry(m) for m in MODELS]}
+
+
+def find_model(model_id: str) -> dict[str, object]:
+    """The entry of an advertised model; a 404 in OpenAI's format for any other name."""
+    if model_id in MODELS:
+        return model_entry(model_id)
+    raise ApiError(
+        404,
+        f"The model '{model_id}' does not exist",
+        error_type="invalid_request_error",
+        param="model",
+        code="model_not_found",
+    )
+
+
 # --------------------------------------------------------------------------- responses
 
 

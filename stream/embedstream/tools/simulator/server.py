@@ -2,6 +2,7 @@
 
 Routes:
     POST /v1/embeddings       OpenAI-compatible embeddings
+    GET  /v1/models           the advertised models, OpenAI's list format (and /v1/models/{id})
     GET  /healthz             200 "ok"
     GET  /stats               counters (see model.Stats)
     POST /admin/reset-stats   zero the counters
@@ -33,9 +34,11 @@ from embedstream.tools.simulator.model import (
     check_auth,
     check_rejected_texts,
     decide_faults,
+    find_model,
     flaky_failure,
     invalid_request,
     latency_s,
+    model_list,
     parse_request,
     rate_limited,
     server_error,
@@ -184,6 +187,8 @@ class SimulatorServer:
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=_MAX_BODY_BYTES)
         app.router.add_post("/v1/embeddings", self._handle_embeddings)
+        app.router.add_get("/v1/models", self._handle_models)
+        app.router.add_get("/v1/models/{model}", self._handle_model)
         app.router.add_get("/healthz", self._handle_healthz)
         app.router.add_get("/stats", self._handle_stats)
         app.router.add_post("/admin/reset-stats", self._handle_reset_stats)
@@ -245,6 +250,20 @@ class SimulatorServer:
         answer = build_response(parsed, faults.order)
         self.stats.record_served(parsed)
         return _json_response(answer)
+
+    async def _handle_models(self, request: web.Request) -> web.Response:
+        try:
+            check_auth(self._config, request.headers.get("Authorization"))
+        except ApiError as error:
+            return _error_response(error)
+        return _json_response(model_list())
+
+    async def _handle_model(self, request: web.Request) -> web.Response:
+        try:
+            check_auth(self._config, request.headers.get("Authorization"))
+            return _json_response(find_model(request.match_info["model"]))
+        except ApiError as error:
+            return _error_response(error)
 
     async def _handle_healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -3,7 +3,7 @@
 Every request id must end with a result or a dead letter (never both), results must carry the
 vector of their own id's text (when checked against the simulator), and duplicates must stay
 within what the caller tolerates. :mod:`embedstream.tools.verify.report` is the pure core;
-:mod:`embedstream.tools.verify.reader` and :mod:`embedstream.tools.verify.app` read Kafka.
+:mod:`embedstream.tools.verify.app` reads Kafka through :mod:`embedstream.kafka.reader`.
 """
 
 from __future__ import annotations

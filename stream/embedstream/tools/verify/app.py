@@ -2,7 +2,7 @@
 
 Run it once the processors have drained their input (lag 0, retry topic empty): requests still
 in flight or waiting in the retry topic are reported as lost. Exit status 0 when the report is
-ok, 1 when it is not; connection problems raise :class:`~embedstream.tools.verify.reader.ReadError`.
+ok, 1 when it is not; connection problems raise :class:`~embedstream.kafka.reader.ReadError`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import orjson
 from embedstream.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import KafkaTarget, check_broker, connection_for
-from embedstream.tools.verify.reader import TopicRecord, read_topics
+from embedstream.kafka.reader import TopicRecord, read_topics
 from embedstream.tools.verify.report import (
     DeadLetter,
     ExpectedVector,
@@ -168,7 +168,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-duplicates",
         type=_non_negative_int,
         default=0,
-        help="duplicate result records tolerated (at-least-once may redeliver; default 0)",
+        help="duplicate result records tolerated (at-least-once may redeliver)",
     )
     add("--timeout", type=float, default=120.0, help="give up reading after S seconds")
     add("--json", action="store_true", help="print the report as one JSON object")

@@ -1,10 +1,11 @@
-"""Read whole topics once, from the beginning to the end offsets seen at start.
+"""Read whole topics once, from the beginning to their ends as the first fetch reports them.
 
-The reader joins no consumer group and commits nothing: it assigns every partition, takes an
-end-offset snapshot, seeks to the beginning and stops once each partition's position has reached
-its snapshot. With ``read_committed`` the end offset is the last stable offset and positions jump
-over transaction markers, so "done" is ``position >= end``, never equality. Records produced
-after the snapshot are not returned.
+The reader joins no consumer group and commits nothing: it assigns every partition, seeks to
+the beginning and stops once each partition's position has reached the last stable offset its
+first fetch response carried. That end comes from the fetch rather than `end_offsets()`, which
+the embedded demo broker answers wrongly (1 for every partition). With ``read_committed``
+positions jump over transaction markers, so "done" is ``position >= end``, never equality.
+Records produced after that first fetch are not returned.
 """
 
 from __future__ import annotations
@@ -85,11 +86,16 @@ async def read_topics(
                 raise ReadError(f"topic {topic} does not exist on {bootstrap}")
             tps.extend(found)
         consumer.assign(tps)
-        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
         await consumer.seek_to_beginning(*tps)
+        ends: dict[TopicPartition, int] = {}
         pending = set(tps)
         while True:
             for tp in list(pending):
+                if tp not in ends:
+                    end = consumer.last_stable_offset(tp)
+                    if end is None:
+                        continue  # no fetch response for it yet
+                    ends[tp] = end
                 if await consumer.position(tp) >= ends[tp]:
                     pending.discard(tp)
                     consumer.pause(tp)  # stop fetching what we no longer need
@@ -97,14 +103,15 @@ async def read_topics(
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
-                behind = {tp: (await consumer.position(tp), ends[tp]) for tp in pending}
+                behind = {tp: (await consumer.position(tp), ends.get(tp, -1)) for tp in pending}
                 raise ReadError(_timeout_message(timeout_s, behind))
             batch = await consumer.getmany(
                 *pending, timeout_ms=max(1, min(_POLL_MS, int(remaining * 1000)))
             )
             for tp, records in batch.items():
+                end = ends.get(tp, consumer.last_stable_offset(tp))
                 for record in records:
-                    if record.offset < ends[tp]:
+                    if end is None or record.offset < end:
                         yield _convert(record)
     finally:
         await consumer.stop()

@@ -1,0 +1,41 @@
+"""aiokafka's failures during a one-shot command, as one-line errors a user can act on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+
+from embedstream.config import Settings
+from embedstream.errors import ConfigError, EmbedStreamError
+
+
+@contextmanager
+def kafka_user_errors(settings: Settings) -> Iterator[None]:
+    """aiokafka's failures as one-line errors that name the setting and what to do.
+
+    A broker that cannot be reached, or answers with an error, is the user's environment, not
+    a bug: the command reports it in one line (a traceback only with --log-level DEBUG).
+    """
+    try:
+        yield
+    except (KafkaConnectionError, KafkaTimeoutError, TimeoutError) as exc:
+        # aiokafka's message lists resolved addresses, not why; --log-level DEBUG shows that.
+        raise ConfigError(
+            "bootstrap_servers",
+            f"no Kafka broker answered at {settings.bootstrap_servers}"
+            f"{' (timed out)' if not isinstance(exc, KafkaConnectionError) else ''}; "
+            "check the address and that the broker is running",
+        ) from exc
+    except KafkaError as exc:
+        raise EmbedStreamError(
+            f"Kafka at {settings.bootstrap_servers} refused the request ({_why(exc)})"
+        ) from exc
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc)
+    name = type(exc).__name__
+    text = text.removeprefix(name + ": ")
+    return f"{name}: {text}" if text else name

@@ -1,0 +1,168 @@
+"""The command line as a user meets it, run as a subprocess: version, help, and one clear line
+(no traceback) for everyday mistakes. No broker: these mistakes are the absence of one."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from embedstream.cli import build_parser
+from embedstream.config import Settings
+
+STREAM = Path(__file__).resolve().parents[2] / "stream"
+SETTINGS = {f.name for f in dataclasses.fields(Settings)} | {"config"}
+
+
+def embedstream(
+    *args: str, stdin: bytes = b"", module: str = "embedstream.cli", timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDSTREAM_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STREAM), env.get("PYTHONPATH")]))
+    env["EMBEDSTREAM_CONNECT_TIMEOUT_S"] = "2"  # an unreachable broker is retried this long
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+@pytest.fixture(scope="module")
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("module", ["embedstream", "embedstream.cli"])
+def test_version_comes_from_the_package_metadata(module: str) -> None:
+    done = embedstream("--version", module=module)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"embedstream {version('embedstream')}\n"
+
+
+def test_python_dash_m_embedstream_runs_the_commands() -> None:
+    done = embedstream("produce", "--help", module="embedstream")
+    assert done.returncode == 0
+    assert done.stdout.startswith("usage: embedstream produce")
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def _options() -> list[tuple[str, argparse.Action]]:
+    """Every option of every command that is not a settings flag or --help."""
+    return [
+        (name, action)
+        for name, parser in _commands().items()
+        for action in parser._actions
+        if action.dest not in SETTINGS and not isinstance(action, argparse._HelpAction)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("command", "action"), _options(), ids=[f"{c} {a.dest}" for c, a in _options()]
+)
+def test_every_option_says_what_it_does_and_its_default(
+    command: str, action: argparse.Action
+) -> None:
+    assert action.help, f"{command} {action.option_strings or action.dest} has no help"
+    text = _commands()[command].format_help()
+    if action.default is not None and action.default is not False:
+        # argparse wraps lines; compare with whitespace folded.
+        shown = " ".join(text.split())
+        assert f"default: {action.default}" in shown or "default:" in (action.help or ""), (
+            command,
+            action.dest,
+        )
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "words"),
+    [
+        ("demo", "--items", "(default: 3000)"),
+        ("consume", "--dead-letters", "dead-letter topic"),
+        ("consume", "--from-beginning", "oldest record"),
+        ("consume", "--limit", "(default: no limit)"),
+        ("produce", "--priority", "(default: low)"),
+        ("produce", "--ids-out", "id<TAB>text"),
+    ],
+)
+def test_help_of_the_options_the_issue_named(command: str, option: str, words: str) -> None:
+    done = embedstream(command, "--help")
+    lines = " ".join(done.stdout.split())
+    assert option in lines and words in lines
+
+
+def _one_clean_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert "Unclosed" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("embedstream: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin"),
+    [
+        (["produce"], b'{"id": "a", "text": "b"}\n'),
+        (["produce", "--plain", "--quiet"], b"some text\n"),
+        (["topics", "create"], b""),
+        (["topics", "list"], b""),
+        (["consume", "--limit", "1"], b""),
+    ],
+)
+def test_a_wrong_bootstrap_is_one_line_naming_the_setting(
+    closed_port: int, args: list[str], stdin: bytes
+) -> None:
+    done = embedstream(*args, "--bootstrap-servers", f"127.0.0.1:{closed_port}", stdin=stdin)
+    line = _one_clean_line(done)
+    assert "setting bootstrap_servers (EMBEDSTREAM_BOOTSTRAP_SERVERS)" in line
+    assert f"no Kafka broker answered at 127.0.0.1:{closed_port}" in line
+    assert "check the address" in line
+
+
+def test_debug_shows_the_traceback_and_aiokafkas_lines(closed_port: int) -> None:
+    done = embedstream(
+        "produce", "--bootstrap-servers", f"127.0.0.1:{closed_port}", "--log-level", "DEBUG",
+        stdin=b"{}\n",
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "Traceback" in done.stderr and "ConfigError" in done.stderr
+    assert "preflight 127.0.0.1" in done.stderr  # each failed attempt, with its cause
+    assert done.stderr.splitlines()[-1].startswith("embedstream: error: setting bootstrap")
+
+
+def test_a_missing_input_file_is_one_line(tmp_path: Path) -> None:
+    line = _one_clean_line(embedstream("produce", str(tmp_path / "nope.jsonl")))
+    assert "cannot open" in line and "nope.jsonl" in line and "No such file" in line
+
+
+def test_a_missing_topics_file_is_one_line(tmp_path: Path) -> None:
+    line = _one_clean_line(embedstream("topics", "create", "--file", str(tmp_path / "t.toml")))
+    assert "topic declarations" in line
+
+
+def test_ids_out_needs_plain(tmp_path: Path) -> None:
+    done = embedstream("produce", "--ids-out", str(tmp_path / "ids.tsv"))
+    assert done.returncode == 2
+    assert "--ids-out needs --plain" in done.stderr
+    assert not (tmp_path / "ids.tsv").exists()
