@@ -10,7 +10,6 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -27,10 +26,9 @@ CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
 
 def package_version() -> str:
     """The installed distribution's version: pyproject.toml is the one place it is written."""
-    try:
-        return version("embedstream")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown"
+    from embedstream import __version__
+
+    return __version__
 
 
 class _HelpFormatter(argparse.HelpFormatter):

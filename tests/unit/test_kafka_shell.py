@@ -8,99 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
-from aiokafka import TopicPartition
-from embedstream.app import Service, build_service
-from embedstream.config import load_settings
-from embedstream.engine.embedder import BatchCall, BatchOutcome
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.fakes import FakeCluster, FakeConsumer, FakeProducer
-from embedstream.testing import vector_for
 from embedstream.wire import RetryState, headers_dict
 
-NAMES = topic_names("t.")
-HIGH = TopicPartition(NAMES.requests_high, 0)
-LOW = TopicPartition(NAMES.requests_low, 0)
-RETRY = TopicPartition(NAMES.retry, 0)
-
-
-@dataclass
-class GatedBackend:
-    """A provider that answers at once, except for texts containing SLOW: those wait for
-    `gate` (or forever if it is never set)."""
-
-    gate: asyncio.Event = field(default_factory=asyncio.Event)
-    calls: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
-
-    async def embed(self, call: BatchCall) -> BatchOutcome:
-        self.calls.append((time.time(), tuple(call.texts)))
-        if any("SLOW" in text for text in call.texts):
-            await self.gate.wait()
-        vectors: list[list[float] | str] = [vector_for(t) for t in call.texts]
-        return BatchOutcome(vectors, 2, len(call.texts), 0.0)
-
-    async def close(self) -> None:
-        return None
-
-
-@dataclass
-class Harness:
-    cluster: FakeCluster
-    consumer: FakeConsumer
-    producer: FakeProducer
-    service: Service
-    task: asyncio.Task[None]
-
-    def request(self, tp: TopicPartition, request_id: str, text: str, **headers: bytes) -> int:
-        value = orjson.dumps({"id": request_id, "text": text})
-        record = self.cluster.produce(
-            tp.topic, value, request_id.encode(), list(headers.items()), partition=tp.partition
-        )
-        return record.offset
-
-    def result_ids(self) -> list[str]:
-        return [orjson.loads(r.value or b"")["id"] for r in self.cluster.records(NAMES.results)]
-
-    def committed(self, tp: TopicPartition) -> int:
-        return self.consumer.committed.get(tp, 0)
-
-
-@asynccontextmanager
-async def running(backend: Any, **settings: Any) -> AsyncIterator[Harness]:
-    cluster = FakeCluster(
-        {NAMES.requests_high: 1, NAMES.requests_low: 1, NAMES.retry: 1, NAMES.results: 2,
-         NAMES.dead_letters: 1}
-    )  # fmt: skip
-    values: dict[str, Any] = {
-        "topic_prefix": "t.", "metrics_port": 0, "commit_interval_ms": 10, "max_wait_ms": 0,
-        "max_batch_size": 1, "max_buffered_items": 100, **settings,
-    }  # fmt: skip
-    consumer, producer = FakeConsumer(cluster), FakeProducer(cluster)
-    service = build_service(
-        load_settings(env={}, overrides=values), backend, consumer=consumer, producer=producer
-    )
-    task = asyncio.create_task(service.run())
-    await asyncio.wait_for(service.processor.assigned.wait(), 5)
-    try:
-        yield Harness(cluster, consumer, producer, service, task)
-    finally:
-        service.stop()
-        service.stop()  # a second stop ends the drain at once
-        await asyncio.wait_for(task, 10)
-
-
-async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll `check` (state of fakes, which signal nothing) until it holds."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.005)
+from tests.unit.harness import HIGH, LOW, NAMES, RETRY, GatedBackend, eventually, running
 
 
 async def test_every_request_gets_a_result_keyed_by_id_and_offsets_commit_to_the_end() -> None:
