@@ -124,11 +124,11 @@ def build_service(
     )
     waiting = WaitingRetries(lambda item: batcher.add(item.key, item.tokens, item))
     committer = OffsetCommitter(
-        consumer, assignment.offsets(), transactions, on_lost=lambda tp: handoff.forget(tp)
+        consumer, assignment.offsets(), transactions, on_lost=lambda tp: handoff.lost(tp)
     )
     handoff = Handoff(
         assignment, batcher, waiting, sink, committer, transactions,
-        drain_timeout_s=settings.drain_timeout_s,
+        drain_timeout_s=settings.drain_timeout_s, consumer=consumer,
     )  # fmt: skip
     intake = Intake(settings, configured.provider_limits(settings), token_counter)
     processor = Processor(

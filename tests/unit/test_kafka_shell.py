@@ -125,3 +125,16 @@ async def test_stop_is_bounded_when_the_provider_never_answers() -> None:
         assert h.committed(LOW) == 0  # nothing unfinished is committed: re-read on restart
         assert h.result_ids() == []
         assert h.consumer.stopped and h.producer.stopped
+
+
+async def test_a_partition_lost_while_still_assigned_asks_for_a_rebalance() -> None:
+    """Fenced (or a producer failed for good) while the group still gives it to us: the work is
+    dropped and a rejoin requested, or the partition would be read untracked and stall."""
+    async with running(GatedBackend()) as h:
+        handoff = h.service.processor.parts.handoff
+        await handoff.lost(LOW)
+        assert LOW not in h.service.processor.partitions()
+        assert h.consumer.rejoins_requested == 1
+        await h.consumer.revoke({LOW})  # a lost partition being handed off asks for nothing
+        await handoff.lost(HIGH)
+        assert h.consumer.rejoins_requested == 2

@@ -107,6 +107,15 @@ async def check_broker(settings: Settings) -> None:
     )
 
 
+def request_rejoin(consumer: object) -> None:
+    """Ask the group coordinator for a rebalance (aiokafka has no public call for it): after
+    losing a partition it still holds, the group must decide anew who owns it."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    rejoin = getattr(coordinator if coordinator is not None else consumer, "request_rejoin", None)
+    if rejoin is not None:
+        rejoin()
+
+
 def broker_probe(producer: Producer) -> Callable[[], Awaitable[object]]:
     """A cheap "does the broker answer?" check for readiness: a metadata request through
     the producer's connection (a fake producer without one always answers)."""

@@ -81,6 +81,10 @@ class FakeConsumer:
         self.committed: dict[TopicPartition, int] = {}
         self.commits: list[dict[TopicPartition, int]] = []
         self.stopped = False
+        self.rejoins_requested = 0
+
+    def request_rejoin(self) -> None:
+        self.rejoins_requested += 1
 
     def subscribe(self, topics: list[str], *, listener: Any) -> None:
         self.topics, self.listener = list(topics), listener

@@ -16,8 +16,10 @@ import time
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
 from embedstream.engine.batcher import Batcher
+from embedstream.kafka.clients import request_rejoin
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.partitions import Assignment
+from embedstream.kafka.protocols import Consumer
 from embedstream.kafka.sink import Sink
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
@@ -37,6 +39,7 @@ class Handoff:
         transactions: PartitionTransactions | None,
         *,
         drain_timeout_s: float,
+        consumer: Consumer,
     ) -> None:
         self._assignment = assignment
         self._batcher = batcher
@@ -45,6 +48,7 @@ class Handoff:
         self._committer = committer
         self._transactions = transactions
         self._drain_timeout_s = drain_timeout_s
+        self._consumer = consumer
         self.assigned = asyncio.Event()  # set at the first assignment
         self.joined = False
 
@@ -87,6 +91,16 @@ class Handoff:
             for tp in revoked:
                 await self.forget(tp)
         log.info("partitions revoked: %s", sorted(str(tp) for tp in revoked))
+
+    async def lost(self, tp: TopicPartition) -> None:
+        """Another member's producer fenced ours (or ours failed for good): drop the work. If
+        the consumer still holds the partition, ask for a rebalance; reading it untracked would
+        stall it, and a new assignment gives it a new producer."""
+        state = self._assignment.get(tp)
+        await self.forget(tp)
+        if state is not None and not state.handing_off and tp in self._consumer.assignment():
+            log.warning("requesting a rebalance: %s is still assigned here", tp)
+            request_rejoin(self._consumer)
 
     async def forget(self, tp: TopicPartition) -> None:
         """Stop tracking a partition: work read from it is dropped, its completions ignored."""

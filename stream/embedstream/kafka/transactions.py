@@ -21,13 +21,19 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    ProducerFenced,
+)
 
 from embedstream.kafka.sink import Output
 
 log = logging.getLogger(__name__)
 
 TXN_TIMEOUT_S = 30.0
+# Answers that mean a newer producer holds this transactional id.
+FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch)
 
 
 class Fenced(Exception):
@@ -111,40 +117,54 @@ class PartitionTransactions:
     async def commit(self, tp: Any, offset: int) -> None:
         """Write the outputs below `offset` and commit `offset`, atomically.
 
-        Raises Fenced if another member owns the partition. On any other failure the
-        transaction is aborted, the producer recreated and the outputs kept for next time.
+        Raises Fenced if another member owns the partition, or if the producer failed fatally:
+        a new producer is made only when the partition is assigned again, because initialising
+        its transactional id here would fence the rightful owner if this member is the zombie.
+        On any other failure the transaction is aborted and the outputs kept for next time.
         """
         outbox = self._outboxes.get(tp)
         if outbox is None:
             raise Fenced(f"{tp} is not assigned here")
         async with self._locks[tp]:
+            producer = self._producers.get(tp)
+            if producer is None or _is_fatal(producer):
+                await self._drop_producer(tp)
+                raise Fenced(f"{tp}: no usable transactional producer; waiting for reassignment")
             outputs = outbox.below(offset)
-            producer = self._producers.get(tp) or await self._start_producer(tp)
             try:
                 await asyncio.wait_for(
                     self._transaction(producer, outputs, {tp: offset}), TXN_TIMEOUT_S
                 )
-            except ProducerFenced as exc:
-                raise Fenced(f"{tp}: producer fenced by a newer owner") from exc
+            except FENCING_ERRORS as exc:
+                await self._drop_producer(tp)
+                raise Fenced(f"{tp}: producer fenced by a newer owner ({exc!r})") from exc
             except (KafkaError, TimeoutError, OSError) as exc:
-                # Unknown outcome: abort, start over with a new producer; outputs stay staged.
-                log.warning("transaction for %s failed (%s); aborting and retrying", tp, exc)
-                await self._reset(tp, producer)
+                if _is_fatal(producer):
+                    await self._drop_producer(tp)
+                    raise Fenced(f"{tp}: transactional producer failed fatally ({exc!r})") from exc
+                # Aborted; the producer stays usable and the outputs stay staged.
+                log.warning("transaction for %s failed (%r); aborted, retrying later", tp, exc)
                 raise
             outbox.drop_below(offset)
 
     async def _transaction(self, producer: Any, outputs: list[Output], offsets: Any) -> None:
         await producer.begin_transaction()
+        sends: list[asyncio.Future[Any]] = []
         try:
-            sends = [
-                await producer.send(o.topic, o.value, key=o.key, headers=o.headers) for o in outputs
-            ]
-            await asyncio.gather(*sends)
+            for o in outputs:
+                sends.append(await producer.send(o.topic, o.value, key=o.key, headers=o.headers))
+            delivered = await asyncio.gather(*sends, return_exceptions=True)
+            failed = next((d for d in delivered if isinstance(d, BaseException)), None)
+            if failed is not None:
+                raise failed
             await producer.send_offsets_to_transaction(offsets, self._group_id)
             await producer.commit_transaction()
         except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.abort_transaction(), 5)
+            # Retrieve every send's outcome (none left to log "never retrieved"), then abort.
+            await asyncio.gather(*sends, return_exceptions=True)
+            if not _is_fatal(producer):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(producer.abort_transaction(), 5)
             raise
 
     async def _start_producer(self, tp: Any) -> Any:
@@ -153,7 +173,15 @@ class PartitionTransactions:
         self._producers[tp] = producer
         return producer
 
-    async def _reset(self, tp: Any, producer: Any) -> None:
-        self._producers.pop(tp, None)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(producer.stop(), 5)
+    async def _drop_producer(self, tp: Any) -> None:
+        producer = self._producers.pop(tp, None)
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), 5)
+
+
+def _is_fatal(producer: Any) -> bool:
+    """aiokafka's transaction manager went to FATAL_ERROR: the producer can do nothing more
+    (and begin_transaction would trip an assertion)."""
+    manager = getattr(producer, "_txn_manager", None)
+    return bool(manager is not None and manager.is_fatal_error())
