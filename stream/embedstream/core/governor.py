@@ -82,6 +82,14 @@ class Governor:
             return max(1, min(self.limit.limit - 1, self._scheduler.low_slot_cap))
         return self.limit.limit
 
+    def idle_slots(self, lane: Priority) -> int:
+        """Calls this lane could start now, the one being started included: the slots a
+        backlog is spread over."""
+        free = self.limit.limit - self.in_flight
+        if lane is Priority.LOW:
+            free = min(free, self.lane_slots(lane) - self.low_in_flight)
+        return max(1, free)
+
     def started(self, lane: Priority) -> None:
         self.in_flight += 1
         self.low_in_flight += lane is Priority.LOW
