@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+from embedstream.core.costmodel import CallCost, CostModels, cost_key
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.limits import ProviderLimits, batch_violations
@@ -39,11 +41,15 @@ async def _never_finishes(key: BucketKey, items: list[Pending[int]], reason: Flu
     await asyncio.Event().wait()
 
 
-async def drive(arrivals: list[Arrival]) -> tuple[Recorder, dict[int, float], FakeClock]:
+async def drive(
+    arrivals: list[Arrival], cost: CostModels | None = None
+) -> tuple[Recorder, dict[int, float], FakeClock]:
     """Add items at their (fake) arrival times, calling launch_due whenever it asked to be."""
     clock = FakeClock()
     governor = Governor(max_concurrency=10**6, clock=clock, min_low_share=0.0)
-    batcher: Batcher[int] = Batcher(LIMITS, _never_finishes, governor=governor, clock=clock)
+    batcher: Batcher[int] = Batcher(
+        LIMITS, _never_finishes, governor=governor, clock=clock, cost=cost
+    )
     recorder = Recorder()
     batcher.on_flush = recorder
     arrived: dict[int, float] = {}
@@ -112,10 +118,14 @@ def test_sparse_arrivals_each_go_out_at_once() -> None:
 
 
 def test_tokens_trigger_cuts_before_the_budget_is_passed() -> None:
-    recorder, _, _ = asyncio.run(drive([(0.0, 1, 1)] + [(0.0, 1, 90)] * 3))
+    # Calls that cost the same whatever their size: splitting gains nothing, so the limits
+    # alone decide the cuts.
+    flat = CostModels(CallCost(base_s=0.05, per_token_s=0.0, per_item_s=0.0))
+    recorder, _, _ = asyncio.run(drive([(0.0, 1, 1)] + [(0.0, 1, 90)] * 3, flat))
     # 1 + 90 + 90 fits in 200; the next 90 would not: cut at 3, the rest goes alone.
-    assert [len(items) for _, items, _, _ in recorder.batches] == [3, 1]
-    assert [reason for _, _, reason, _ in recorder.batches] == ["tokens", "time"]
+    # 1 + 90 + 90 fits in 200, 1 + 90 * 3 would not: the fewest calls are two, each as big.
+    assert [len(items) for _, items, _, _ in recorder.batches] == [2, 2]
+    assert [reason for _, _, reason, _ in recorder.batches] == ["tokens", "tokens"]
 
 
 async def test_high_item_never_queues_behind_more_than_one_low_batch() -> None:
@@ -178,3 +188,66 @@ async def test_high_item_is_not_held_for_batch_mates_while_low_work_goes_out() -
     assert first_reason == "priority"
     for task in asyncio.all_tasks() - {asyncio.current_task()}:
         task.cancel()
+
+
+async def test_a_shallow_backlog_is_spread_over_the_idle_slots() -> None:
+    # 50 waiting callers, 8 idle slots, calls of 40 ms + 0.02 ms/token, 30 tokens each: 8 calls
+    # of 6-7 finish in ~44 ms where 2 calls of 32 + 18 would take ~59 ms.
+    clock = FakeClock()
+    limits = BatchLimits(max_items=256, max_tokens=100_000, max_wait_s=0.05, scale_factor=64.0)
+    cost = CostModels(CallCost(base_s=0.04, per_token_s=2e-5, per_item_s=0.0))
+    governor = Governor(max_concurrency=8, clock=clock)
+    batcher: Batcher[int] = Batcher(
+        limits, _never_finishes, governor=governor, clock=clock, cost=cost
+    )
+    recorder = Recorder()
+    batcher.on_flush = recorder
+    for i in range(50):
+        batcher.add(KEYS[0], 30, i)
+    due = batcher.launch_due()
+    assert due is not None and not recorder.batches  # the wait budget is not spent yet
+    clock.advance(due)
+    batcher.launch_due()  # due: every piece of the plan goes now, not only the first
+    sizes = [len(items) for _, items, _, _ in recorder.batches]
+    assert sum(sizes) == 50
+    assert len(sizes) == 8
+    assert max(sizes) - min(sizes) <= 1
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+        task.cancel()
+
+
+async def test_each_dispatch_teaches_the_cost_model() -> None:
+    clock = FakeClock()
+
+    async def takes_a_while(key: BucketKey, items: list[Pending[int]], r: FlushReason) -> None:
+        clock.advance(0.1 + 0.001 * sum(p.tokens for p in items))
+
+    cost = CostModels()
+    batcher: Batcher[int] = Batcher(
+        LIMITS, takes_a_while, max_concurrency=1, clock=clock, cost=cost
+    )
+    for i in range(8 * 20):  # batches of 8 items of 1, 5, 10 or 25 tokens each
+        batcher.add(KEYS[1], (1, 5, 10, 25)[i // 8 % 4], i)
+    batcher.drain()
+    await batcher.run()
+    fit = cost.fit(cost_key(KEYS[1]))
+    assert fit.observations == 20
+    for tokens in (8, 80, 200):
+        assert fit.cost().latency(tokens, 8) == pytest.approx(0.1 + 0.001 * tokens, rel=0.05)
+    assert cost.fit(cost_key(KEYS[0])) is fit  # the high lane shares what the low one learnt
+    assert cost.fit(cost_key(KEYS[2])).observations == 0  # another model learnt nothing
+
+
+async def test_dispatch_durations_are_not_observed_when_the_caller_reports_calls() -> None:
+    clock = FakeClock()
+
+    async def slow(key: BucketKey, items: list[Pending[int]], r: FlushReason) -> None:
+        clock.advance(0.5)
+
+    cost = CostModels()
+    batcher: Batcher[int] = Batcher(LIMITS, slow, clock=clock, cost=cost, observe_dispatch=False)
+    runner = asyncio.create_task(batcher.run())
+    batcher.add(KEYS[1], 3, 0)
+    batcher.drain()
+    await runner
+    assert cost.fit(cost_key(KEYS[1])).observations == 0

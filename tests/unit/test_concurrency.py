@@ -150,6 +150,15 @@ NOW = 100.0
         ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "6m0s"}, 360.0),
         ({"X-RateLimit-Remaining-Tokens": "0", "X-RateLimit-Reset-Tokens": "20ms"}, 0.02),
         ({"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": "6m0s"}, 0.0),
+        # with the limit announced the announced budget paces instead (see test_ratelimit)
+        (
+            {
+                "x-ratelimit-limit-requests": "3000",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "1m0s",
+            },
+            0.0,
+        ),
         (
             {
                 "x-ratelimit-remaining-requests": "0",

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
+import orjson
 import pytest
-from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, _outcome
+from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, _outcome, parse_body
 from embedstream.errors import PermanentItemError, ProviderWideError, TransientError
-from embedstream.tools.simulator.model import SimulatorConfig, decode_base64, expected_vector
+from embedstream.tools.simulator.model import (
+    SimulatorConfig,
+    decode_base64,
+    encode_base64,
+    expected_vector,
+)
 from embedstream.tools.simulator.server import SimulatorServer
+from hypothesis import given
+from hypothesis import strategies as st
 
 TEXTS = [f"text {i}" for i in range(12)]
 
@@ -73,9 +80,12 @@ async def test_unreachable_provider_is_a_connection_error() -> None:
     assert info.value.reason == "connection"
 
 
-def _response(entries: list[tuple[object, object]], tokens: int = 3) -> SimpleNamespace:
-    data = [SimpleNamespace(index=i, embedding=e) for i, e in entries]
-    return SimpleNamespace(data=data, usage=SimpleNamespace(total_tokens=tokens))
+def _response(entries: list[tuple[object, object]], tokens: int = 3) -> dict[str, object]:
+    data = [{"object": "embedding", "index": i, "embedding": e} for i, e in entries]
+    return {"object": "list", "data": data, "usage": {"total_tokens": tokens}}
+
+
+B64_2 = encode_base64([1.0, 0.0])  # two float32
 
 
 @pytest.mark.parametrize(
@@ -84,9 +94,23 @@ def _response(entries: list[tuple[object, object]], tokens: int = 3) -> SimpleNa
         ([(0, [1.0, 0.0])], None, "count"),  # two inputs, one vector
         ([(0, [1.0, 0.0]), (0, [0.0, 1.0])], None, "repeated index"),
         ([(0, [1.0, 0.0]), (5, [0.0, 1.0])], None, "index out of range"),
+        ([(0, [1.0, 0.0]), ("1", [0.0, 1.0])], None, "index not an int"),
+        ([(0, [1.0, 0.0]), (True, [0.0, 1.0])], None, "index a bool"),
         ([(0, [1.0, 0.0]), (1, [math.nan, 1.0])], None, "NaN"),
+        ([(0, [1.0, 0.0]), (1, [math.inf, 1.0])], None, "infinity"),
         ([(0, [1.0, 0.0]), (1, [0.0, 1.0, 0.0])], 2, "wrong dimensions"),
+        ([(0, [1.0, 0.0]), (1, [0.0, 1.0, 0.0])], None, "vectors of different lengths"),
         ([(0, [1.0, 0.0]), (1, [])], None, "empty vector"),
+        ([(0, [1.0, 0.0]), (1, None)], None, "no embedding"),
+        ([(0, [1.0, 0.0]), (1, {"x": 1})], None, "embedding not a list"),
+        ([(0, [1.0, 0.0]), (1, [0.0, "1"])], None, "a string among the floats"),
+        ([(0, [1.0, 0.0]), (1, [0.0, 10**400])], None, "an int past float range"),
+        ([(0, B64_2), (1, encode_base64([0.0, math.nan]))], None, "NaN in base64"),
+        ([(0, B64_2), (1, encode_base64([1.0, 0.0, 0.0]))], 2, "base64 wrong dimensions"),
+        ([(0, B64_2), (1, B64_2[:-4])], None, "base64 cut short"),
+        ([(0, B64_2), (1, "AAA=")], None, "base64 not whole float32"),
+        ([(0, B64_2), (1, "AA!AAAAAAAA=")], None, "base64 with a bad character"),
+        ([(0, B64_2), (1, "")], None, "empty base64"),
     ],
 )
 def test_malformed_responses_are_transient_and_splittable(
@@ -98,8 +122,68 @@ def test_malformed_responses_are_transient_and_splittable(
     assert info.value.reason == "malformed_response", why
 
 
+@pytest.mark.parametrize(
+    ("document", "why"),
+    [
+        ({"data": "nope"}, "data not a list"),
+        ({"object": "list"}, "no data"),
+        ([], "not an object"),
+        ({"data": [1, 2]}, "entries not objects"),
+    ],
+)
+def test_malformed_documents_are_transient(document: object, why: str) -> None:
+    with pytest.raises(TransientError) as info:
+        _outcome(BatchCall("m", ["a", "b"], "float", None), document, 0.01, {})
+    assert info.value.reason == "malformed_response", why
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"<html>502 Bad Gateway</html>", b'{"data": [NaN]}'])
+def test_an_unreadable_body_is_transient(body: bytes) -> None:
+    with pytest.raises(TransientError) as info:
+        parse_body(BatchCall("m", ["a"], "float", None), body, 0.01, {})
+    assert info.value.reason == "malformed_response"
+
+
 def test_a_well_formed_response_in_any_order() -> None:
     call = BatchCall("m", ["a", "b"], "float", 2)
     outcome = _outcome(call, _response([(1, [0.0, 1.0]), (0, [1.0, 0.0])]), 0.01, {})
     assert outcome.vectors == [[1.0, 0.0], [0.0, 1.0]]
     assert (outcome.dimensions, outcome.total_tokens) == (2, 3)
+
+
+def test_base64_on_the_wire_is_decoded_for_a_float_request() -> None:
+    vectors = [[0.25, -1.5, 3.0], [1e-3, 2.0, -0.0]]
+    entries: list[tuple[object, object]] = [(i, encode_base64(v)) for i, v in enumerate(vectors)]
+    body = orjson.dumps(_response(entries, tokens=7))
+    outcome = parse_body(BatchCall("m", ["a", "b"], "float", None), body, 0.01, {"x": "y"})
+    assert outcome.vectors == [decode_base64(encode_base64(v)) for v in vectors]  # float32
+    assert (outcome.dimensions, outcome.total_tokens, outcome.headers) == (3, 7, {"x": "y"})
+
+
+def test_a_base64_request_gets_base64_even_from_a_provider_sending_floats() -> None:
+    call = BatchCall("m", ["a", "b"], "base64", None)
+    outcome = _outcome(call, _response([(0, B64_2), (1, [0.5, 0.25])]), 0.01, {})
+    assert outcome.vectors[0] is B64_2  # passed through untouched
+    assert decode_base64(str(outcome.vectors[1])) == [0.5, 0.25]
+    assert outcome.dimensions == 2
+
+
+@given(
+    st.lists(
+        st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1),
+        min_size=1,
+        max_size=4,
+    ).filter(lambda vs: len({len(v) for v in vs}) == 1)
+)
+def test_base64_decoding_round_trips(vectors: list[list[float]]) -> None:
+    entries: list[tuple[object, object]] = [(i, encode_base64(v)) for i, v in enumerate(vectors)]
+    call = BatchCall("m", [str(i) for i in range(len(vectors))], "float", None)
+    outcome = parse_body(call, orjson.dumps(_response(entries)), 0.0, {})
+    assert outcome.vectors == vectors
+    assert outcome.dimensions == len(vectors[0])
+
+
+def test_usage_that_is_not_a_count_reads_as_zero() -> None:
+    document = _response([(0, [1.0])]) | {"usage": {"total_tokens": "many"}}
+    outcome = _outcome(BatchCall("m", ["a"], "float", None), document, 0.01, {})
+    assert outcome.total_tokens == 0

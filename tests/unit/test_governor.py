@@ -50,6 +50,50 @@ def test_exhausted_rate_limit_headers_close_the_gate() -> None:
     assert governor.blocked_for() == pytest.approx(2)
 
 
+def test_an_announced_budget_paces_call_starts_and_caps_the_slots_to_spread_over() -> None:
+    clock = FakeClock()
+    governor = Governor(max_concurrency=8, clock=clock)
+    assert governor.idle_slots(Priority.HIGH) == 8  # nothing announced yet
+    governor.started(Priority.HIGH)
+    governor.on_success(
+        0.04,
+        {
+            "x-ratelimit-limit-requests": "60",  # one call a second...
+            "x-ratelimit-remaining-requests": "3",  # ...and three left now
+            "x-ratelimit-reset-requests": "57s",
+        },
+    )
+    governor.finished(Priority.HIGH)
+    assert governor.idle_slots(Priority.HIGH) == 1  # 95% of a one-second burst: 1 call
+    assert governor.blocked_for() == 0.0
+    assert governor.reserve(10) == 0.0
+    assert governor.blocked_for() == pytest.approx(1 / 0.95)  # the next start is a second away
+    assert governor.pick(True, True) is None
+    clock.advance(1 / 0.95)
+    assert governor.pick(True, False) is Priority.HIGH
+
+
+def test_an_exhausted_announced_budget_waits_for_the_refill_not_the_reset() -> None:
+    governor = make(FakeClock())
+    governor.on_success(
+        0.04,
+        {
+            "x-ratelimit-limit-requests": "3000",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "1m0s",
+        },
+    )
+    assert governor.blocked_for() == pytest.approx(1 / 47.5)  # one call's refill, not 60 s
+
+
+def test_configured_rate_limits_hold_the_next_cut_too() -> None:
+    clock = FakeClock()
+    governor = Governor(max_concurrency=2, clock=clock, rpm=60)
+    for _ in range(60):
+        governor.reserve(1)
+    assert governor.blocked_for() == pytest.approx(1.0)  # buffer meanwhile, cut later
+
+
 def test_slots_and_low_cap() -> None:
     governor = make(FakeClock(), min_low_share=0.0)
     assert governor.pick(False, True) is Priority.LOW

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from embedstream.core.costmodel import CallCost
 from embedstream.core.policy import (
     BatchLimits,
     Flush,
@@ -88,17 +91,80 @@ def test_wait_never_exceeds_max_wait(depth: int, scale: float) -> None:
     assert 0.0 <= wait_budget(limits, depth) <= 0.25
 
 
+BENCH = CallCost(base_s=0.04, per_token_s=2e-5, per_item_s=0.0)  # 40 ms + 0.02 ms/token
+FLAT = CallCost(base_s=0.04, per_token_s=0.0, per_item_s=0.0)  # size costs nothing
+OPENAI = BatchLimits(max_items=2048, max_tokens=300_000, max_wait_s=0.05, scale_factor=64.0)
+CAPPED = BatchLimits(max_items=256, max_tokens=100_000, max_wait_s=0.05, scale_factor=64.0)
+
+
+def pieces(buffered: int, size: int) -> int:
+    return -(-buffered // size)
+
+
 @pytest.mark.parametrize(
-    ("fits", "buffered", "free", "expected"),
+    ("tokens", "buffered", "slots", "limits", "cost", "size"),
     [
-        (256, 800, 1, 256),  # one slot: nothing to share
-        (256, 800, 8, 100),  # one round of 8 even calls
-        (256, 3000, 8, 188),  # two full rounds of 8 rather than 12 calls of 256
-        (256, 4096, 8, 256),  # exactly two rounds of full batches
-        (256, 100, 8, 32),  # never below the minimum piece
-        (20, 100, 8, 20),  # never above what fits
-        (10, 10, 8, 10),
+        (30, 50, 8, CAPPED, BENCH, 7),  # 8 calls of ~6 in ~44 ms, not 1 call of 50 in 70 ms
+        (30, 50, 1, CAPPED, BENCH, 50),  # one slot: nothing to share
+        (30, 50, 8, CAPPED, FLAT, 50),  # size is free: one call
+        (30, 1, 8, CAPPED, BENCH, 1),
+        (30, 3, 8, CAPPED, BENCH, 1),  # 3 calls of 1 save 1.2 ms for 0.8 ms of call price
+        (30, 800, 8, CAPPED, BENCH, 100),  # one round of 8 even calls
+        (30, 3000, 8, CAPPED, BENCH, 188),  # two even rounds, not 12 calls with a half-idle 2nd
+        (30, 4096, 8, CAPPED, BENCH, 256),  # exactly two rounds of full batches
+        (30, 100_000, 8, OPENAI, BENCH, 1786),  # deep: the fewest rounds, nearly full batches
+        (30, 16_384, 8, OPENAI, BENCH, 2048),  # one round of full batches
+        (1_000, 400, 8, OPENAI, BENCH, 50),  # tokens bound: 300 per call at most, spread to 8
+        (1_000, 50, 4, BatchLimits(64, 4_000, 0.05, 64.0), BENCH, 4),  # never above what fits
     ],
 )
-def test_spread_length(fits: int, buffered: int, free: int, expected: int) -> None:
-    assert spread_length(fits, buffered, free) == expected
+def test_spread_length(
+    tokens: int, buffered: int, slots: int, limits: BatchLimits, cost: CallCost, size: int
+) -> None:
+    counts = [tokens] * min(buffered, limits.max_items + 1)
+    assert spread_length(counts, buffered, slots, limits, cost) == size
+
+
+def test_a_slow_base_spreads_less() -> None:
+    # A provider with a 300 ms base: splitting 50 items over 8 slots saves the same 26 ms of
+    # compute, but each extra call now costs 3 ms of price.
+    slow = CallCost(base_s=0.3, per_token_s=2e-5, per_item_s=0.0)
+    fast = spread_length([30] * 50, 50, 8, CAPPED, BENCH)
+    assert pieces(50, spread_length([30] * 50, 50, 8, CAPPED, slow)) < pieces(50, fast)
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=8192), min_size=1, max_size=65),
+    st.integers(min_value=1, max_value=20_000),
+    st.integers(min_value=1, max_value=64),
+    st.integers(min_value=1, max_value=64),
+    st.floats(min_value=1e-3, max_value=2.0),
+    st.floats(min_value=0.0, max_value=1e-3),
+    st.floats(min_value=0.0, max_value=1e-2),
+)
+def test_spreading_stays_within_limits_and_never_finishes_later(
+    counts: list[int],
+    extra: int,
+    slots: int,
+    max_items: int,
+    base: float,
+    per_token: float,
+    per_item: float,
+) -> None:
+    limits = BatchLimits(max_items=max_items, max_tokens=20_000, max_wait_s=0.05, scale_factor=1.0)
+    cost = CallCost(base, per_token, per_item)
+    buffered = len(counts) + extra
+    size = spread_length(counts, buffered, slots, limits, cost)
+    assert 1 <= size <= batch_length(counts, limits)
+    if slots == 1:
+        assert size == batch_length(counts, limits)
+    # The chosen cut finishes the backlog no later, by the model, than the fewest calls would.
+    mean = sum(counts) / len(counts)
+    fewest = max(-(-buffered // max_items), math.ceil(buffered * mean / limits.max_tokens))
+
+    def finish(k: int) -> float:
+        piece = -(-buffered // k)
+        return -(-k // slots) * cost.latency(piece * mean, piece)
+
+    if size < batch_length(counts, limits):  # the cut is the spreading's, not the limits'
+        assert finish(pieces(buffered, size)) <= finish(fewest) * (1 + 1e-9)

@@ -315,6 +315,41 @@ async def test_token_bucket_rate_limit_with_fake_clock(
     assert (await post(http, server, body))[0] == 200
 
 
+async def test_announced_budgets_come_with_every_answer_and_are_enforced(
+    start: Start, http: aiohttp.ClientSession
+) -> None:
+    now = [1000.0]
+    config = SimulatorConfig(
+        base_ms=0, rate_limit_rpm=120, rate_limit_tpm=600, rate_limit_burst_s=1
+    )
+    server = await start(config, clock=lambda: now[0])  # 2 requests and 10 tokens a second
+    status, _, headers = await post(http, server, {"model": "m", "input": ["a b c", "d e"]})
+    assert status == 200
+    assert {k: v for k, v in headers.items() if k.startswith("x-ratelimit-")} == {
+        "x-ratelimit-limit-requests": "120",
+        "x-ratelimit-remaining-requests": "1",
+        "x-ratelimit-reset-requests": "500ms",
+        "x-ratelimit-limit-tokens": "600",
+        "x-ratelimit-remaining-tokens": "5",
+        "x-ratelimit-reset-tokens": "500ms",
+    }
+    status, _, headers = await post(http, server, {"model": "m", "input": "a b c d e f"})
+    assert status == 429  # 6 tokens, 5 left: 0.1 s to go
+    assert headers["retry-after-ms"] == "100"
+    assert headers["x-ratelimit-remaining-tokens"] == "5"
+    now[0] += 0.1
+    assert (await post(http, server, {"model": "m", "input": "a b c d e f"}))[0] == 200
+    assert server.stats.rejected_429 == 1
+
+
+async def test_the_openai_client_reads_the_announced_budget(start: Start) -> None:
+    server = await start(SimulatorConfig(base_ms=0, rate_limit_rpm=3000))
+    async with client(server) as c:
+        raw = await c.embeddings.with_raw_response.create(model=MODEL, input="x")
+    assert raw.headers["x-ratelimit-limit-requests"] == "3000"
+    assert raw.headers["x-ratelimit-remaining-requests"] == "2999"
+
+
 async def test_error_rate_gives_500_and_can_be_switched_off(
     start: Start, http: aiohttp.ClientSession
 ) -> None:
@@ -488,6 +523,7 @@ def test_cli_options_reach_the_config() -> None:
         "--capacity", "4", "--dimensions", "32", "--rate-limit-rps", "10",
         "--error-rate", "0.1", "--hang-rate", "0.2", "--hang-s", "5", "--shuffle-rate", "0.3",
         "--reject-texts-containing", "BAD", "--auth-key", "k", "--seed", "9",
+        "--rate-limit-rpm", "3000", "--rate-limit-tpm", "1e6", "--rate-limit-burst-s", "1",
     ])
     # fmt: on
     assert config_from_args(ns) == SimulatorConfig(
@@ -497,6 +533,9 @@ def test_cli_options_reach_the_config() -> None:
         capacity=4,
         default_dimensions=32,
         rate_limit_rps=10,
+        rate_limit_rpm=3000,
+        rate_limit_tpm=1e6,
+        rate_limit_burst_s=1,
         error_rate=0.1,
         hang_rate=0.2,
         hang_s=5,

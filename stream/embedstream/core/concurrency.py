@@ -165,9 +165,14 @@ def _retry_after(h: Mapping[str, str]) -> float | None:
 
 
 def _exhausted(h: Mapping[str, str], kind: str) -> float | None:
-    """The reset delay when the remaining request or token quota is zero."""
+    """The reset delay when the remaining request or token quota is zero.
+
+    Only when the limit itself is not announced: with it, the announced budget (see
+    ``core/ratelimit.AnnouncedBudget``) paces calls to the refill, which at 3000 RPM frees a
+    call every 20 ms, where the reset (time to a whole budget) could be a minute.
+    """
     remaining = h.get(f"x-ratelimit-remaining-{kind}", "").strip()
     reset = h.get(f"x-ratelimit-reset-{kind}")
-    if remaining != "0" or reset is None:
+    if remaining != "0" or reset is None or _parse_seconds(h.get(f"x-ratelimit-limit-{kind}", "")):
         return None
     return parse_reset_duration(reset)

@@ -1,17 +1,21 @@
 """Whether another provider call may start now, and from which lane.
 
 Combines the lane scheduler (high first, low's minimum share and slot cap), the in-flight
-limit (fixed or AIMD), the provider gate (retry-after and exhausted rate-limit headers) and
-optional RPM/TPM buckets. Pure: the clock is injected, outcomes are reported to it.
+limit (fixed or AIMD), the provider gate (retry-after and exhausted rate-limit headers), the
+optional RPM/TPM buckets of the settings and the budgets the provider announces in its
+headers. A call may start only when every one of them allows it, and until then the batcher
+keeps buffering, so under a tight budget calls get fewer and bigger by themselves. Pure: the
+clock is injected, outcomes are reported to it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
 from embedstream.core.lanes import Priority
-from embedstream.core.ratelimit import RateLimits
+from embedstream.core.ratelimit import AnnouncedBudget, RateLimits
 from embedstream.core.scheduler import LaneScheduler
 from embedstream.errors import EmbedStreamError, ProviderWideError, Reason, http_reason
 
@@ -47,6 +51,7 @@ class Governor:
         )
         self.gate = ProviderGate()
         self._rates = RateLimits(rpm or None, tpm or None)
+        self.announced = AnnouncedBudget()
         self._scheduler = LaneScheduler(min_low_share, max_concurrency)
         self.in_flight = 0
         self.low_in_flight = 0
@@ -67,7 +72,9 @@ class Governor:
         return self._clock() - self._outage_since >= OUTAGE_AFTER_S
 
     def blocked_for(self) -> float:
-        return self.gate.blocked_for(self._clock())
+        """Seconds until a call may start: the gate, then the request budgets' pace."""
+        now = self._clock()
+        return max(self.gate.blocked_for(now), self._rates.wait(now), self.announced.wait(now))
 
     def pick(self, high_ready: bool, low_ready: bool) -> Priority | None:
         """The lane that may start a call now, or None; commits the lane's share credit."""
@@ -82,6 +89,16 @@ class Governor:
             return max(1, min(self.limit.limit - 1, self._scheduler.low_slot_cap))
         return self.limit.limit
 
+    def idle_slots(self, lane: Priority) -> int:
+        """Calls this lane could start now, the one being started included: the slots a
+        backlog is spread over."""
+        free = self.limit.limit - self.in_flight
+        if lane is Priority.LOW:
+            free = min(free, self.lane_slots(lane) - self.low_in_flight)
+        now = self._clock()
+        budget = min(self._rates.calls_now(now), self.announced.calls_now(now))
+        return max(1, min(free, math.floor(budget) if math.isfinite(budget) else free))
+
     def started(self, lane: Priority) -> None:
         self.in_flight += 1
         self.low_in_flight += lane is Priority.LOW
@@ -92,7 +109,8 @@ class Governor:
 
     def reserve(self, tokens: int) -> float:
         """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""
-        return self._rates.reserve(tokens, self._clock())
+        now = self._clock()
+        return max(self._rates.reserve(tokens, now), self.announced.reserve(tokens, now))
 
     def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:
         self._outage_failures = 0
@@ -101,6 +119,7 @@ class Governor:
         now = self._clock()
         self.limit.on_success(latency_s, now)
         self.gate.from_headers(headers, now)
+        self.announced.observe(headers, now, unanswered=max(0, self.in_flight - 1))
 
     def on_failure(self, error: EmbedStreamError) -> None:
         now = self._clock()

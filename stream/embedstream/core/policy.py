@@ -15,9 +15,12 @@ backlog grows the wait approaches ``max_wait`` and batches fill up.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from embedstream.core.costmodel import CallCost
 
 
 class FlushReason(StrEnum):
@@ -95,22 +98,50 @@ def decide(
     return Wait(remaining)
 
 
-# Spreading a backlog over idle call slots stops here: smaller batches would cost more calls
-# than the parallelism saves.
-MIN_SPREAD_ITEMS = 32
+# What one more call costs beyond the time it takes, as a share of the fixed per-call cost:
+# the slot it holds is one that work arriving meanwhile cannot use. Without a price, 3 items
+# on 8 idle slots would go out as 3 calls to save a millisecond for nobody; with 1% of a
+# 40 ms base, 50 items of 30 tokens go out as 8 calls of 6-7 (~44 ms instead of ~70 ms).
+CALL_PRICE = 0.01
 
 
-def spread_length(fits: int, buffered: int, slots: int) -> int:
-    """Cut size for a backlog when several call slots can serve it: even rounds.
+def spread_length(
+    token_counts: Sequence[int],
+    buffered: int,
+    slots: int,
+    limits: BatchLimits,
+    cost: CallCost,
+    call_price: float = CALL_PRICE,
+) -> int:
+    """How many items the next call takes, so the backlog finishes soonest on ``slots`` idle
+    call slots, by the cost model ``cost``.
 
-    One full batch per slot with the last round half empty makes a burst wait for a round of
-    big, slow calls. Instead the backlog is split into as few rounds of `slots` calls as the
-    batch limit allows, each call the same size: 3000 items on 8 slots with batches of at most
-    256 go out as 16 calls of 188 (two full rounds) rather than 12 of 256 (the second round
-    half idle). Never below MIN_SPREAD_ITEMS, never above what fits (``fits``).
+    ``token_counts`` are the estimates of the leading items (at least one batch's worth),
+    ``buffered`` the bucket's size. Cutting ``k`` pieces of equal size runs ``ceil(k/slots)``
+    rounds, each as long as one piece's call; among the ``k`` the limits allow, the one with
+    the smallest finish time plus ``call_price * base`` per call wins (ties: fewer calls).
+    Only full rounds are worth having, so ``k`` never exceeds ``slots`` unless one round
+    cannot hold the backlog, and then it stays within the fewest rounds: a deep backlog goes
+    out in even, nearly full batches (3000 items, 8 slots, 256 per call: 16 calls of 188,
+    two rounds, instead of 12 of 256 with the second round half idle).
     """
-    if slots <= 1 or buffered <= MIN_SPREAD_ITEMS:
+    fits = batch_length(token_counts, limits)
+    if not token_counts or slots <= 1 or buffered <= 1:
         return fits
-    rounds = -(-buffered // (slots * max(fits, 1)))
-    even = -(-buffered // (slots * rounds))
-    return min(fits, max(MIN_SPREAD_ITEMS, even))
+    per_item_tokens = sum(token_counts) / len(token_counts)
+    fewest = max(
+        math.ceil(buffered / limits.max_items),
+        math.ceil(buffered * per_item_tokens / limits.max_tokens),
+        1,
+    )
+    rounds = math.ceil(fewest / slots)
+    most = min(buffered, max(slots, rounds * slots))
+    price = call_price * cost.base_s
+    best_k, best = fewest, math.inf
+    for k in range(fewest, most + 1):
+        size = math.ceil(buffered / k)
+        finish = math.ceil(k / slots) * cost.latency(size * per_item_tokens, size)
+        total = finish + price * k
+        if total < best * (1 - 1e-9):
+            best_k, best = k, total
+    return max(1, min(fits, math.ceil(buffered / best_k)))

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from embedstream.core.costmodel import CostModels, cost_key
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority
 from embedstream.core.observer import EngineObserver, NullObserver
@@ -46,6 +47,8 @@ class Batcher(Generic[T]):
         clock: Callable[[], float] = time.monotonic,
         backlog: Callable[[Priority], int] = lambda lane: 0,
         observer: EngineObserver | None = None,
+        cost: CostModels | None = None,
+        observe_dispatch: bool = True,
     ) -> None:
         self._limits = limits
         self._dispatch = dispatch
@@ -54,6 +57,11 @@ class Batcher(Generic[T]):
         self._backlog = backlog
         self._observer = observer or NullObserver()
         self._awaited = 0  # jobs that will be added again later (retries waiting in memory)
+        # Call latencies per (model, format, dimensions), learned online; they decide how a
+        # backlog is cut over idle slots. Unless the caller reports real call latencies to
+        # `cost` itself, each dispatch's duration (how long it held its slot) is observed.
+        self.cost = cost or CostModels()
+        self._observe_dispatch = observe_dispatch
         self._buckets: dict[BucketKey, Bucket[T]] = {}
         self._buffered = 0
         self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
@@ -62,6 +70,9 @@ class Batcher(Generic[T]):
         self._draining = False
         self._abandoned = False
         self._hurrying = False  # flush everything buffered now, then go back to the policy
+        # Buckets cut into several pieces in the current launch_due pass: the remaining
+        # pieces of that plan go out in the same pass, whatever their own wait budget says.
+        self._spreading: dict[BucketKey, FlushReason] = {}
         # Observes every cut batch (metrics): key, items, reason, and the clock reading.
         self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
             None
@@ -155,15 +166,18 @@ class Batcher(Generic[T]):
     def launch_due(self) -> float | None:
         """Launch every due batch the governor admits; return when to look again (None: on
         the next event, i.e. an added item or a finished call)."""
+        self._spreading.clear()
         while True:
             if self._buffered == 0:
                 self._hurrying = False
             blocked = self.governor.blocked_for()
             if blocked > 0:
+                self._spreading.clear()
                 return blocked
             high, low, soonest = self._ready_by_lane(self._clock())
             lane = self.governor.pick(high is not None, low is not None)
             if lane is None:
+                self._spreading.clear()
                 return soonest
             chosen = high if lane is Priority.HIGH else low
             assert chosen is not None
@@ -191,6 +205,8 @@ class Batcher(Generic[T]):
             decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth)
             if isinstance(decision, Flush):
                 ready[bucket.key.priority] = (bucket, decision.reason)
+            elif bucket.key in self._spreading:
+                ready[bucket.key.priority] = (bucket, self._spreading[bucket.key])
             elif self._draining or self._hurrying:
                 ready[bucket.key.priority] = (bucket, FlushReason.DRAIN)
             elif isinstance(decision, Wait):
@@ -208,8 +224,14 @@ class Batcher(Generic[T]):
     def _launch(self, bucket: Bucket[T], reason: FlushReason) -> None:
         counts = bucket.token_counts(self._limits.max_items + 1)
         lane = bucket.key.priority
-        fits = batch_length(counts, self._limits)
-        items = bucket.take(spread_length(fits, len(bucket), self.governor.lane_slots(lane)))
+        slots = self.governor.idle_slots(lane)
+        cost = self.cost.cost(cost_key(bucket.key))
+        size = spread_length(counts, len(bucket), slots, self._limits, cost)
+        items = bucket.take(size)
+        if bucket and size < batch_length(counts, self._limits):
+            self._spreading[bucket.key] = reason  # a piece of a plan: the rest follow now
+        else:
+            self._spreading.pop(bucket.key, None)
         self._buffered -= len(items)
         self._buffered_by_priority[bucket.key.priority] -= len(items)
         now = self._clock()
@@ -229,7 +251,12 @@ class Batcher(Generic[T]):
         try:
             if delay > 0:
                 await asyncio.sleep(delay)  # RPM/TPM budget: hold the slot, not the loop
+            started = self._clock()
             await self._dispatch(key, items, reason)
+            if self._observe_dispatch:
+                now = self._clock()
+                tokens = sum(p.tokens for p in items)
+                self.cost.observe(cost_key(key), tokens, len(items), now - started, now)
         except Exception:
             # The items stay unfinished, so their offsets are not committed: redone later.
             log.exception("dispatch of a batch of %d failed", len(items))

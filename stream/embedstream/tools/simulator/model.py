@@ -131,6 +131,10 @@ class SimulatorConfig:
     per_input_ms: float = 0.0
     capacity: int = 16  # calls served at once; the rest queue
     rate_limit_rps: float = 0.0  # token bucket over calls, burst of max(1, rps)
+    # Budgets announced in x-ratelimit-* headers (see quota.py); 0 disables each.
+    rate_limit_rpm: float = 0.0
+    rate_limit_tpm: float = 0.0
+    rate_limit_burst_s: float = 60.0  # seconds of refill the budgets hold
     rate_limit_for_s: float = 0.0  # answer 429 to everything for this long after start/set
     error_rate: float = 0.0  # answer 500
     hang_rate: float = 0.0  # wait hang_s before answering
@@ -155,10 +159,15 @@ class SimulatorConfig:
         for name in ("error_rate", "hang_rate", "shuffle_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1]")
-        non_negative = ("base_ms", "per_token_ms", "per_input_ms", "rate_limit_rps")
+        non_negative = (
+            *("base_ms", "per_token_ms", "per_input_ms"),
+            *("rate_limit_rps", "rate_limit_rpm", "rate_limit_tpm"),
+        )
         for name in (*non_negative, "rate_limit_for_s", "hang_s"):
             if not getattr(self, name) >= 0.0:  # also rejects NaN
                 raise ValueError(f"{name} must be >= 0")
+        if not self.rate_limit_burst_s > 0:
+            raise ValueError("rate_limit_burst_s must be > 0")
         if self.reject_texts_containing == "":
             raise ValueError("reject_texts_containing must not be empty (use None to disable)")
         if self.fail_texts_containing == "":

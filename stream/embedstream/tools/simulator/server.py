@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 
 import orjson
@@ -43,6 +43,7 @@ from embedstream.tools.simulator.model import (
     rate_limited,
     server_error,
 )
+from embedstream.tools.simulator.quota import Quotas
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class SimulatorServer:
         self.stats = Stats()
         self._capacity = asyncio.Semaphore(self._config.capacity)
         self._bucket: TokenBucket | None = None
+        self._quotas = Quotas(0.0, 0.0, 60.0, now=self._clock())
         self._rate_limited_until = 0.0
         self._apply_rate_limits(self._config, window_changed=True)
         self._handlers: set[asyncio.Task[object]] = set()
@@ -166,6 +168,9 @@ class SimulatorServer:
         now = self._clock()
         if window_changed:
             self._rate_limited_until = now + config.rate_limit_for_s
+            self._quotas = _quotas(config, now)
+        elif _quota_settings(config) != _quota_settings(self._config):
+            self._quotas = _quotas(config, now)
         if config.rate_limit_rps <= 0:
             self._bucket = None
         elif self._bucket is None or self._bucket.rate != config.rate_limit_rps:
@@ -232,6 +237,7 @@ class SimulatorServer:
         check_auth(config, request.headers.get("Authorization"))
         self._check_rate_limit()
         parsed = parse_request(body, config)
+        announced = self._check_quotas(parsed.total_tokens)
         check_rejected_texts(config, parsed)
         if flaky_failure(config, parsed, self._flaky_failures):
             raise server_error()
@@ -249,7 +255,19 @@ class SimulatorServer:
                 self.stats.leave()
         answer = build_response(parsed, faults.order)
         self.stats.record_served(parsed)
-        return _json_response(answer)
+        response = _json_response(answer)
+        response.headers.update(announced)
+        return response
+
+    def _check_quotas(self, tokens: int) -> Mapping[str, str]:
+        """Count the call against the announced budgets; the headers it is answered with."""
+        now = self._clock()
+        wait_s = self._quotas.admit(tokens, now)
+        if wait_s > 0:
+            error = rate_limited(wait_s)
+            error.headers.update(self._quotas.headers(now))
+            raise error
+        return self._quotas.headers(now)
 
     async def _handle_models(self, request: web.Request) -> web.Response:
         try:
@@ -287,6 +305,14 @@ class SimulatorServer:
         except (ValueError, TypeError) as error:  # orjson.JSONDecodeError is a ValueError
             return _error_response(invalid_request(str(error), param=None, code="invalid_value"))
         return _json_response(config.to_json())
+
+
+def _quota_settings(config: SimulatorConfig) -> tuple[float, float, float]:
+    return (config.rate_limit_rpm, config.rate_limit_tpm, config.rate_limit_burst_s)
+
+
+def _quotas(config: SimulatorConfig, now: float) -> Quotas:
+    return Quotas(config.rate_limit_rpm, config.rate_limit_tpm, config.rate_limit_burst_s, now)
 
 
 def _json_response(body: object, status: int = 200) -> web.Response:
@@ -335,6 +361,14 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-dimensions", type=int, default=d.max_dimensions, help="largest `dimensions`")
     add("--rate-limit-rps", type=float, default=d.rate_limit_rps, help="429 above this; 0 = off")
     add("--rate-limit-for-s", type=float, default=d.rate_limit_for_s, help="429 all for N s")
+    add("--rate-limit-rpm", type=float, default=d.rate_limit_rpm, help="announced requests/min")
+    add("--rate-limit-tpm", type=float, default=d.rate_limit_tpm, help="announced tokens/min")
+    add(
+        "--rate-limit-burst-s",
+        type=float,
+        default=d.rate_limit_burst_s,
+        help="seconds of refill the rpm/tpm budgets hold (60 = a minute's worth)",
+    )
     add("--error-rate", type=float, default=d.error_rate, help="probability of a 500")
     add("--hang-rate", type=float, default=d.hang_rate, help="probability a call hangs")
     add("--hang-s", type=float, default=d.hang_s, help="how long a hung call hangs")
@@ -355,6 +389,9 @@ def config_from_args(ns: argparse.Namespace) -> SimulatorConfig:
         capacity=ns.capacity,
         rate_limit_rps=ns.rate_limit_rps,
         rate_limit_for_s=ns.rate_limit_for_s,
+        rate_limit_rpm=ns.rate_limit_rpm,
+        rate_limit_tpm=ns.rate_limit_tpm,
+        rate_limit_burst_s=ns.rate_limit_burst_s,
         error_rate=ns.error_rate,
         hang_rate=ns.hang_rate,
         hang_s=ns.hang_s,
