@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from embedstream.config import Settings
 from embedstream.core import configured
+from embedstream.core.costmodel import CostModels
 from embedstream.core.intake import Intake
 from embedstream.core.lanes import Priority
 from embedstream.core.tokens import TokenCounter, estimate_tokens
@@ -107,6 +108,7 @@ def build_service(
     sink = Sink(writer, names)
     outcomes = KafkaOutcomes(sink, metrics)
     governor = configured.governor(settings, time.monotonic)
+    cost = CostModels()  # the latency model learned from calls, shared by caller and batcher
     caller = BatchCaller(
         backend,
         outcomes,
@@ -114,6 +116,7 @@ def build_service(
         max_attempts=settings.max_attempts,
         backoff=configured.backoff(settings),
         observer=metrics,
+        cost=cost,
     )
     batcher: Batcher[WorkItem] = Batcher(
         configured.batch_limits(settings),
@@ -121,6 +124,8 @@ def build_service(
         governor=governor,
         backlog=assignment.lag_of,
         observer=metrics,
+        cost=cost,
+        observe_dispatch=False,  # the batch-call path reports real call latencies
     )
     waiting = WaitingRetries(lambda item: batcher.add(item.key, item.tokens, item))
     committer = OffsetCommitter(

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic
 
 from embedstream.core.backoff import Backoff
+from embedstream.core.costmodel import CostModels, cost_key
 from embedstream.core.dedup import unique_texts
 from embedstream.core.governor import OUTAGE_REASONS, Governor
 from embedstream.core.lanes import BucketKey, Pending
@@ -65,6 +66,8 @@ class BatchCaller(Generic[J]):
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         observer: EngineObserver | None = None,
+        cost: CostModels | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._backend = backend
         self._outcomes = outcomes
@@ -74,6 +77,8 @@ class BatchCaller(Generic[J]):
         self._rng = rng or random.Random()
         self._clock_ms = clock_ms
         self._observer = observer or NullObserver()
+        self._cost = cost  # learns L(b) from each successful call (spreading decisions)
+        self._monotonic = monotonic
         self._abandon = asyncio.Event()
         self._last_success_ms: int | None = None  # the last call that succeeded (clock_ms)
 
@@ -131,6 +136,11 @@ class BatchCaller(Generic[J]):
                     return
                 continue
             self._last_success_ms = self._clock_ms()
+            if self._cost is not None:
+                tokens = sum(p.tokens for p in batch)
+                self._cost.observe(
+                    cost_key(key), tokens, len(distinct), outcome.latency_s, self._monotonic()
+                )
             self._observer.observe_call(outcome.latency_s, ok=True)
             self._governor.on_success(outcome.latency_s, outcome.headers)
             await self._succeeded(key, batch, mapping, outcome)

@@ -120,6 +120,7 @@ class BatchingClient:
             self._dispatch,
             governor=self.governor,
             observer=observer,
+            observe_dispatch=False,  # the batch-call path reports real call latencies
         )
         self._callers = _Callers(self._batcher)
         self._caller = BatchCaller(
@@ -129,6 +130,7 @@ class BatchingClient:
             max_attempts=self.settings.max_attempts,
             backoff=configured.backoff(self.settings),
             observer=observer,
+            cost=self._batcher.cost,
         )
         self._runner: asyncio.Task[None] | None = None
 
