@@ -54,7 +54,7 @@ class FencedTransactions(PartitionTransactions):
     def __init__(self) -> None:
         super().__init__("g", lambda tid: None)
 
-    async def commit(self, tp: Any, offset: int) -> None:
+    async def commit(self, tp: Any, offset: int) -> bool:
         raise Fenced(str(tp))
 
 

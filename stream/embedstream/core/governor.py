@@ -92,12 +92,17 @@ class Governor:
     def idle_slots(self, lane: Priority) -> int:
         """Calls this lane could start now, the one being started included: the slots a
         backlog is spread over."""
+        return max(1, self.free_slots(lane))
+
+    def free_slots(self, lane: Priority) -> int:
+        """Calls this lane could start now (0 when none): within the in-flight limit, the
+        lane's share and the call budgets."""
         free = self.limit.limit - self.in_flight
         if lane is Priority.LOW:
             free = min(free, self.lane_slots(lane) - self.low_in_flight)
         now = self._clock()
         budget = min(self._rates.calls_now(now), self.announced.calls_now(now))
-        return max(1, min(free, math.floor(budget) if math.isfinite(budget) else free))
+        return max(0, min(free, math.floor(budget) if math.isfinite(budget) else free))
 
     def started(self, lane: Priority) -> None:
         self.in_flight += 1

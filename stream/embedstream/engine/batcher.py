@@ -184,9 +184,15 @@ class Batcher(Generic[T]):
             self._launch(*chosen)
 
     def depth(self, lane: Priority) -> int:
-        """The backlog behind a lane's oldest item: its other buffered items plus the consumer
-        lag feeding it. Per lane, so a bulk backlog never makes a high item wait longer."""
-        return max(self._buffered_by_priority[lane] - 1, 0) + self._backlog(lane)
+        """The backlog behind a lane's oldest item: the buffered items that the lane's free
+        call slots could not take at once, plus the consumer lag feeding it.
+
+        Items the free slots can all take now are no backlog: waiting for batch-mates would
+        only leave a slot idle (with 50 callers each awaiting its vector, nobody else comes
+        until they are answered). Per lane, so a bulk backlog never delays a high item."""
+        capacity = self.governor.free_slots(lane) * self._limits.max_items
+        behind = self._buffered_by_priority[lane] - 1 - capacity
+        return max(behind, 0) + self._backlog(lane)
 
     def _ready_by_lane(
         self, now: float

@@ -57,14 +57,15 @@ class OffsetCommitter:
     ) -> None:
         for tp, offset in due.items():
             try:
-                await transactions.commit(tp, offset)
+                committed = await transactions.commit(tp, offset)
             except Fenced as exc:
                 log.error("lost %s to another member (%s); dropping its work", tp, exc)
                 await self._on_lost(tp)
                 continue
             except (KafkaError, TimeoutError, OSError):
                 continue  # logged by the transactions; the outputs stay staged for next time
-            self._mark({tp: offset})
+            if committed:
+                self._mark({tp: offset})
 
     def _mark(self, committed: dict[Any, int]) -> None:
         for tp, offset in committed.items():

@@ -57,9 +57,9 @@ class Handoff:
         # Track first, with no await between: the fetch loop may hand over records of these
         # partitions as soon as they are assigned, and an untracked record would be skipped.
         for tp in assigned:
-            self._assignment.add(tp)
+            state = self._assignment.add(tp)
             if self._transactions is not None:
-                self._transactions.open(tp)
+                self._transactions.open(tp, state)
         if self._transactions is not None:
             for tp in assigned:
                 await self._transactions.assign(tp)  # fences the previous owner first

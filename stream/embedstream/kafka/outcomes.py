@@ -78,7 +78,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             first_failure_ms=job.first_failure_ms or now,
             last_failure_ms=now,
         )
-        await self.sink.dead_letter(job.raw, job.request.id.encode(), failure)
+        await self.sink.dead_letter(job.raw, job.request.id.encode(), failure, job.partition)
         job.finish()
 
     def abandoned(self, jobs: Sequence[WorkItem]) -> None:
@@ -88,7 +88,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
     async def refused(self, record: Record, state: PartitionState, failure: Failure) -> None:
         """A record that can never become work (malformed, unservable): dead-letter it now."""
         try:
-            await self.sink.dead_letter(record.value, record.key, failure)
+            await self.sink.dead_letter(record.value, record.key, failure, state)
         except OutputUnwritable:
             log.error("dead letter of %s-%d@%d not written; it stays unfinished", record.topic,
                       record.partition, record.offset)  # fmt: skip

@@ -45,6 +45,10 @@ class Output:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    # The assignment (a PartitionState) the input was read under. Exactly-once stages an
+    # output only if it is still the partition's current one: work finished after a revoke
+    # must not join the transactions of a later assignment, which reads that input again.
+    owner: object | None = None
 
 
 class Writer(Protocol):
@@ -101,7 +105,7 @@ class Sink:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
         key = item.request.id.encode()
         await self._writer.write(
-            Output(item.origin, self._topics.results, key, result.encode(), headers)
+            Output(item.origin, self._topics.results, key, result.encode(), headers, item.partition)
         )
 
     async def retry(self, item: WorkItem, not_before_ms: int, error: str) -> None:
@@ -115,9 +119,15 @@ class Sink:
         )
         headers = state.headers()
         key = item.request.id.encode()
-        await self._writer.write(Output(item.origin, self._topics.retry, key, item.raw, headers))
+        await self._writer.write(
+            Output(item.origin, self._topics.retry, key, item.raw, headers, item.partition)
+        )
 
-    async def dead_letter(self, raw: bytes | None, key: bytes | None, failure: Failure) -> None:
+    async def dead_letter(
+        self, raw: bytes | None, key: bytes | None, failure: Failure, owner: object | None
+    ) -> None:
         origin = Origin(failure.source_topic, failure.source_partition, failure.source_offset)
         headers = dead_letter_headers(failure)
-        await self._writer.write(Output(origin, self._topics.dead_letters, key, raw, headers))
+        await self._writer.write(
+            Output(origin, self._topics.dead_letters, key, raw, headers, owner)
+        )

@@ -74,14 +74,18 @@ class PartitionTransactions:
         self._make_producer = make_producer
         self._producers: dict[Any, Any] = {}
         self._outboxes: dict[Any, Outbox] = {}
+        self._owners: dict[Any, object | None] = {}
+        self._starting: set[Any] = set()  # opened; the producer not started yet
         self._locks: dict[Any, asyncio.Lock] = {}
 
     # The staging writer the sink uses in exactly-once mode.
     async def write(self, output: Output) -> None:
         for tp, outbox in self._outboxes.items():
             if tp.topic == output.origin.topic and tp.partition == output.origin.partition:
-                outbox.stage(output)
-                return
+                if output.owner is None or output.owner is self._owners.get(tp):
+                    outbox.stage(output)
+                    return
+                break  # read under an earlier assignment, which this one reads again
         # The partition was revoked while this item was in flight: its next owner redoes it.
         log.debug("dropping an output of unowned %s-%d", output.origin.topic,
                   output.origin.partition)  # fmt: skip
@@ -89,9 +93,12 @@ class PartitionTransactions:
     def staged(self) -> int:
         return sum(len(o) for o in self._outboxes.values())
 
-    def open(self, tp: Any) -> None:
-        """A fresh outbox, at once: records read from here on have somewhere to stage."""
+    def open(self, tp: Any, owner: object | None = None) -> None:
+        """A fresh outbox, at once: records read from here on have somewhere to stage.
+        `owner` is the assignment (PartitionState) whose outputs it takes."""
         self._outboxes[tp] = Outbox()
+        self._owners[tp] = owner
+        self._starting.add(tp)
         self._locks.setdefault(tp, asyncio.Lock())
 
     async def assign(self, tp: Any) -> None:
@@ -99,11 +106,20 @@ class PartitionTransactions:
 
         Commits wait for it (same lock), so nothing is committed before the fence is up."""
         async with self._locks[tp]:
-            if tp not in self._producers:
-                await self._start_producer(tp)
+            try:
+                if tp not in self._producers:
+                    await self._start_producer(tp)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                # Nothing raised out of a rebalance callback: the next commit gives the
+                # partition up and asks for a rebalance, which brings a new attempt.
+                log.error("transactional producer for %s did not start (%r)", tp, exc)
+            finally:
+                self._starting.discard(tp)
 
     async def release(self, tp: Any) -> None:
         self._outboxes.pop(tp, None)
+        self._owners.pop(tp, None)
+        self._starting.discard(tp)
         producer = self._producers.pop(tp, None)
         if producer is not None:
             with contextlib.suppress(Exception):
@@ -114,8 +130,9 @@ class PartitionTransactions:
         for tp in list(self._producers):
             await self.release(tp)
 
-    async def commit(self, tp: Any, offset: int) -> None:
-        """Write the outputs below `offset` and commit `offset`, atomically.
+    async def commit(self, tp: Any, offset: int) -> bool:
+        """Write the outputs below `offset` and commit `offset`, atomically; False when the
+        partition's producer is still starting (nothing done: try again next time).
 
         Raises Fenced if another member owns the partition, or if the producer failed fatally:
         a new producer is made only when the partition is assigned again, because initialising
@@ -126,6 +143,8 @@ class PartitionTransactions:
         if outbox is None:
             raise Fenced(f"{tp} is not assigned here")
         async with self._locks[tp]:
+            if tp in self._starting:
+                return False  # assigned a moment ago: its producer (the fence) comes first
             producer = self._producers.get(tp)
             if producer is None or _is_fatal(producer):
                 await self._drop_producer(tp)
@@ -146,6 +165,7 @@ class PartitionTransactions:
                 log.warning("transaction for %s failed (%r); aborted, retrying later", tp, exc)
                 raise
             outbox.drop_below(offset)
+            return True
 
     async def _transaction(self, producer: Any, outputs: list[Output], offsets: Any) -> None:
         await producer.begin_transaction()
