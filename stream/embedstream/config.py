@@ -26,6 +26,7 @@ from embedstream.settings_sources import collect_raw
 from embedstream.settings_types import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,
+    CompressionType,
     ConcurrencyMode,
     Delivery,
     EncodingFormat,
@@ -113,6 +114,11 @@ class Settings:
     max_poll_records: int = _setting(1_000, "Most records one poll hands over.", _K, gt=0)
     commit_interval_ms: int = _setting(500, "How often completed offsets are committed.", _K, gt=0)
     connect_timeout_s: float = _setting(15.0, "How long start-up waits for the broker.", _K, gt=0)
+    compression_type: CompressionType = _setting(
+        "none",
+        "Compression of every record embedstream produces: none, gzip, snappy, lz4 or zstd.",
+        _K,
+    )
 
     security_protocol: SecurityProtocol = _setting(
         "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.", _S

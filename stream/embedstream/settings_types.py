@@ -17,6 +17,7 @@ OversizePolicy = Literal["dead_letter", "truncate"]
 Delivery = Literal["at_least_once", "exactly_once"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
+CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -32,6 +33,7 @@ _LITERALS: dict[str, Any] = {
     "Delivery": Delivery,
     "SecurityProtocol": SecurityProtocol,
     "SaslMechanism": SaslMechanism,
+    "CompressionType": CompressionType,
 }
 _CASE_INSENSITIVE = frozenset({"LogLevel"})  # `debug` is as clear as `DEBUG`
 

@@ -103,3 +103,22 @@ async def test_every_request_gets_exactly_one_correct_result(
         )
         assert lag == {names.requests_high: 0, names.requests_low: 0}
         assert simulator.stats.calls < N / 4  # batching happened
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+async def test_results_can_be_compressed(bootstrap: str, unique_prefix: str, codec: str) -> None:
+    """compression_type applies to every record produced; consumers read them as usual."""
+    async with SimulatorServer() as simulator:
+        settings = settings_for(
+            bootstrap, unique_prefix, simulator.url, compression_type=codec, max_batch_size=64
+        )
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        texts = _texts(300)
+        async with running_processor(settings):
+            await publish(bootstrap, names.requests_low, [request(i, t) for i, t in texts.items()])
+            seen = await wait_for_ids(bootstrap, names.results, set(texts), timeout_s=60)
+        assert set(seen) == set(texts)
+        for request_id, docs in seen.items():
+            expected = expected_vector(settings.model, texts[request_id], docs[0]["dimensions"])
+            assert math.isclose(docs[0]["embedding"][0], expected[0], rel_tol=1e-5)

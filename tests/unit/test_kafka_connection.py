@@ -151,3 +151,12 @@ def test_only_kafka_clients_module_constructs_aiokafka_clients() -> None:
     ]
     assert offenders == []
     assert pattern.search((ROOT / "stream/embedstream/kafka/clients.py").read_text())
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+async def test_every_producer_takes_the_compression_setting(codec: str) -> None:
+    from embedstream.config import load_settings
+    from embedstream.kafka.clients import make_producer
+
+    producer = make_producer(load_settings(env={}, overrides={"compression_type": codec}))
+    assert producer._compression_type == (None if codec == "none" else codec)

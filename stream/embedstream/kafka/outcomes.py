@@ -35,9 +35,39 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         self.sink = sink
         self._observer = observer
         self._clock_ms = clock_ms
+        self._writing: set[asyncio.Task[None]] = set()
+
+    @property
+    def writing(self) -> int:
+        """Batches of results still being written."""
+        return len(self._writing)
 
     async def succeeded(
         self, key: BucketKey, done: Sequence[Embedded[WorkItem]], dimensions: int
+    ) -> None:
+        """Writes the results in the background: the call slot is free again as soon as the
+        response is parsed, and the offsets complete once the broker has the results."""
+        task = asyncio.create_task(self._write_results(key, list(done), dimensions))
+        self._writing.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._writing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("results not written (%r); their offsets stay uncommitted", task.exception())
+
+    async def flush(self) -> None:
+        """Wait for every result write started so far."""
+        while self._writing:
+            await asyncio.gather(*self._writing, return_exceptions=True)
+
+    def cancel_writes(self) -> None:
+        """Give up on pending writes (a bounded shutdown): their items stay unfinished."""
+        for task in self._writing:
+            task.cancel()
+
+    async def _write_results(
+        self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int
     ) -> None:
         now = self._clock_ms()
         writes = []

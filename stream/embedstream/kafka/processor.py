@@ -161,16 +161,26 @@ class Processor:
             await p.committer.commit(list(p.assignment.offsets()))
 
     async def _drain(self, batcher_task: asyncio.Task[None]) -> None:
-        """Finish what was handed to the engine, within `drain_timeout_s` (or until a second
-        stop); what is still unfinished then is simply not committed."""
+        """Finish what was handed to the engine and write its outcomes, within
+        `drain_timeout_s` (or until a second stop); what is still unfinished then is simply
+        not committed (read again on restart)."""
         p = self.parts
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + p.settings.drain_timeout_s
         p.batcher.drain()
-        if not await _within(batcher_task, p.settings.drain_timeout_s, self._abort):
+        finished = await _within(batcher_task, p.settings.drain_timeout_s, self._abort)
+        if finished:
+            flush = asyncio.ensure_future(p.outcomes.flush())
+            finished = await _within(flush, max(0.0, deadline - loop.time()), self._abort)
+            flush.cancel()
+        if not finished:
             log.warning("drain deadline passed: leaving unfinished work for the next run")
             p.caller.abandon_holds()
             if not await _within(batcher_task, ABANDON_GRACE_S, self._abort):
                 p.batcher.abandon()
+            p.outcomes.cancel_writes()
         await batcher_task
+        await p.outcomes.flush()
 
     async def _fetch_until_stopped(self) -> None:
         p = self.parts
@@ -207,9 +217,9 @@ class Processor:
             await p.committer.commit(list(p.assignment.offsets()))
 
 
-async def _within(task: asyncio.Task[None], seconds: float, abort: asyncio.Event) -> bool:
+async def _within(task: asyncio.Future[Any], seconds: float, abort: asyncio.Event) -> bool:
     """Wait for `task` up to `seconds` or until `abort`; True if it finished."""
-    aborted = asyncio.ensure_future(abort.wait())
+    aborted: asyncio.Future[Any] = asyncio.ensure_future(abort.wait())
     try:
         await asyncio.wait({task, aborted}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     finally:
