@@ -65,7 +65,7 @@ class Harness:
         return [orjson.loads(r.value or b"")["id"] for r in self.cluster.records(NAMES.results)]
 
     def committed(self, tp: TopicPartition) -> int:
-        return self.consumer.committed.get(tp, 0)
+        return self.consumer.committed_offsets.get(tp, 0)
 
 
 @asynccontextmanager

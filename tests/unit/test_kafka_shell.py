@@ -138,3 +138,16 @@ async def test_a_partition_lost_while_still_assigned_asks_for_a_rebalance() -> N
         await h.consumer.revoke({LOW})  # a lost partition being handed off asks for nothing
         await handoff.lost(HIGH)
         assert h.consumer.rejoins_requested == 2
+
+
+async def test_records_below_the_floor_read_after_the_fence_are_not_done_again() -> None:
+    """Exactly-once: what the previous owner committed after our position was read (the floor
+    comes from the committed offset read after our producer fenced it) is skipped."""
+    async with running(GatedBackend()) as h:
+        state = h.service.processor.parts.assignment.get(LOW)
+        assert state is not None
+        state.floor = 3  # the previous owner committed offsets 0..2
+        for i in range(5):
+            h.request(LOW, f"r{i}", f"text {i}")
+        await eventually(lambda: sorted(h.result_ids()) == ["r3", "r4"])
+        await eventually(lambda: h.committed(LOW) == 5)

@@ -78,7 +78,7 @@ class FakeConsumer:
         self.assigned: set[TopicPartition] = set()
         self.paused: set[TopicPartition] = set()
         self.positions: dict[TopicPartition, int] = {}
-        self.committed: dict[TopicPartition, int] = {}
+        self.committed_offsets: dict[TopicPartition, int] = {}
         self.commits: list[dict[TopicPartition, int]] = []
         self.stopped = False
         self.rejoins_requested = 0
@@ -98,7 +98,7 @@ class FakeConsumer:
     async def assign(self, tps: set[TopicPartition]) -> None:
         self.assigned |= tps
         for tp in tps:
-            self.positions[tp] = self.committed.get(tp, 0)
+            self.positions[tp] = self.committed_offsets.get(tp, 0)
         if self.listener is not None:
             await self.listener.on_partitions_assigned(set(tps))
 
@@ -155,9 +155,12 @@ class FakeConsumer:
     async def position(self, partition: TopicPartition) -> int:
         return self.positions[partition]
 
+    async def committed(self, partition: TopicPartition) -> int | None:
+        return self.committed_offsets.get(partition)
+
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         self.commits.append(dict(offsets))
-        self.committed.update(offsets)
+        self.committed_offsets.update(offsets)
 
 
 @dataclass

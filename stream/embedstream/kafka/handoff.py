@@ -63,9 +63,23 @@ class Handoff:
         if self._transactions is not None:
             for tp in assigned:
                 await self._transactions.assign(tp)  # fences the previous owner first
+                await self._read_floor(tp)
         if assigned:
             self.assigned.set()
         log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
+
+    async def _read_floor(self, tp: TopicPartition) -> None:
+        """The committed offset, read after the fence: final, since the previous owner can
+        commit nothing more (aiokafka has no KIP-447 generation fencing to rely on)."""
+        state = self._assignment.get(tp)
+        if state is None:
+            return
+        try:
+            committed = await self._consumer.committed(tp)
+        except Exception as exc:  # nothing may escape a rebalance callback
+            log.warning("could not read the committed offset of %s (%r)", tp, exc)
+            return
+        state.floor = committed or 0
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         for tp in revoked:

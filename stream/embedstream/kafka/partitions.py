@@ -27,6 +27,10 @@ class PartitionState:
     paused: bool = False
     handing_off: bool = False  # being revoked: read nothing more from it
     live: bool = True  # False once revoked or lost
+    # Exactly-once: the committed offset read after this member's producer fenced the previous
+    # owner. Records below it were committed by that owner (perhaps after our consumer read its
+    # position) and are skipped, not done twice.
+    floor: int = 0
 
     def complete(self, offset: int) -> None:
         """The outcome of the record at `offset` is safely written."""

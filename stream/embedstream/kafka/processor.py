@@ -202,6 +202,8 @@ class Processor:
 
     async def _take(self, state: PartitionState, record: Record) -> None:
         p = self.parts
+        if record.offset < state.floor:
+            return  # committed by the previous owner (exactly-once): not ours to redo
         p.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
         verdict = p.admission.admit(record, state, now_ms())
