@@ -134,10 +134,13 @@ class PartitionTransactions:
         """Write the outputs below `offset` and commit `offset`, atomically; False when the
         partition's producer is still starting (nothing done: try again next time).
 
-        Raises Fenced if another member owns the partition, or if the producer failed fatally:
-        a new producer is made only when the partition is assigned again, because initialising
-        its transactional id here would fence the rightful owner if this member is the zombie.
-        On any other failure the transaction is aborted and the outputs kept for next time.
+        Raises Fenced if another member owns the partition, and also when the transaction
+        failed in any other way: its outcome is then unknown (a commit that timed out may have
+        committed on the broker), so retrying the same outputs could write them twice. The
+        partition is given up instead; when it is assigned again, a new producer fences
+        whatever is pending and the committed offset read after that fence says what is done
+        (see Handoff). A new producer is never made here: initialising the transactional id
+        would fence the rightful owner if this member were the zombie.
         """
         outbox = self._outboxes.get(tp)
         if outbox is None:
@@ -157,13 +160,10 @@ class PartitionTransactions:
             except FENCING_ERRORS as exc:
                 await self._drop_producer(tp)
                 raise Fenced(f"{tp}: producer fenced by a newer owner ({exc!r})") from exc
-            except (KafkaError, TimeoutError, OSError) as exc:
-                if _is_fatal(producer):
-                    await self._drop_producer(tp)
-                    raise Fenced(f"{tp}: transactional producer failed fatally ({exc!r})") from exc
-                # Aborted; the producer stays usable and the outputs stay staged.
-                log.warning("transaction for %s failed (%r); aborted, retrying later", tp, exc)
-                raise
+            except (KafkaError, TimeoutError, OSError, AssertionError) as exc:
+                # AssertionError: aiokafka's transaction state machine after a cut-off commit.
+                await self._drop_producer(tp)
+                raise Fenced(f"{tp}: transaction failed, outcome unknown ({exc!r})") from exc
             outbox.drop_below(offset)
             return True
 
