@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 from embedstream.kafka.fakes import FakeCluster, FakeProducer
 from embedstream.kafka.sink import DirectWriter, Output, OutputUnwritable
 from embedstream.kafka.work import Origin
@@ -23,3 +24,25 @@ async def test_a_write_that_keeps_failing_gives_up_without_pretending_success() 
     with pytest.raises(OutputUnwritable):
         await DirectWriter(producer, retry_for_s=0.05, first_delay_s=0.001).write(OUTPUT)
     assert producer.sent == []
+
+
+async def test_many_outputs_go_out_as_one_batch_per_partition_keyed_like_the_producer() -> None:
+    cluster = FakeCluster({"results": 3})
+    producer = FakeProducer(cluster)
+    outputs = [
+        Output(Origin("in", 0, i), "results", f"id-{i}".encode(), b"v", []) for i in range(50)
+    ]
+    await DirectWriter(producer).write_many(outputs)
+    records = cluster.records("results")
+    assert sorted(r.key or b"" for r in records) == sorted(o.key or b"" for o in outputs)
+    partitioner = DefaultPartitioner()
+    for record in records:  # the partition a plain send() would have chosen for the key
+        assert record.partition == partitioner(record.key, [0, 1, 2], [0, 1, 2])
+
+
+async def test_a_batch_write_the_broker_refuses_is_retried_whole() -> None:
+    cluster = FakeCluster({"results": 2})
+    producer = FakeProducer(cluster, fail_next=1)
+    outputs = [Output(Origin("in", 0, i), "results", b"k%d" % i, b"v", []) for i in range(10)]
+    await DirectWriter(producer, retry_for_s=5, first_delay_s=0.001).write_many(outputs)
+    assert len({r.key for r in cluster.records("results")}) == 10

@@ -164,6 +164,25 @@ class FakeConsumer:
 
 
 @dataclass
+class FakeBatch:
+    """A record batch under construction (aiokafka's BatchBuilder, without the bytes)."""
+
+    capacity: int = 1000
+    records: list[tuple[bytes | None, bytes | None, RecordHeaders]] = field(default_factory=list)
+
+    def append(
+        self, *, timestamp: int | None, key: bytes | None, value: bytes | None, headers: Any
+    ) -> object | None:
+        if len(self.records) >= self.capacity:
+            return None
+        self.records.append((key, value, tuple(headers or ())))
+        return len(self.records)
+
+    def record_count(self) -> int:
+        return len(self.records)
+
+
+@dataclass
 class FakeProducer:
     """Appends to the cluster; `fail_next` sends raise KafkaConnectionError (a broker outage)."""
 
@@ -204,12 +223,35 @@ class FakeProducer:
     ) -> FakeRecord:
         return self._write(topic, value, key, headers)
 
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch()
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            for key, value, headers in batch.records:
+                self._write(topic, value, key, headers, partition=partition)
+            future.set_result(None)
+        except KafkaConnectionError as exc:
+            future.set_exception(exc)
+        return future
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {tp.partition for tp in self.cluster.partitions_of(topic)}
+
     def _write(
-        self, topic: str, value: bytes | None, key: bytes | None, headers: Sequence[Any] | None
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Any] | None,
+        partition: int | None = None,
     ) -> FakeRecord:
         if self.fail_next:
             self.fail_next -= 1
             raise KafkaConnectionError("broker down (fake)")
-        record = self.cluster.produce(topic, value, key, tuple(headers or ()))
+        record = self.cluster.produce(topic, value, key, tuple(headers or ()), partition=partition)
         self.sent.append(record)
         return record

@@ -70,7 +70,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int
     ) -> None:
         now = self._clock_ms()
-        writes = []
+        results = []
         for embedded in done:
             item = embedded.job
             result = EmbedResult(
@@ -83,8 +83,8 @@ class KafkaOutcomes(Outcomes[WorkItem]):
                 attempts=item.attempts,
                 latency_ms=float(now - item.timestamp_ms),
             )
-            writes.append(self.sink.result(item, result))
-        await asyncio.gather(*writes)
+            results.append((item, result))
+        await self.sink.results(results)
         lane = key.priority.label
         for embedded in done:
             self._observer.observe_result(lane, (now - embedded.job.timestamp_ms) / 1000.0)

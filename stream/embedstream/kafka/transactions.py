@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka.errors import (
@@ -89,6 +89,10 @@ class PartitionTransactions:
         # The partition was revoked while this item was in flight: its next owner redoes it.
         log.debug("dropping an output of unowned %s-%d", output.origin.topic,
                   output.origin.partition)  # fmt: skip
+
+    async def write_many(self, outputs: Sequence[Output]) -> None:
+        for output in outputs:
+            await self.write(output)
 
     def staged(self) -> int:
         return sum(len(o) for o in self._outboxes.values())
