@@ -151,3 +151,18 @@ async def test_records_below_the_floor_read_after_the_fence_are_not_done_again()
             h.request(LOW, f"r{i}", f"text {i}")
         await eventually(lambda: sorted(h.result_ids()) == ["r3", "r4"])
         await eventually(lambda: h.committed(LOW) == 5)
+
+
+async def test_nothing_is_admitted_before_the_floor_is_known() -> None:
+    """Exactly-once: records fetched while the fence is still going up are read again later,
+    once the floor says which of them the previous owner already committed."""
+    async with running(GatedBackend()) as h:
+        state = h.service.processor.parts.assignment.get(LOW)
+        assert state is not None
+        state.floor = None  # fence not up yet
+        for i in range(4):
+            h.request(LOW, f"r{i}", f"text {i}")
+        await asyncio.sleep(0.2)
+        assert h.result_ids() == []
+        state.floor = 2
+        await eventually(lambda: sorted(h.result_ids()) == ["r2", "r3"])

@@ -79,6 +79,8 @@ class Fetcher:
             state = self._assignment.get(tp)
             if state is None:
                 self._rewind_if_assigned(tp, records[0].offset)
+            elif state.floor is None:  # exactly-once, fence not up yet: read these later
+                self._consumer.seek(tp, records[0].offset)
             elif not state.handing_off:  # the next owner reads those from the commit
                 fetched.append((state, records))
         fetched.sort(key=lambda pair: pair[0].lane)

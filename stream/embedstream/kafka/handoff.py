@@ -59,6 +59,7 @@ class Handoff:
         for tp in assigned:
             state = self._assignment.add(tp)
             if self._transactions is not None:
+                state.floor = None  # known once the fence is up (below)
                 self._transactions.open(tp, state)
         if self._transactions is not None:
             for tp in assigned:
@@ -77,7 +78,9 @@ class Handoff:
         try:
             committed = await self._consumer.committed(tp)
         except Exception as exc:  # nothing may escape a rebalance callback
+            # Without it the partition must not be read: give it up, the group reassigns it.
             log.warning("could not read the committed offset of %s (%r)", tp, exc)
+            await self.lost(tp)
             return
         state.floor = committed or 0
 

@@ -29,8 +29,8 @@ class PartitionState:
     live: bool = True  # False once revoked or lost
     # Exactly-once: the committed offset read after this member's producer fenced the previous
     # owner. Records below it were committed by that owner (perhaps after our consumer read its
-    # position) and are skipped, not done twice.
-    floor: int = 0
+    # position) and are skipped, not done twice. None until known: nothing is admitted before.
+    floor: int | None = 0
 
     def complete(self, offset: int) -> None:
         """The outcome of the record at `offset` is safely written."""

@@ -202,7 +202,7 @@ class Processor:
 
     async def _take(self, state: PartitionState, record: Record) -> None:
         p = self.parts
-        if record.offset < state.floor:
+        if state.floor is not None and record.offset < state.floor:
             return  # committed by the previous owner (exactly-once): not ours to redo
         p.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
