@@ -39,6 +39,7 @@ from embedstream.wire import Vector
 __all__ = ["BatchingClient", "Vector"]
 
 Lane = Literal["high", "low"]
+IN_PROCESS_ID = "in-process"  # what logs name a caller's text (texts are never logged)
 EncodingFormat = Literal["float", "base64"]
 
 
@@ -195,7 +196,7 @@ class BatchingClient:
             dimensions,
         )
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
-        job = _Request(id=f"call-{id(future):x}", text=text, tokens=tokens, key=key, future=future)
+        job = _Request(id=IN_PROCESS_ID, text=text, tokens=tokens, key=key, future=future)
         self._batcher.add(key, tokens, job)
         return future
 
@@ -235,8 +236,16 @@ class BatchingClient:
     ) -> Vector | list[Vector]:
         """The vector of one text (high priority by default), or of each text of a list (low
         priority by default), like the OpenAI SDK's `embeddings.create(input=...)`."""
-        texts = [text] if isinstance(text, str) else list(text)
-        lane: Lane = priority or ("high" if isinstance(text, str) else "low")
+        if isinstance(text, str):  # the hot path: one future, nothing else to set up
+            future = self.submit(
+                text,
+                model=model,
+                dimensions=dimensions,
+                encoding_format=encoding_format,
+                priority=priority or "high",
+            )
+            return await self._answer(future, timeout)
+        lane: Lane = priority or "low"
         futures = [
             self.submit(
                 t,
@@ -245,18 +254,28 @@ class BatchingClient:
                 encoding_format=encoding_format,
                 priority=lane,
             )
-            for t in texts
+            for t in text
         ]
         try:
             async with asyncio.timeout(timeout):
                 # In order rather than gather(): no per-future callbacks, same total wait.
-                vectors = [await future for future in futures]
+                return [await future for future in futures]
         except TimeoutError:
             raise TransientError(Reason.TIMEOUT, f"no vector within {timeout:g}s") from None
         finally:
             for future in futures:
                 future.cancel()  # no-op for finished ones; a cancelled job is never sent
-        return vectors[0] if isinstance(text, str) else vectors
+
+    async def _answer(self, future: asyncio.Future[Vector], within_s: float | None) -> Vector:
+        try:
+            if within_s is None:
+                return await future
+            return await asyncio.wait_for(future, within_s)
+        except TimeoutError:
+            raise TransientError(Reason.TIMEOUT, f"no vector within {within_s:g}s") from None
+        except BaseException:
+            future.cancel()  # the caller gave up: a cancelled job is never sent
+            raise
 
     async def embed_many(self, texts: Sequence[str], *, priority: Lane = "low") -> list[Vector]:
         return await self.embed(list(texts), priority=priority)
