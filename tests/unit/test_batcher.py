@@ -204,16 +204,33 @@ async def test_a_shallow_backlog_is_spread_over_the_idle_slots() -> None:
     batcher.on_flush = recorder
     for i in range(50):
         batcher.add(KEYS[0], 30, i)
-    due = batcher.launch_due()
-    assert due is not None and not recorder.batches  # the wait budget is not spent yet
-    clock.advance(due)
-    batcher.launch_due()  # due: every piece of the plan goes now, not only the first
+    # The idle slots can take all 50 at once: no backlog, so no wait for batch-mates (nobody
+    # else would come: each caller awaits its own vector), and every piece goes now.
+    batcher.launch_due()
     sizes = [len(items) for _, items, _, _ in recorder.batches]
     assert sum(sizes) == 50
     assert len(sizes) == 8
     assert max(sizes) - min(sizes) <= 1
     for task in asyncio.all_tasks() - {asyncio.current_task()}:
         task.cancel()
+
+
+async def test_items_the_free_slots_cannot_take_are_the_backlog_behind_them() -> None:
+    """depth = buffered beyond what the lane's free slots take at once, plus the lag."""
+    clock = FakeClock()
+    limits = BatchLimits(max_items=4, max_tokens=1000, max_wait_s=0.05, scale_factor=64.0)
+    governor = Governor(max_concurrency=2, clock=clock)
+    lag = {Priority.HIGH: 0, Priority.LOW: 100}
+    batcher: Batcher[int] = Batcher(
+        limits, _never_finishes, governor=governor, clock=clock, backlog=lag.__getitem__
+    )
+    for i in range(10):
+        batcher.add(KEYS[0], 1, i)  # high lane: 2 free slots take 8 at once
+    assert batcher.depth(Priority.HIGH) == 10 - 1 - 2 * 4
+    governor.started(Priority.HIGH)
+    governor.started(Priority.HIGH)  # no free slot: everything buffered is backlog
+    assert batcher.depth(Priority.HIGH) == 10 - 1
+    assert batcher.depth(Priority.LOW) == 100  # the lag counts whatever the slots
 
 
 async def test_each_dispatch_teaches_the_cost_model() -> None:

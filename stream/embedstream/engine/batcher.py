@@ -206,13 +206,14 @@ class Batcher(Generic[T]):
         for bucket in sorted(self._buckets.values(), key=_bucket_order):
             if not bucket or bucket.key.priority in ready:
                 continue
+            if bucket.key in self._spreading:  # the rest of a plan goes now, under its reason
+                ready[bucket.key.priority] = (bucket, self._spreading[bucket.key])
+                continue
             counts = bucket.token_counts(self._limits.max_items + 1)
             depth = depths[bucket.key.priority]
             decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth)
             if isinstance(decision, Flush):
                 ready[bucket.key.priority] = (bucket, decision.reason)
-            elif bucket.key in self._spreading:
-                ready[bucket.key.priority] = (bucket, self._spreading[bucket.key])
             elif self._draining or self._hurrying:
                 ready[bucket.key.priority] = (bucket, FlushReason.DRAIN)
             elif isinstance(decision, Wait):
