@@ -13,6 +13,7 @@ from typing import Protocol
 
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import EngineObserver
+from embedstream.engine.cache import Hit
 from embedstream.engine.jobs import Embedded, Outcomes
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.partitions import PartitionState
@@ -89,6 +90,33 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         for embedded in done:
             self._observer.observe_result(lane, (now - embedded.job.timestamp_ms) / 1000.0)
             embedded.job.finish()
+
+    async def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:
+        """Results served from the embedding cache: no call made, no tokens charged. A result
+        the broker will not take leaves its item unfinished (uncommitted, redone later)."""
+        now = self._clock_ms()
+        await asyncio.gather(*(self._write_cached(hit, now) for hit in hits))
+
+    async def _write_cached(self, hit: Hit[WorkItem], now: int) -> None:
+        item = hit.job
+        result = EmbedResult(
+            id=item.request.id,
+            model=hit.key.model,
+            embedding=hit.vector,
+            dimensions=hit.dimensions,
+            tokens=0,
+            metadata=item.request.metadata,
+            attempts=item.attempts,
+            latency_ms=float(now - item.timestamp_ms),
+            cached=True,
+        )
+        try:
+            await self.sink.result(item, result)
+        except OutputUnwritable:
+            log.error("cached result of %s not written; it stays unfinished", item.id)
+            return
+        self._observer.observe_result(hit.key.priority.label, (now - item.timestamp_ms) / 1000.0)
+        item.finish()
 
     async def retry_later(self, job: WorkItem, error: EmbedStreamError, delay_s: float) -> None:
         not_before = self._clock_ms() + int(delay_s * 1000)
