@@ -25,6 +25,7 @@ from typing import Generic, Protocol, TypeVar
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from embedstream.config import Settings
@@ -91,8 +92,9 @@ class MemoryTier:
 
 
 class RedisTier:
-    """Redis: MGET for look-ups, one pipeline of SET ... PX for writes. redis-py's own retries
-    are off (the cache's answer to a failure is a miss, not a wait)."""
+    """Redis: MGET for look-ups, one pipeline of SET ... PX for writes. redis-py retries only
+    once, at once, on a broken connection (a pooled one Redis closed, say by restarting): the
+    cache's answer to a failure is a miss, not a wait."""
 
     name = "redis"
 
@@ -102,7 +104,7 @@ class RedisTier:
             url,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
             retry_on_error=[],
             health_check_interval=0,
         )
