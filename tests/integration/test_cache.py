@@ -185,6 +185,10 @@ async def test_redis_stopped_mid_run_loses_nothing_and_hits_resume_after_a_resta
         await asyncio.sleep(1.1)  # past the pause after the last failure
         refill = {f"refill-{i}": f"after restart {i}" for i in range(50)}
         assert check_results(await produce_and_collect(settings, refill), refill) == [False] * 50
+        for _ in range(100):  # written to Redis in the background, just after the results
+            if redis_server.command("DBSIZE") == 50:
+                break
+            await asyncio.sleep(0.02)
         assert redis_server.command("DBSIZE") == 50
         repeat = {f"repeat-{i}": f"after restart {i}" for i in range(50)}
         served_before = simulator.stats.inputs

@@ -96,6 +96,7 @@ class FakeShared:
     hang: bool = False
     gets: list[int] = field(default_factory=list)  # keys asked per round trip
     puts: int = 0
+    gate: asyncio.Event | None = None  # writes wait for it
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         self.gets.append(len(keys))
@@ -104,6 +105,8 @@ class FakeShared:
 
     async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
         self.puts += 1
+        if self.gate is not None:
+            await self.gate.wait()
         await self._misbehave()
         self.entries.update(entries)
 
@@ -115,6 +118,14 @@ class FakeShared:
             await asyncio.sleep(3600)
         if self.fail is not None:
             raise self.fail
+
+
+async def stored(
+    cache: EmbeddingCache, key: BucketKey, texts: list[str], vectors: list[list[float]]
+) -> None:
+    """Store, and wait for the background write to Redis."""
+    await cache.store(key, texts, vectors)
+    await cache.flush()
 
 
 def job(text: str) -> Job:
@@ -152,7 +163,7 @@ async def test_hits_misses_and_tokens_saved_are_counted_per_tier(
     clock = FakeClock()
     shared = FakeShared()
     cache = make(metrics, shared, clock, max_items=1)
-    await cache.store(KEY, ["aa", "bbbb"], [[1.0], [2.0]])  # memory keeps only "bbbb"
+    await stored(cache, KEY, ["aa", "bbbb"], [[1.0], [2.0]])  # memory keeps only "bbbb"
     hits, misses = await cache.look_up([job("aa"), job("bbbb"), job("new")], key_of)
     assert [(h.job.text, h.vector, h.dimensions) for h in hits] == [
         ("aa", [1.0], 1),
@@ -170,7 +181,7 @@ async def test_each_job_gets_its_own_encoding_from_the_same_entry(
     registry: CollectorRegistry, metrics: Metrics
 ) -> None:
     cache = make(metrics, None, FakeClock())
-    await cache.store(KEY, ["t"], [[0.5, 2.0]])
+    await stored(cache, KEY, ["t"], [[0.5, 2.0]])
     second = job("t")
     hits, _ = await cache.look_up([job("t"), second], lambda j: B64 if j is second else KEY)
     assert hits[0].vector == [0.5, 2.0]
@@ -191,7 +202,7 @@ async def test_a_failing_or_slow_shared_tier_means_misses_one_warning_and_a_paus
     clock = FakeClock()
     shared = FakeShared(entries={})
     cache = make(metrics, shared, clock)
-    await cache.store(KEY, ["known"], [[1.0]])
+    await stored(cache, KEY, ["known"], [[1.0]])
     shared.fail = trouble.get("fail")  # type: ignore[assignment]
     shared.hang = bool(trouble.get("hang"))
     caplog.set_level(logging.WARNING)
@@ -202,7 +213,7 @@ async def test_a_failing_or_slow_shared_tier_means_misses_one_warning_and_a_paus
     # Within the pause Redis is not asked at all: misses, no errors, no more warnings.
     for _ in range(5):
         await cache.look_up([job("x")], key_of)
-        await cache.store(KEY, ["y"], [[1.0]])
+        await stored(cache, KEY, ["y"], [[1.0]])
     assert shared.gets == [1] and shared.puts == 1  # only the first store, before the failure
     clock.advance(REDIS_PAUSE_S)
     await cache.look_up([job("z")], key_of)
@@ -222,14 +233,28 @@ async def test_the_shared_tier_is_used_again_once_it_answers(
     clock = FakeClock()
     shared = FakeShared(fail=ConnectionError("down"))
     cache = make(metrics, shared, clock, max_items=1)
-    await cache.store(KEY, ["a"], [[1.0]])  # the write fails: memory only
+    await stored(cache, KEY, ["a"], [[1.0]])  # the write fails: memory only
     assert counted(registry, "embedstream_cache_errors_total", operation="write") == 1
     shared.fail = None
     clock.advance(REDIS_PAUSE_S)
-    await cache.store(KEY, ["b", "c"], [[2.0], [3.0]])
+    await stored(cache, KEY, ["b", "c"], [[2.0], [3.0]])
     hits, _ = await cache.look_up([job("b")], key_of)
     assert [h.vector for h in hits] == [[2.0]]
     assert counted(registry, "embedstream_cache_hits_total", tier="redis") == 1
+
+
+async def test_writes_go_to_redis_in_the_background_and_coalesce(metrics: Metrics) -> None:
+    shared = FakeShared(gate=asyncio.Event())
+    cache = EmbeddingCache("p", MemoryTier(100, 60), shared, timeout_s=5.0, observer=metrics)
+    await cache.store(KEY, ["first"], [[1.0]])  # returns at once: its write waits meanwhile
+    await asyncio.sleep(0)
+    for i in range(10):
+        await cache.store(KEY, [f"t{i}"], [[float(i)]])
+    assert shared.puts == 1  # one write in flight; the ten stores wait for it together
+    assert shared.gate is not None
+    shared.gate.set()
+    await cache.flush()
+    assert shared.puts == 2 and len(shared.entries) == 11
 
 
 async def test_an_unreadable_entry_is_a_miss_never_a_wrong_vector(
@@ -238,9 +263,9 @@ async def test_an_unreadable_entry_is_a_miss_never_a_wrong_vector(
     clock = FakeClock()
     shared = FakeShared()
     cache = make(metrics, shared, clock)
-    await cache.store(KEY, ["a"], [[1.0]])
+    await stored(cache, KEY, ["a"], [[1.0]])
     sized = KEY._replace(dimensions=2)
-    await cache.store(sized, ["b"], [[1.0, 2.0]])
+    await stored(cache, sized, ["b"], [[1.0, 2.0]])
     memoryless = make(metrics, shared, clock)  # a new process: only Redis knows them
     for name in list(shared.entries):
         shared.entries[name] = shared.entries[name][:-1]  # truncated in Redis

@@ -2,9 +2,10 @@
 
 Looked up before a text joins a batch, one batched round trip per fetched batch (or per
 `BatchingClient.embed` call), so a hit takes no call slot and no token budget; written after a
-successful call. Two tiers: an in-process LRU (`cache=memory`, and in front of Redis with
-`cache=redis`) and Redis, shared by every processor and client. The only module that imports
-``redis``.
+successful call: to the memory tier at once, to Redis by one background writer that sends
+whatever has accumulated in one command, so a write never holds a call slot. Two tiers: an
+in-process LRU (`cache=memory`, and in front of Redis with `cache=redis`) and Redis, shared by
+every processor and client. The only module that imports ``redis``.
 
 Redis is never a single point of failure: a look-up or write that fails or takes longer than
 `cache_timeout_ms` counts as a miss (the text goes to the provider as if there were no cache),
@@ -45,6 +46,23 @@ REDIS_PAUSE_S = 1.0  # after a failure, Redis is not asked again for this long
 # Keys per MGET: a fetch (max_poll_records, 1000 by default) is one round trip, while a client's
 # `embed()` of 100,000 texts does not ask Redis for hundreds of megabytes in one reply.
 MGET_CHUNK = 1000
+WRITE_CHUNK = 1000  # entries per Redis write command
+# Entries waiting for Redis beyond this are dropped (Redis cannot keep up; memory stays bounded).
+MAX_UNWRITTEN = 20_000
+CLOSE_WRITE_S = 2.0  # on close, how long the last writes may take
+
+# One command stores a whole batch, each key with the TTL (ARGV[1], ms; 0: none).
+_SET_MANY = """
+local ttl = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  if ttl > 0 then
+    redis.call('SET', key, ARGV[i + 1], 'PX', ttl)
+  else
+    redis.call('SET', key, ARGV[i + 1])
+  end
+end
+return #KEYS
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +110,15 @@ class MemoryTier:
 
 
 class RedisTier:
-    """Redis: MGET for look-ups, one pipeline of SET ... PX for writes. redis-py retries only
+    """Redis: MGET for look-ups, one script of SET ... PX for writes (one command, however many
+    entries: redis-py's per-command cost dominates otherwise). redis-py retries only
     once, at once, on a broken connection (a pooled one Redis closed, say by restarting): the
     cache's answer to a failure is a miss, not a wait."""
 
     name = "redis"
 
     def __init__(self, url: str, ttl_s: float, timeout_s: float) -> None:
-        self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else None
+        self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else 0
         self._client = redis.Redis.from_url(
             url,
             socket_timeout=timeout_s,
@@ -108,16 +127,15 @@ class RedisTier:
             retry_on_error=[],
             health_check_interval=0,
         )
+        self._set_many = self._client.register_script(_SET_MANY)
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         found = await self._client.mget(keys)
         return [value if isinstance(value, bytes) else None for value in found]
 
     async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
-        async with self._client.pipeline(transaction=False) as pipe:
-            for key, value in entries:
-                pipe.set(key, value, px=self._ttl_ms)
-            await pipe.execute()
+        keys = [key for key, _ in entries]
+        await self._set_many(keys=keys, args=[self._ttl_ms, *(value for _, value in entries)])
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -143,6 +161,8 @@ class EmbeddingCache:
         self._shared_paused_until = 0.0
         self._last_warning: float | None = None
         self._failures_since_warning = 0
+        self._unwritten: list[tuple[str, bytes]] = []  # stored in memory, not yet in Redis
+        self._writer: asyncio.Task[None] | None = None
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -192,17 +212,43 @@ class EmbeddingCache:
             for text, vector in zip(texts, vectors, strict=True)
         ]
         await self._memory.put_many(entries)
-        if self._shared is not None and self._shared_usable():
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    await self._shared.put_many(entries)
-            except (RedisError, OSError, TimeoutError) as exc:
-                self._shared_failed("write", exc)
+        if self._shared is None or not self._shared_usable():
+            return
+        self._unwritten.extend(entries)
+        if len(self._unwritten) > MAX_UNWRITTEN:
+            del self._unwritten[: len(self._unwritten) - MAX_UNWRITTEN]
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_unwritten())
+
+    async def flush(self) -> None:
+        """Wait until what was stored so far has been written to Redis (or given up on)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
 
     async def close(self) -> None:
+        if self._writer is not None:
+            try:
+                await asyncio.wait_for(self.flush(), CLOSE_WRITE_S)
+            except TimeoutError:
+                self._writer.cancel()
         await self._memory.close()
         if self._shared is not None:
             await self._shared.close()
+
+    async def _write_unwritten(self) -> None:
+        """The one Redis writer: sends what accumulated meanwhile, a chunk per command."""
+        assert self._shared is not None
+        while self._unwritten:
+            if not self._shared_usable():
+                self._unwritten.clear()
+                return
+            chunk = self._unwritten[:WRITE_CHUNK]
+            del self._unwritten[:WRITE_CHUNK]
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    await self._shared.put_many(chunk)
+            except (RedisError, OSError, TimeoutError) as exc:
+                self._shared_failed("write", exc)
 
     def _decode(self, job: J, key: BucketKey, data: bytes) -> Hit[J] | None:
         dimensions = len(data) // 4
