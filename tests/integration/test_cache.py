@@ -174,10 +174,15 @@ async def test_redis_stopped_mid_run_loses_nothing_and_hits_resume_after_a_resta
         redis_server.stop()
         during = {f"down-{i}": f"text {i}" for i in range(50)}
         during |= {f"down-new-{i}": f"new text {i}" for i in range(50)}
+        served_before = simulator.stats.inputs
         found = await produce_and_collect(settings, during)
-        # Every request answered, each with its own text's vector, from the provider.
-        assert check_results(found, during) == [False] * 100
-        assert await _status(port, "/readyz") == 200
+        # Every request answered, each with its own text's vector: from the provider, but for
+        # the one entry the in-process tier holds (cache_max_items=1).
+        flags = check_results(found, during)
+        assert sum(flags[:50]) <= 1 and flags[50:] == [False] * 50
+        assert simulator.stats.inputs - served_before >= 99
+        # Ready with Redis down (a loaded machine may make the broker probe flap: retry that).
+        assert await _eventually_ready(port)
         metrics = await _metrics(port)
         assert _sample(metrics, 'embedstream_cache_errors_total{operation="get"}') >= 1
 
@@ -196,10 +201,15 @@ async def test_redis_stopped_mid_run_loses_nothing_and_hits_resume_after_a_resta
         assert simulator.stats.inputs == served_before
 
 
-async def _status(port: int | None, path: str) -> int:
-    url = f"http://127.0.0.1:{port}{path}"
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        return response.status
+async def _eventually_ready(port: int, timeout_s: float = 10.0) -> bool:
+    url = f"http://127.0.0.1:{port}/readyz"
+    async with aiohttp.ClientSession() as session:
+        for _ in range(int(timeout_s / 0.2)):
+            async with session.get(url) as response:
+                if response.status == 200:
+                    return True
+            await asyncio.sleep(0.2)
+    return False
 
 
 async def _metrics(port: int | None) -> str:
