@@ -261,8 +261,8 @@ class Settings:
         10_000, "Most vectors in the in-process tier (least recently used go first).", _C, gt=0
     )
     cache_timeout_ms: float = _setting(
-        250.0,
-        "cache=redis: longest a look-up or write may take before it counts as failed.",
+        500.0,
+        "cache=redis: longest a look-up may take before it counts as a miss (writes: 4x).",
         _C,
         gt=0,
     )

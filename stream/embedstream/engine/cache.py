@@ -7,11 +7,12 @@ whatever has accumulated in one command, so a write never holds a call slot. Two
 in-process LRU (`cache=memory`, and in front of Redis with `cache=redis`) and Redis, shared by
 every processor and client. The only module that imports ``redis``.
 
-Redis is never a single point of failure: a look-up or write that fails or takes longer than
-`cache_timeout_ms` counts as a miss (the text goes to the provider as if there were no cache),
-is counted in `embedstream_cache_errors_total`, and is logged once per interval, not per call;
-Redis is then left alone for a second before it is tried again, so an outage costs one timeout
-per second rather than one per fetch.
+Redis is never a single point of failure: a look-up that fails or takes longer than
+`cache_timeout_ms` counts as a miss (the text goes to the provider as if there were no cache);
+a write that fails (or takes `WRITE_TIMEOUT_FACTOR` times as long: it delays nobody) is
+dropped. Either is counted in `embedstream_cache_errors_total` and logged once per interval,
+not per call; that operation then leaves Redis alone for a second before trying again, so an
+outage costs one timeout per second rather than one per fetch.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ WRITE_CHUNK = 1000  # entries per Redis write command
 # Entries waiting for Redis beyond this are dropped (Redis cannot keep up; memory stays bounded).
 MAX_UNWRITTEN = 20_000
 CLOSE_WRITE_S = 2.0  # on close, how long the last writes may take
+# Writes run in the background and hold nothing, so a busy event loop (which makes any await
+# look slow) must not make them fail: they get this many times the look-up timeout.
+WRITE_TIMEOUT_FACTOR = 4
 
 # One command stores a whole batch, each key with the TTL (ARGV[1], ms; 0: none).
 _SET_MANY = """
@@ -158,7 +162,7 @@ class EmbeddingCache:
         self._timeout_s = timeout_s
         self._observer = observer or NullObserver()
         self._clock = clock
-        self._shared_paused_until = 0.0
+        self._paused_until = {"get": 0.0, "write": 0.0}  # per operation, after a failure
         self._last_warning: float | None = None
         self._failures_since_warning = 0
         self._unwritten: list[tuple[str, bytes]] = []  # stored in memory, not yet in Redis
@@ -212,7 +216,7 @@ class EmbeddingCache:
             for text, vector in zip(texts, vectors, strict=True)
         ]
         await self._memory.put_many(entries)
-        if self._shared is None or not self._shared_usable():
+        if self._shared is None or not self._shared_usable("write"):
             return
         self._unwritten.extend(entries)
         if len(self._unwritten) > MAX_UNWRITTEN:
@@ -239,13 +243,13 @@ class EmbeddingCache:
         """The one Redis writer: sends what accumulated meanwhile, a chunk per command."""
         assert self._shared is not None
         while self._unwritten:
-            if not self._shared_usable():
+            if not self._shared_usable("write"):
                 self._unwritten.clear()
                 return
             chunk = self._unwritten[:WRITE_CHUNK]
             del self._unwritten[:WRITE_CHUNK]
             try:
-                async with asyncio.timeout(self._timeout_s):
+                async with asyncio.timeout(self._timeout_s * WRITE_TIMEOUT_FACTOR):
                     await self._shared.put_many(chunk)
             except (RedisError, OSError, TimeoutError) as exc:
                 self._shared_failed("write", exc)
@@ -265,7 +269,7 @@ class EmbeddingCache:
 
     async def _shared_get(self, names: list[str]) -> list[bytes | None]:
         assert self._shared is not None
-        if not self._shared_usable():
+        if not self._shared_usable("get"):
             return [None] * len(names)
         found: list[bytes | None] = []
         for start in range(0, len(names), MGET_CHUNK):
@@ -278,12 +282,12 @@ class EmbeddingCache:
                 return found + [None] * (len(names) - len(found))
         return found
 
-    def _shared_usable(self) -> bool:
-        return self._clock() >= self._shared_paused_until
+    def _shared_usable(self, operation: str) -> bool:
+        return self._clock() >= self._paused_until[operation]
 
     def _shared_failed(self, operation: str, exc: BaseException) -> None:
         now = self._clock()
-        self._shared_paused_until = now + REDIS_PAUSE_S
+        self._paused_until[operation] = now + REDIS_PAUSE_S
         self._observer.count_cache_error(operation)
         self._failures_since_warning += 1
         if self._last_warning is None or now - self._last_warning >= WARN_INTERVAL_S:
