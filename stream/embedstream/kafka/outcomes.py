@@ -91,10 +91,18 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             self._observer.observe_result(lane, (now - embedded.job.timestamp_ms) / 1000.0)
             embedded.job.finish()
 
-    async def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:
-        """Results served from the embedding cache: no call made, no tokens charged. A result
-        the broker will not take leaves its item unfinished (uncommitted, redone later)."""
+    def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:
+        """Results served from the embedding cache (no call made, no tokens charged), written
+        in the background like those of calls. A result the broker will not take leaves its
+        item unfinished (uncommitted, redone later)."""
+        if not hits:
+            return
         now = self._clock_ms()
+        task = asyncio.create_task(self._write_all_cached(list(hits), now))
+        self._writing.add(task)
+        task.add_done_callback(self._written)
+
+    async def _write_all_cached(self, hits: list[Hit[WorkItem]], now: int) -> None:
         await asyncio.gather(*(self._write_cached(hit, now) for hit in hits))
 
     async def _write_cached(self, hit: Hit[WorkItem], now: int) -> None:

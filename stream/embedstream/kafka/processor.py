@@ -73,9 +73,6 @@ class Processor:
         self.limits: BatchLimits = parts.batcher.limits
         self._stopping = asyncio.Event()
         self._abort = asyncio.Event()  # a second stop: no more draining
-        # Cache hits being written as results: the fetch loop does not wait for their acks
-        # (they stay held, so backpressure bounds them), the drain does.
-        self._writing_hits: set[asyncio.Task[None]] = set()
 
     # -- what callers and the health loop read ------------------------------------------
 
@@ -166,7 +163,6 @@ class Processor:
             await _cancel(waiting_task)
             await p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.sink)
             await self._drain(batcher_task)
-            await self._finish_hit_writes()
             await _cancel(commit_task)
             await p.committer.commit(list(p.assignment.offsets()))
 
@@ -191,17 +187,6 @@ class Processor:
             p.outcomes.cancel_writes()
         await batcher_task
         await p.outcomes.flush()
-
-    async def _finish_hit_writes(self) -> None:
-        """Wait for cached results still being written, within the drain timeout; what is
-        unwritten then stays uncommitted (read again next run)."""
-        if not self._writing_hits:
-            return
-        pending = asyncio.gather(*self._writing_hits, return_exceptions=True)
-        if not await _within(pending, self.parts.settings.drain_timeout_s, self._abort):
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pending
 
     async def _fetch_until_stopped(self) -> None:
         p = self.parts
@@ -252,11 +237,9 @@ class Processor:
         for item in misses:
             if item.current:
                 p.waiting.hold_or_submit(item)
-        current = [hit for hit in hits if hit.job.current]
-        if current:
-            task = asyncio.create_task(p.outcomes.cached(current))
-            self._writing_hits.add(task)
-            task.add_done_callback(self._writing_hits.discard)
+        # Written in the background (still held, so backpressure bounds them; the drain
+        # waits for them with the other results).
+        p.outcomes.cached([hit for hit in hits if hit.job.current])
 
     async def _commit_periodically(self) -> None:
         p = self.parts
