@@ -40,7 +40,11 @@ from embedstream.tools.embedded import free_port
 from embedstream.tools.redis_server import RedisServer
 
 # The provider: bench_batching's latency model (40 ms a call, 0.02 ms a token, 0.05 ms an
-# input, 8 calls at once), so a call costs what a nearby hosted endpoint would.
+# input, 8 calls at once), so a call costs what a nearby hosted endpoint would; and, as hosted
+# APIs have, a tokens-per-minute budget, announced in x-ratelimit-* headers (which the
+# processor paces to) with one second of burst. 3M TPM is about a mid usage tier of OpenAI's
+# small embedding model; with `provider_tpm=0` the provider is limited by latency alone.
+PROVIDER_TPM = 3_000_000
 SIMULATOR_ARGS = ("--base-ms", "40", "--per-token-ms", "0.02", "--per-input-ms", "0.05",
                   "--capacity", "8")  # fmt: skip
 _VOCABULARY = "the a of and to in is for on with stream kafka vector batch token index document"
@@ -75,6 +79,7 @@ class CacheScenario:
     first: PassResult
     second: PassResult
     changed_share: float
+    provider_tpm: float
 
     def render(self) -> str:
         a, b = self.first, self.second
@@ -128,12 +133,13 @@ async def run_cache_scenario(
     items: int = 100_000,
     changed_share: float = 0.1,
     seed: int = 7,
+    provider_tpm: float = PROVIDER_TPM,
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> CacheScenario:
     """Both passes against the broker at `bootstrap`; its topics are deleted afterwards."""
     first_texts, second_texts = make_texts(items, changed_share, seed)
     prefix = f"bench.cache.{uuid.uuid4().hex[:8]}."
-    with RedisServer() as redis, _simulator() as base_url:
+    with RedisServer() as redis, _simulator(provider_tpm) as base_url:
         settings = load_settings(
             env={},
             overrides={
@@ -151,7 +157,7 @@ async def run_cache_scenario(
             second = await _one_pass("second", settings, second_texts, redis, base_url)
         finally:
             await delete_topics(bootstrap, await list_topics(bootstrap, prefix))
-    return CacheScenario(first, second, changed_share)
+    return CacheScenario(first, second, changed_share, provider_tpm)
 
 
 async def _one_pass(
@@ -212,11 +218,13 @@ async def _publish(settings: Settings, pass_name: str, texts: list[str]) -> None
 
 
 @contextlib.contextmanager
-def _simulator() -> Iterator[str]:
+def _simulator(tpm: float) -> Iterator[str]:
     """`embedstream simulate` in a process of its own; yields its base URL."""
     port = free_port()
     command = [sys.executable, "-m", "embedstream", "simulate", "--port", str(port),
                *SIMULATOR_ARGS]  # fmt: skip
+    if tpm > 0:
+        command += ["--rate-limit-tpm", str(tpm), "--rate-limit-burst-s", "1"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_port(port, process)
