@@ -125,7 +125,9 @@ class RedisTier:
         self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else 0
         self._client = redis.Redis.from_url(
             url,
-            socket_timeout=timeout_s,
+            # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
+            # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
+            socket_timeout=timeout_s * WRITE_TIMEOUT_FACTOR,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
             retry_on_error=[],
