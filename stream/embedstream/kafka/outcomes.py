@@ -103,28 +103,27 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         task.add_done_callback(self._written)
 
     async def _write_all_cached(self, hits: list[Hit[WorkItem]], now: int) -> None:
-        await asyncio.gather(*(self._write_cached(hit, now) for hit in hits))
-
-    async def _write_cached(self, hit: Hit[WorkItem], now: int) -> None:
-        item = hit.job
-        result = EmbedResult(
-            id=item.request.id,
-            model=hit.key.model,
-            embedding=hit.vector,
-            dimensions=hit.dimensions,
-            tokens=0,
-            metadata=item.request.metadata,
-            attempts=item.attempts,
-            latency_ms=float(now - item.timestamp_ms),
-            cached=True,
-        )
-        try:
-            await self.sink.result(item, result)
-        except OutputUnwritable:
-            log.error("cached result of %s not written; it stays unfinished", item.id)
-            return
-        self._observer.observe_result(hit.key.priority.label, (now - item.timestamp_ms) / 1000.0)
-        item.finish()
+        results = []
+        for hit in hits:
+            item = hit.job
+            result = EmbedResult(
+                id=item.request.id,
+                model=hit.key.model,
+                embedding=hit.vector,
+                dimensions=hit.dimensions,
+                tokens=0,
+                metadata=item.request.metadata,
+                attempts=item.attempts,
+                latency_ms=float(now - item.timestamp_ms),
+                cached=True,
+            )
+            results.append((item, result))
+        await self.sink.results(results)  # one batch per partition, like a call's results
+        for hit in hits:
+            self._observer.observe_result(
+                hit.key.priority.label, (now - hit.job.timestamp_ms) / 1000.0
+            )
+            hit.job.finish()
 
     async def retry_later(self, job: WorkItem, error: EmbedStreamError, delay_s: float) -> None:
         not_before = self._clock_ms() + int(delay_s * 1000)

@@ -214,7 +214,7 @@ class Processor:
         """Track one record; dead-letter it now if it can never become work."""
         p = self.parts
         if state.floor is not None and record.offset < state.floor:
-            return  # committed by the previous owner (exactly-once): not ours to redo
+            return None  # committed by the previous owner (exactly-once): not ours to redo
         p.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
         verdict = p.admission.admit(record, state, now_ms())
