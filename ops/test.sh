@@ -9,9 +9,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
 # Debian packages the tests use (command:package): promtool and prometheus (alert-rule tests,
 # a real scrape), openssl (the secured broker's throwaway CA and certificates,
-# tests/integration/secured.py), tmux (`embedstream top` in a terminal of a chosen size).
+# tests/integration/secured.py), tmux (`embedstream top` in a terminal of a chosen size),
+# redis-server (the embedding cache's tests start their own, on free loopback ports).
 needed=()
-for pair in promtool:prometheus prometheus:prometheus openssl:openssl tmux:tmux; do
+for pair in promtool:prometheus prometheus:prometheus openssl:openssl tmux:tmux \
+  redis-server:redis-server; do
   command -v "${pair%%:*}" >/dev/null || needed+=("${pair##*:}")
 done
 if ((${#needed[@]})); then

@@ -21,6 +21,7 @@ from embedstream.core.intake import Intake
 from embedstream.core.lanes import Priority
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.cache import build_cache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
 from embedstream.kafka.admin import TopicNames, topic_names
@@ -109,6 +110,7 @@ def build_service(
     outcomes = KafkaOutcomes(sink, metrics)
     governor = configured.governor(settings, time.monotonic)
     cost = CostModels()  # the latency model learned from calls, shared by caller and batcher
+    cache = build_cache(settings, metrics)
     caller = BatchCaller(
         backend,
         outcomes,
@@ -117,6 +119,7 @@ def build_service(
         backoff=configured.backoff(settings),
         observer=metrics,
         cost=cost,
+        cache=cache,
     )
     batcher: Batcher[WorkItem] = Batcher(
         configured.batch_limits(settings),
@@ -153,6 +156,7 @@ def build_service(
             committer=committer,
             handoff=handoff,
             transactions=transactions,
+            cache=cache,
         )
     )
     health = Health(processor, metrics, broker_probe(producer))

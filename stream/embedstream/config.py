@@ -26,6 +26,7 @@ from embedstream.settings_sources import collect_raw
 from embedstream.settings_types import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,
+    CacheMode,
     CompressionType,
     ConcurrencyMode,
     Delivery,
@@ -50,6 +51,7 @@ class Group(StrEnum):
     BATCHING = "Batching"
     LIMITS = "Limits"
     DELIVERY = "Delivery"
+    CACHE = "Cache"
     OPERATIONS = "Operations"
 
 
@@ -89,7 +91,8 @@ def _setting(default: Any, help: str, group: Group, **spec: Any) -> Any:
 
 
 _K, _S, _P, _B = Group.KAFKA, Group.SECURITY, Group.PROVIDER, Group.BATCHING
-_L, _D, _O = Group.LIMITS, Group.DELIVERY, Group.OPERATIONS
+_L, _D, _C, _O = Group.LIMITS, Group.DELIVERY, Group.CACHE, Group.OPERATIONS
+CACHE_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,29 @@ class Settings:
         _D,
     )
 
+    cache: CacheMode = _setting(
+        "off", "Embedding cache: off, memory (in-process), or redis (shared; memory in front).", _C
+    )
+    cache_url: str | None = _setting(
+        None,
+        "cache=redis: redis://[:password@]host:port/db, or rediss:// for TLS "
+        "(or EMBEDSTREAM_CACHE_URL_FILE). Password never logged.",
+        _C,
+        secret=True,
+    )
+    cache_ttl_s: float = _setting(
+        7 * 24 * 3600.0, "Seconds a cached vector is kept; 0 keeps it until evicted.", _C, ge=0
+    )
+    cache_max_items: int = _setting(
+        10_000, "Most vectors in the in-process tier (least recently used go first).", _C, gt=0
+    )
+    cache_timeout_ms: float = _setting(
+        500.0,
+        "cache=redis: longest a look-up may take before it counts as a miss (writes: 4x).",
+        _C,
+        gt=0,
+    )
+
     metrics_host: str = _setting(
         "127.0.0.1", "Address of the /metrics, /healthz, /readyz server.", _O
     )
@@ -255,15 +281,20 @@ class Settings:
         return frozenset(m.strip() for m in self.allowed_models.split(",") if m.strip())
 
     def secret_values(self) -> list[str]:
-        """The secrets set, for the log redactor."""
-        return [value for name in SECRETS if (value := getattr(self, name))]
+        """The secrets set, for the log redactor (and the password of a secret URL alone)."""
+        found = [value for name in SECRETS if (value := getattr(self, name))]
+        return found + [p for value in found if (p := url_password(value))]
 
     def describe(self) -> dict[str, str]:
-        """Settings as strings for logs: secrets masked, credentials in URLs scrubbed."""
+        """Settings as strings for logs: secrets masked, credentials in URLs scrubbed (a secret
+        URL shows its host, never its password)."""
         shown: dict[str, str] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            shown[f.name] = "***" if spec(f.name).secret and value else scrub_url(str(value))
+            if spec(f.name).secret and value:
+                shown[f.name] = _masked_secret(str(value))
+            else:
+                shown[f.name] = scrub_url(str(value))
         return shown
 
     def __repr__(self) -> str:  # keep secrets out of tracebacks and debug prints
@@ -293,6 +324,30 @@ def scrub_url(text: str) -> str:
     user, _, host = parts.netloc.rpartition("@")
     user = user.split(":", 1)[0]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def url_password(text: str) -> str | None:
+    """The password inside a URL, if it holds one."""
+    if "://" not in text or "@" not in text:
+        return None
+    try:
+        return urlsplit(text).password or None
+    except ValueError:
+        return None
+
+
+def _masked_secret(value: str) -> str:
+    """A secret as logs show it: a secret URL keeps its scheme, host and path (who to ask),
+    with any credentials replaced; anything else is entirely masked."""
+    if not value.startswith(CACHE_URL_SCHEMES):
+        return "***"
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return "***"
+    if "@" in parts.netloc:
+        return f"{parts.scheme}://***@{parts.netloc.rpartition('@')[2]}{parts.path}"
+    return value.split("?", 1)[0]  # a query may carry a password too
 
 
 def coerce(name: str, value: Any) -> Any:
@@ -340,6 +395,18 @@ def validate(s: Settings) -> None:
             "base_url", f"must start with http:// or https://, got {scrub_url(s.base_url)!r}"
         )
     validate_security(s)
+    validate_cache(s)
+
+
+def validate_cache(s: Settings) -> None:
+    """cache=redis has a Redis URL to go to; the URL is one redis-py understands."""
+    if s.cache == "redis" and not s.cache_url:
+        raise ConfigError("cache_url", "cache=redis needs a Redis URL, e.g. redis://host:6379/0")
+    if s.cache_url and not s.cache_url.startswith(CACHE_URL_SCHEMES):
+        raise ConfigError(
+            "cache_url",
+            f"must start with redis://, rediss:// or unix://, got {scrub_url(s.cache_url)!r}",
+        )
 
 
 def validate_security(s: Settings) -> None:

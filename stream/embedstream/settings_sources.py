@@ -25,7 +25,7 @@ TOOL_VARIABLES: Mapping[str, str] = {
     "EMBEDSTREAM_TEST_BOOTSTRAP": "broker of the integration tests (ops/test.sh sets it)",
     "EMBEDSTREAM_TEST_SECURED_ENV": "secured.env of a running secured broker for the tests",
     "EMBEDSTREAM_REQUIRE_BROKER": "1: integration tests fail instead of skipping without a broker",
-    "EMBEDSTREAM_REQUIRE_TOOLS": "1: tests fail instead of skipping without promtool/prometheus",
+    "EMBEDSTREAM_REQUIRE_TOOLS": "1: tests fail instead of skipping without promtool/redis-server",
     "EMBEDSTREAM_PYTHON": "interpreter ops/kafka/kafka.sh probes the broker with",
     "EMBEDSTREAM_KAFKA_PORT": "ops/kafka/kafka.sh: client port",
     "EMBEDSTREAM_KAFKA_CONTROLLER_PORT": "ops/kafka/kafka.sh: KRaft controller port",

@@ -15,6 +15,7 @@ ProviderProfile = Literal["openai", "dashscope", "generic"]
 ConcurrencyMode = Literal["fixed", "adaptive"]
 OversizePolicy = Literal["dead_letter", "truncate"]
 Delivery = Literal["at_least_once", "exactly_once"]
+CacheMode = Literal["off", "memory", "redis"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
@@ -31,6 +32,7 @@ _LITERALS: dict[str, Any] = {
     "ConcurrencyMode": ConcurrencyMode,
     "OversizePolicy": OversizePolicy,
     "Delivery": Delivery,
+    "CacheMode": CacheMode,
     "SecurityProtocol": SecurityProtocol,
     "SaslMechanism": SaslMechanism,
     "CompressionType": CompressionType,

@@ -174,6 +174,7 @@ class EmbedResult:
     metadata: dict[str, Any] | None
     attempts: int
     latency_ms: float
+    cached: bool = False  # served from the embedding cache: no provider call was made
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -186,6 +187,7 @@ class EmbedResult:
                 "metadata": self.metadata,
                 "attempts": self.attempts,
                 "latency_ms": round(self.latency_ms, 3),
+                "cached": self.cached,
             }
         )
 
@@ -363,6 +365,30 @@ def base64_floats(encoded: str) -> array[float]:
     if not _LITTLE_ENDIAN:
         floats.byteswap()
     return floats
+
+
+def float32_bytes(vector: Vector) -> bytes:
+    """A vector (float list or base64) as little-endian float32 bytes: how the cache stores it."""
+    if isinstance(vector, str):
+        return base64.b64decode(vector, validate=True)
+    floats = array("f", vector)
+    if not _LITTLE_ENDIAN:
+        floats.byteswap()
+    return floats.tobytes()
+
+
+def vector_from_float32(data: bytes, encoding_format: str) -> Vector:
+    """Inverse of :func:`float32_bytes`, in the encoding a request asked for. Raises ValueError
+    for bytes that are not a float32 array."""
+    if not data or len(data) % 4:
+        raise ValueError(f"{len(data)} bytes are not a float32 array")
+    if encoding_format == "base64":
+        return base64.b64encode(data).decode("ascii")
+    floats = array("f")
+    floats.frombytes(data)
+    if not _LITTLE_ENDIAN:
+        floats.byteswap()
+    return floats.tolist()
 
 
 def decode_base64(encoded: str) -> list[float]:

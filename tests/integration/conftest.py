@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from embedstream.kafka.admin import delete_topics, list_topics
+from embedstream.tools.redis_server import RedisServer, redis_server_command
 from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.broker import PrivateBroker
@@ -77,3 +78,15 @@ def secured_broker() -> Iterator[SecuredBroker]:
         yield process.start()
     finally:
         process.remove()
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A real `redis-server` of the test's own on a free loopback port, which it may stop and
+    start again on the same port."""
+    if redis_server_command() is None:
+        if os.environ.get("EMBEDSTREAM_REQUIRE_TOOLS") == "1":
+            pytest.fail("EMBEDSTREAM_REQUIRE_TOOLS=1 but redis-server is not installed")
+        pytest.skip("redis-server not installed (Debian package redis-server; see ops/test.sh)")
+    with RedisServer() as server:
+        yield server

@@ -239,12 +239,63 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_SSL_KEYFILE_PASSWORD": "canary-key",
         "EMBEDSTREAM_API_KEY": "canary-api",
         "EMBEDSTREAM_BASE_URL": "https://user:canary-url@gateway.example/v1",
+        "EMBEDSTREAM_CACHE": "redis",
+        "EMBEDSTREAM_CACHE_URL": "rediss://:canary-redis@cache.example:6380/0",
     }  # fmt: skip
     settings = load_settings(env=env)
     shown = repr(settings) + str(settings.describe())
     assert "canary" not in shown
     assert settings.describe()["base_url"] == "https://user:***@gateway.example/v1"
-    assert set(SECRETS) == {"api_key", "sasl_password", "ssl_keyfile_password"}
+    assert settings.describe()["cache_url"] == "rediss://***@cache.example:6380/0"
+    assert "canary-redis" in settings.secret_values()  # the log filter masks it alone too
+    assert set(SECRETS) == {"api_key", "sasl_password", "ssl_keyfile_password", "cache_url"}
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@h:6379/0", "redis://***@h:6379/0"),
+        ("redis://user:pw@h/1?ssl_ca_certs=/ca.pem&password=x", "redis://***@h/1"),
+        ("redis://h:6379", "redis://h:6379"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    ],
+)
+def test_the_cache_url_shows_its_host_never_its_password(url: str, shown: str) -> None:
+    settings = load_settings(env={"EMBEDSTREAM_CACHE": "redis", "EMBEDSTREAM_CACHE_URL": url})
+    assert settings.describe()["cache_url"] == shown
+
+
+def test_the_cache_url_from_a_file(tmp_path: Path) -> None:
+    secret = tmp_path / "cache-url"
+    secret.write_text("redis://:canary-file@h:6379/0\n")
+    env = {"EMBEDSTREAM_CACHE": "redis", "EMBEDSTREAM_CACHE_URL_FILE": str(secret)}
+    settings = load_settings(env=env)
+    assert settings.cache_url == "redis://:canary-file@h:6379/0"
+    assert "canary" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("env", "setting", "message"),
+    [
+        ({"EMBEDSTREAM_CACHE": "redis"}, "cache_url", "needs a Redis URL"),
+        (
+            {"EMBEDSTREAM_CACHE": "redis", "EMBEDSTREAM_CACHE_URL": "http://:canary@h"},
+            "cache_url",
+            "must start with redis://",
+        ),
+        ({"EMBEDSTREAM_CACHE": "disk"}, "cache", "must be one of off, memory, redis"),
+        ({"EMBEDSTREAM_CACHE_TTL_S": "-1"}, "cache_ttl_s", "must be >= 0"),
+        ({"EMBEDSTREAM_CACHE_MAX_ITEMS": "0"}, "cache_max_items", "must be > 0"),
+        ({"EMBEDSTREAM_CACHE_TIMEOUT_MS": "nan"}, "cache_timeout_ms", "finite"),
+    ],
+)
+def test_bad_cache_settings_fail_naming_them(
+    env: dict[str, str], setting: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(env=env)
+    assert info.value.setting == setting and message in str(info.value)
+    assert "canary" not in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -556,3 +556,10 @@ def test_sasl_overlay_renders_with_kubectl() -> None:
     docs = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout) if doc}
     assert {"ConfigMap", "Deployment", "ScaledObject", "TriggerAuthentication"} <= set(docs)
     assert all("authenticationRef" in t for t in docs["ScaledObject"]["spec"]["triggers"])
+
+
+def test_the_dashboard_shows_the_cache() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for name in ("hits", "misses", "errors", "tokens_saved"):
+        assert f"embedstream_cache_{name}_total" in exprs, name

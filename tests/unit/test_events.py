@@ -83,7 +83,10 @@ def test_result_encoding() -> None:
         "metadata": {"k": 1},
         "attempts": 1,
         "latency_ms": 12.346,
+        "cached": False,
     }
+    served = EmbedResult("a", "m", [0.5], 1, 0, None, 0, 1.0, cached=True)
+    assert orjson.loads(served.encode())["cached"] is True
 
 
 def test_dead_letter_headers_truncate_the_message() -> None:

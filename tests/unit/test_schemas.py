@@ -36,6 +36,7 @@ RESULT = {
     "metadata": None,
     "attempts": 1,
     "latency_ms": 12.5,
+    "cached": False,
 }
 DEAD_LETTER_HEADERS = {
     "embedstream.error.class": "BadRequestError",
@@ -74,6 +75,7 @@ VALID = [
     ("result", RESULT),
     ("result", changed(RESULT, embedding="AACAPwAAAEA=", metadata={"tenant": "a"})),
     ("result", changed(RESULT, usage={"tokens": 0}, latency_ms=0)),
+    ("result", changed(RESULT, cached=True, usage={"tokens": 0}, attempts=0)),
     ("dead_letter_headers", DEAD_LETTER_HEADERS),
     ("dead_letter_headers", {**DEAD_LETTER_HEADERS, "traceparent": "00-abc-def-01"}),
 ]
@@ -96,7 +98,9 @@ INVALID = [
     ("result", changed(RESULT, embedding="not base64!")),
     ("result", changed(RESULT, metadata=...)),
     ("result", changed(RESULT, usage={})),
-    ("result", changed(RESULT, attempts=0)),
+    ("result", changed(RESULT, attempts=-1)),
+    ("result", changed(RESULT, cached="yes")),
+    ("result", changed(RESULT, cached=...)),
     ("result", changed(RESULT, latency_ms=-1)),
     ("result", changed(RESULT, dimensions=0)),
     ("dead_letter_headers", changed(DEAD_LETTER_HEADERS, **{"embedstream.error.class": ...})),
@@ -137,6 +141,9 @@ def test_what_the_code_writes_matches_the_schemas() -> None:
     validator("request").validate(orjson.loads(encode_request(request)))
     result = EmbedResult("r1", "m", "AAAA", 1, 3, None, 1, 4.5)
     validator("result").validate(orjson.loads(result.encode()))
+    cached = EmbedResult("r1", "m", [0.5], 1, 0, None, 0, 1.0, cached=True)
+    assert orjson.loads(cached.encode())["cached"] is True
+    validator("result").validate(orjson.loads(cached.encode()))
     failure = Failure(
         "InvalidEvent", "invalid_json", "bad", 0, "t", 0, 7, 1_767_225_600_000, 1_767_225_600_001
     )

@@ -297,3 +297,27 @@ def test_row_of_a_down_target_is_dim() -> None:
     console = Console(file=StringIO(), width=100, force_terminal=True, color_system="standard")
     console.print(render(Screen([TargetView(URL, error="timeout")], NOW), 100))
     assert "\x1b[2m127.0.0.1:9464" in console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def cached(m: Metrics) -> None:
+    healthy(m)
+    m.count_cache_lookups({"memory": 30, "redis": 60}, misses=10, tokens_saved=9000)
+    m.count_cache_error("get")
+
+
+def test_a_cache_line_shows_hit_ratio_and_tokens_saved_over_the_refresh() -> None:
+    before, after = scrape(healthy), scrape(cached)
+    views = [TargetView(URL, after, compute_rates(before, after, 2.0))]
+    lines = text_of(Screen(views, NOW, 2.0), 120)
+    [line] = [line for line in lines if line.startswith("cache:")]
+    assert line == "cache: 90% hits (45 hits/s, 5 misses/s), 4500 tokens saved/s, 0.5 errors/s"
+    first = text_of(Screen([TargetView(URL, after)], NOW, 2.0), 120)
+    assert any(
+        line.startswith("cache: 90% hits since start (90 hits, 10 misses)") for line in first
+    )
+
+
+def test_no_cache_line_without_a_cache() -> None:
+    before, after = scrape(healthy), scrape(busy)
+    lines = text_of(Screen([TargetView(URL, after, compute_rates(before, after, 2.0))], NOW), 120)
+    assert not any(line.startswith("cache:") for line in lines)

@@ -1,17 +1,28 @@
 """What the engine reports as it works: the one seam between batching and metrics.
 
-The engine calls these methods; `embedstream.ops.metrics.Metrics` implements them on a
-Prometheus registry, and :class:`NullObserver` ignores them (the in-process client without
-metrics, unit tests). Pure: a Protocol and a no-op.
+The engine (its cache included) calls these methods; `embedstream.ops.metrics.Metrics`
+implements them on a Prometheus registry, and :class:`NullObserver` ignores them (the
+in-process client without metrics, unit tests). Pure: a Protocol and a no-op.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 
-class EngineObserver(Protocol):
+class CacheObserver(Protocol):
+    def count_cache_lookups(
+        self, hits_by_tier: Mapping[str, int], misses: int, tokens_saved: int
+    ) -> None:
+        """One batched look-up: hits per tier (memory, redis), misses, and the estimated
+        tokens the hits kept from the provider."""
+
+    def count_cache_error(self, operation: str) -> None:
+        """A look-up or write of the shared tier failed (Redis down, slow or refusing)."""
+
+
+class EngineObserver(CacheObserver, Protocol):
     def observe_flush(
         self, lane: str, reason: str, items: int, tokens: int, waits_s: Sequence[float]
     ) -> None:
@@ -46,4 +57,12 @@ class NullObserver:
         return None
 
     def count_dead_letter(self, reason: str) -> None:
+        return None
+
+    def count_cache_lookups(
+        self, hits_by_tier: Mapping[str, int], misses: int, tokens_saved: int
+    ) -> None:
+        return None
+
+    def count_cache_error(self, operation: str) -> None:
         return None

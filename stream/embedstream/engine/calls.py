@@ -12,7 +12,9 @@ both send every batch through :class:`BatchCaller`, so they share every rule:
   outage-like failure (connection, timeout, 5xx) while no other call succeeds. Only failures
   the provider's other calls do not share count as attempts, so an outage dead-letters nothing;
 - a transient failure is retried after a backoff, up to `max_attempts`; then, or for a
-  permanent failure, the job is dead-lettered.
+  permanent failure, the job is dead-lettered;
+- with an embedding cache, the vectors of a successful call are stored in it once their
+  outcomes are delivered (look-ups happen before jobs reach the batcher: `engine/cache.py`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from embedstream.core.governor import OUTAGE_REASONS, Governor
 from embedstream.core.lanes import BucketKey, Pending
 from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import FlushReason
+from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.jobs import Embedded, J, Outcomes
 from embedstream.errors import (
@@ -68,6 +71,7 @@ class BatchCaller(Generic[J]):
         observer: EngineObserver | None = None,
         cost: CostModels | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        cache: EmbeddingCache | None = None,
     ) -> None:
         self._backend = backend
         self._outcomes = outcomes
@@ -79,6 +83,7 @@ class BatchCaller(Generic[J]):
         self._observer = observer or NullObserver()
         self._cost = cost  # learns L(b) from each successful call (spreading decisions)
         self._monotonic = monotonic
+        self._cache = cache
         self._abandon = asyncio.Event()
         self._last_success_ms: int | None = None  # the last call that succeeded (clock_ms)
 
@@ -144,6 +149,8 @@ class BatchCaller(Generic[J]):
             self._observer.observe_call(outcome.latency_s, ok=True)
             self._governor.on_success(outcome.latency_s, outcome.headers)
             await self._succeeded(key, batch, mapping, outcome)
+            if self._cache is not None:
+                await self._cache.store(key, distinct, outcome.vectors)
             return
 
     def _says_nothing_about(self, job: J, exc: EmbedStreamError, now_ms: int) -> bool:

@@ -7,7 +7,9 @@
 Concurrent callers are batched by the same policy, lanes and limits as the Kafka processor and
 their batches go through the same batch-call path (:mod:`embedstream.engine.calls`): holds on
 rate limits and outages, retries of transient failures with backoff, splitting of rejected
-batches. Each caller gets its own vector, or its own exception, back.
+batches. Each caller gets its own vector, or its own exception, back. With an embedding cache
+(`cache="memory"` or `"redis"`), the texts submitted in one event-loop turn (one `embed()` of a
+list, or many concurrent single-text calls) are looked up together before they are batched.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -30,6 +33,7 @@ from embedstream.core.observer import EngineObserver
 from embedstream.core.policy import FlushReason
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.cache import EmbeddingCache, build_cache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
 from embedstream.engine.jobs import Embedded, Job, Outcomes
@@ -37,6 +41,8 @@ from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, Tra
 from embedstream.wire import Vector
 
 __all__ = ["BatchingClient", "Vector"]
+
+log = logging.getLogger(__name__)
 
 Lane = Literal["high", "low"]
 IN_PROCESS_ID = "in-process"  # what logs name a caller's text (texts are never logged)
@@ -109,8 +115,11 @@ class BatchingClient:
         settings: Settings | None = None,
         token_counter: TokenCounter = estimate_tokens,
         observer: EngineObserver | None = None,
+        embedding_cache: EmbeddingCache | None = None,
         **setting_values: Any,
     ) -> None:
+        """`embedding_cache` replaces the one the `cache` settings would build (tests, or one
+        cache shared by several clients)."""
         self.settings = _resolve(settings, setting_values)
         self._backend = backend or OpenAIEmbedder.from_settings(self.settings)
         self._limits = configured.provider_limits(self.settings)
@@ -124,6 +133,9 @@ class BatchingClient:
             observe_dispatch=False,  # the batch-call path reports real call latencies
         )
         self._callers = _Callers(self._batcher)
+        self._cache = embedding_cache or build_cache(self.settings, observer)
+        self._to_look_up: list[_Request] = []  # submitted in this loop turn, not yet looked up
+        self._look_ups: set[asyncio.Task[None]] = set()
         self._caller = BatchCaller(
             self._backend,
             self._callers,
@@ -132,6 +144,7 @@ class BatchingClient:
             backoff=configured.backoff(self.settings),
             observer=observer,
             cost=self._batcher.cost,
+            cache=self._cache,
         )
         self._runner: asyncio.Task[None] | None = None
 
@@ -164,6 +177,8 @@ class BatchingClient:
             try:
                 await asyncio.wait_for(asyncio.shield(self._runner), timeout_s)
             except TimeoutError:
+                for task in self._look_ups:
+                    task.cancel()
                 self._caller.abandon_holds()
                 self._callers.give_up_waiting()
                 self._callers.abandoned(self._batcher.abandon())
@@ -171,6 +186,8 @@ class BatchingClient:
                     await self._runner
             self._runner = None
         await self._backend.close()
+        if self._cache is not None:
+            await self._cache.close()
 
     def submit(
         self,
@@ -197,8 +214,46 @@ class BatchingClient:
         )
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
         job = _Request(id=IN_PROCESS_ID, text=text, tokens=tokens, key=key, future=future)
-        self._batcher.add(key, tokens, job)
+        if self._cache is None:
+            self._batcher.add(key, tokens, job)
+            return future
+        self._batcher.expect()  # `close()` waits for it: it joins the batcher after its look-up
+        if not self._to_look_up:
+            asyncio.get_running_loop().call_soon(self._start_look_up)
+        self._to_look_up.append(job)
         return future
+
+    def _start_look_up(self) -> None:
+        jobs, self._to_look_up = self._to_look_up, []
+        task = asyncio.create_task(self._look_up(jobs))
+        self._look_ups.add(task)
+        task.add_done_callback(self._look_ups.discard)
+
+    async def _look_up(self, jobs: list[_Request]) -> None:
+        """Answer the jobs the cache knows; the others join the batcher."""
+        assert self._cache is not None
+        misses = jobs
+        try:
+            live = [job for job in jobs if not job.future.done()]
+            hits, misses = await self._cache.look_up(live, _key_of)
+            for hit in hits:
+                if not hit.job.future.done():
+                    hit.job.future.set_result(hit.vector)
+        except asyncio.CancelledError:  # closing gave up on them
+            for job in jobs:
+                self._batcher.forget_expected()
+                if not job.future.done():
+                    job.future.set_exception(_closed())
+            raise
+        except Exception:  # never strand a caller: an unexpected error sends them all
+            log.exception("embedding cache look-up failed; sending %d texts", len(jobs))
+            misses = [job for job in jobs if not job.future.done()]
+        waiting = set(map(id, misses))
+        for job in jobs:
+            if id(job) in waiting and not job.future.done():
+                self._batcher.add_expected(job.key, job.tokens, job)
+            else:
+                self._batcher.forget_expected()
 
     @overload
     async def embed(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]
@@ -286,6 +341,10 @@ class BatchingClient:
         live = [pending for pending in batch if not pending.payload.future.done()]
         if live:
             await self._caller.dispatch(key, live, reason)
+
+
+def _key_of(job: _Request) -> BucketKey:
+    return job.key
 
 
 def _resolve(settings: Settings | None, values: dict[str, Any]) -> Settings:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import EngineObserver
+from embedstream.engine.cache import Hit
 from embedstream.engine.jobs import Embedded, Outcomes
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.partitions import PartitionState
@@ -89,6 +90,40 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         for embedded in done:
             self._observer.observe_result(lane, (now - embedded.job.timestamp_ms) / 1000.0)
             embedded.job.finish()
+
+    def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:
+        """Results served from the embedding cache (no call made, no tokens charged), written
+        in the background like those of calls. A result the broker will not take leaves its
+        item unfinished (uncommitted, redone later)."""
+        if not hits:
+            return
+        now = self._clock_ms()
+        task = asyncio.create_task(self._write_all_cached(list(hits), now))
+        self._writing.add(task)
+        task.add_done_callback(self._written)
+
+    async def _write_all_cached(self, hits: list[Hit[WorkItem]], now: int) -> None:
+        results = []
+        for hit in hits:
+            item = hit.job
+            result = EmbedResult(
+                id=item.request.id,
+                model=hit.key.model,
+                embedding=hit.vector,
+                dimensions=hit.dimensions,
+                tokens=0,
+                metadata=item.request.metadata,
+                attempts=item.attempts,
+                latency_ms=float(now - item.timestamp_ms),
+                cached=True,
+            )
+            results.append((item, result))
+        await self.sink.results(results)  # one batch per partition, like a call's results
+        for hit in hits:
+            self._observer.observe_result(
+                hit.key.priority.label, (now - hit.job.timestamp_ms) / 1000.0
+            )
+            hit.job.finish()
 
     async def retry_later(self, job: WorkItem, error: EmbedStreamError, delay_s: float) -> None:
         not_before = self._clock_ms() + int(delay_s * 1000)

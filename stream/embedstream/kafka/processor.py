@@ -3,7 +3,9 @@
 Every part arrives ready-made from the composition root (`embedstream.app`); this module only
 runs them. Offsets are committed per partition up to the lowest record whose outcome (result,
 retry record or dead letter) is not yet written, so a crash re-reads unfinished work and never
-skips it. Memory is bounded by pausing partitions, never by dropping records.
+skips it. Memory is bounded by pausing partitions, never by dropping records. With an embedding
+cache, the records admitted from one fetch are looked up together: hits are written as results
+at once, misses join the batcher.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from typing import Any
 
 from embedstream.config import Settings
 from embedstream.core.governor import Governor
-from embedstream.core.lanes import Priority
+from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.offsets import PartitionOffsets
 from embedstream.core.policy import BatchLimits
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.kafka.admission import Admission
 from embedstream.kafka.commits import OffsetCommitter
@@ -60,6 +63,7 @@ class Parts:
     committer: OffsetCommitter
     handoff: Handoff
     transactions: PartitionTransactions | None
+    cache: EmbeddingCache | None = None
 
 
 class Processor:
@@ -145,6 +149,8 @@ class Processor:
             if p.transactions is not None:
                 await p.transactions.close()
             await p.producer.stop()
+            if p.cache is not None:
+                await p.cache.close()
 
     async def _run_loops(self) -> None:
         p = self.parts
@@ -195,28 +201,55 @@ class Processor:
             fetched = await p.fetcher.fetch(budget, self._stopping)
             if fetched is None:
                 return
+            admitted: list[WorkItem] = []
             for state, records in fetched:
                 for record in records:
-                    await self._take(state, record)
+                    item = await self._admit(state, record)
+                    if item is not None:
+                        admitted.append(item)
                 p.fetcher.update_lag(state, records[-1].offset + 1)
+            await self._submit(admitted)
 
-    async def _take(self, state: PartitionState, record: Record) -> None:
+    async def _admit(self, state: PartitionState, record: Record) -> WorkItem | None:
+        """Track one record; dead-letter it now if it can never become work."""
         p = self.parts
         if state.floor is not None and record.offset < state.floor:
-            return  # committed by the previous owner (exactly-once): not ours to redo
+            return None  # committed by the previous owner (exactly-once): not ours to redo
         p.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
         verdict = p.admission.admit(record, state, now_ms())
         if isinstance(verdict, Failure):
             await p.outcomes.refused(record, state, verdict)
-        else:
-            p.waiting.hold_or_submit(verdict)
+            return None
+        return verdict
+
+    async def _submit(self, items: list[WorkItem]) -> None:
+        """Hand one fetch's work to the engine: cache hits become results now (one look-up for
+        the whole fetch), the rest joins the batcher (or waits, if a retry not yet due)."""
+        p = self.parts
+        if p.cache is None or not items:
+            for item in items:
+                p.waiting.hold_or_submit(item)
+            return
+        due = p.waiting.hold_later(items)
+        hits, misses = await p.cache.look_up(due, _bucket_key)
+        # A rebalance may have revoked partitions during the look-up: their work is not ours.
+        for item in misses:
+            if item.current:
+                p.waiting.hold_or_submit(item)
+        # Written in the background (still held, so backpressure bounds them; the drain
+        # waits for them with the other results).
+        p.outcomes.cached([hit for hit in hits if hit.job.current])
 
     async def _commit_periodically(self) -> None:
         p = self.parts
         while True:
             await asyncio.sleep(p.settings.commit_interval_ms / 1000.0)
             await p.committer.commit(list(p.assignment.offsets()))
+
+
+def _bucket_key(item: WorkItem) -> BucketKey:
+    return item.key
 
 
 async def _within(task: asyncio.Future[Any], seconds: float, abort: asyncio.Event) -> bool:

@@ -37,6 +37,18 @@ class WaitingRetries:
         else:
             self._submit(item)
 
+    def hold_later(self, items: list[WorkItem]) -> list[WorkItem]:
+        """Hold the items not yet due; return the others, in order, for the caller to submit."""
+        now = self._clock_ms()
+        due = []
+        for item in items:
+            if item.not_before_ms > now:
+                self._queue.push(item.not_before_ms, item)
+                self._wake.set()
+            else:
+                due.append(item)
+        return due
+
     async def run(self) -> None:
         """Hands each item to the engine once its time has come (until cancelled)."""
         while True:

@@ -7,7 +7,7 @@ reason, topic/partition), never request ids or text, so series counts stay bound
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -18,6 +18,8 @@ from embedstream.core.policy import FlushReason
 LANES = tuple(lane.label for lane in Priority)
 QUEUE_LANES = (*LANES, "delayed")
 FLUSH_REASONS = tuple(FlushReason)
+CACHE_TIERS = ("memory", "redis")
+CACHE_OPERATIONS = ("get", "write", "corrupt")
 
 # Every family as named in the text exposition (counters with their ``_total`` suffix);
 # histograms expose ``_bucket``, ``_sum`` and ``_count`` series under these names.
@@ -43,6 +45,10 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "embedstream_adaptive_wait_seconds",
         "embedstream_ready",
         "embedstream_buffered_items",
+        "embedstream_cache_hits_total",
+        "embedstream_cache_misses_total",
+        "embedstream_cache_errors_total",
+        "embedstream_cache_tokens_saved_total",
     }
 )
 
@@ -172,6 +178,28 @@ class Metrics:
             "All items held in memory (buffered, in flight, delayed); drives backpressure.",
             registry=r,
         )
+        self._cache_hits = Counter(
+            "embedstream_cache_hits_total",
+            "Texts answered from the embedding cache, by tier (memory, redis).",
+            ["tier"],
+            registry=r,
+        )
+        self._cache_misses = Counter(
+            "embedstream_cache_misses_total",
+            "Texts looked up in the embedding cache and not found (sent to the provider).",
+            registry=r,
+        )
+        self._cache_errors = Counter(
+            "embedstream_cache_errors_total",
+            "Failed Redis look-ups and writes, and unreadable entries, by operation.",
+            ["operation"],
+            registry=r,
+        )
+        self._cache_tokens_saved = Counter(
+            "embedstream_cache_tokens_saved_total",
+            "Estimated tokens of the texts the cache answered, not sent to the provider.",
+            registry=r,
+        )
         self._create_known_series()
 
     def _create_known_series(self) -> None:
@@ -187,6 +215,10 @@ class Metrics:
             self._flushes.labels(reason=reason)
         for outcome in ("ok", "error"):
             self._api_calls.labels(outcome=outcome)
+        for tier in CACHE_TIERS:
+            self._cache_hits.labels(tier=tier)
+        for operation in CACHE_OPERATIONS:
+            self._cache_errors.labels(operation=operation)
 
     # ----------------------------------------------------------------- batching
 
@@ -237,6 +269,19 @@ class Metrics:
 
     def count_dead_letter(self, reason: str) -> None:
         self._dead_letters.labels(reason=reason).inc()
+
+    # ----------------------------------------------------------------- cache
+
+    def count_cache_lookups(
+        self, hits_by_tier: Mapping[str, int], misses: int, tokens_saved: int
+    ) -> None:
+        for tier, hits in hits_by_tier.items():
+            self._cache_hits.labels(tier=tier).inc(hits)
+        self._cache_misses.inc(misses)
+        self._cache_tokens_saved.inc(tokens_saved)
+
+    def count_cache_error(self, operation: str) -> None:
+        self._cache_errors.labels(operation=operation).inc()
 
     # ----------------------------------------------------------------- consumer
 

@@ -23,7 +23,7 @@ from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
 from embedstream.kafka.clients import connection_for, make_producer, make_reader, partitions_of
 from embedstream.kafka.processor import Processor
-from embedstream.ops.metrics import Metrics
+from embedstream.ops.metrics import CACHE_TIERS, Metrics
 from embedstream.tools.embedded import EmbeddedBroker
 from embedstream.tools.simulator.model import SimulatorConfig
 from embedstream.tools.simulator.server import SimulatorServer
@@ -85,6 +85,7 @@ class Summary:
     p99_ms: float
     api_calls: int = 0
     mean_batch: float = 0.0
+    cache: str = "off"
 
     def render(self) -> str:
         return (
@@ -93,7 +94,8 @@ class Summary:
             f"latency P50   {self.p50_ms:,.0f} ms (end to end)\n"
             f"latency P99   {self.p99_ms:,.0f} ms\n"
             f"API calls     {self.api_calls}\n"
-            f"mean batch    {self.mean_batch:,.1f} inputs/call"
+            f"mean batch    {self.mean_batch:,.1f} inputs/call\n"
+            f"cache         {self.cache}"
         )
 
 
@@ -147,12 +149,23 @@ async def run_demo(
         inputs = metrics.registry.get_sample_value("embedstream_batch_size_sum") or 0.0
         summary.api_calls = int(calls)
         summary.mean_batch = inputs / max(calls, 1.0)
+        summary.cache = _cache_summary(settings, metrics)
         print(summary.render())
         return 0
     finally:
         if simulator is not None:
             await simulator.stop()
         broker.stop()
+
+
+def _cache_summary(settings: Settings, metrics: Metrics) -> str:
+    if settings.cache == "off":
+        return "off (EMBEDSTREAM_CACHE=memory or redis turns it on)"
+    value = metrics.registry.get_sample_value
+    hits = sum(value("embedstream_cache_hits_total", {"tier": t}) or 0.0 for t in CACHE_TIERS)
+    misses = value("embedstream_cache_misses_total") or 0.0
+    saved = value("embedstream_cache_tokens_saved_total") or 0.0
+    return f"{hits:,.0f} hits of {hits + misses:,.0f} look-ups, {saved:,.0f} tokens saved"
 
 
 async def _drive(settings: Settings, processor: Processor, n: int, rate: float) -> Summary:

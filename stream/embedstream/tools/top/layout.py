@@ -22,6 +22,7 @@ from embedstream.tools.top.rows import (
     PartitionRow,
     Row,
     State,
+    cache_line,
     fmt_count,
     fmt_in_flight,
     fmt_mean,
@@ -215,6 +216,9 @@ def render(screen: Screen, width: int) -> Group:
     parts: list[RenderableType] = [_line(header, width, "bold")]
     table, columns = targets_table(views, width)
     parts.append(table)
+    cache = cache_line(views)
+    if cache is not None:
+        parts.append(_line(cache, width))
     parts.extend(_line(text, width, STYLES[state]) for state, text in problems(views))
     if screen.show_partitions:
         rows = partition_rows(views)

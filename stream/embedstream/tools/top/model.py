@@ -43,6 +43,10 @@ _SCALARS = frozenset(
         "in_flight_calls",
         "concurrency_limit",
         "paused_partitions",
+        "cache_hits_total",
+        "cache_misses_total",
+        "cache_errors_total",
+        "cache_tokens_saved_total",
     }
 )
 
@@ -114,6 +118,15 @@ class Snapshot:
     concurrency_limit: float = 0.0
     paused_partitions: float = 0.0
     ready: bool | None = None  # None when the series is absent
+    cache_hits: float = 0.0  # over every tier
+    cache_misses: float = 0.0
+    cache_errors: float = 0.0
+    cache_tokens_saved: float = 0.0
+
+    @property
+    def cache_used(self) -> bool:
+        """The processor has looked texts up in an embedding cache (cache is not off)."""
+        return self.cache_hits + self.cache_misses > 0
 
     @property
     def results_total(self) -> float:
@@ -227,6 +240,10 @@ class _Collector:
             concurrency_limit=self.scalars["concurrency_limit"],
             paused_partitions=self.scalars["paused_partitions"],
             ready=self.ready,
+            cache_hits=self.scalars["cache_hits_total"],
+            cache_misses=self.scalars["cache_misses_total"],
+            cache_errors=self.scalars["cache_errors_total"],
+            cache_tokens_saved=self.scalars["cache_tokens_saved_total"],
         )
 
 
@@ -257,6 +274,10 @@ class Rates:
     calls_ok: float = 0.0
     calls_failed: float = 0.0
     provider_wide_errors: float = 0.0
+    cache_hits: float = 0.0
+    cache_misses: float = 0.0
+    cache_errors: float = 0.0
+    cache_tokens_saved: float = 0.0
 
     def items_per_s(self, lane: str | None = None) -> float:
         items = sum(self.results.values()) if lane is None else self.results.get(lane, 0.0)
@@ -327,6 +348,10 @@ def compute_rates(earlier: Snapshot, current: Snapshot, elapsed_s: float) -> Rat
             current.api_errors_by_class.get(PROVIDER_WIDE, 0.0),
             earlier.api_errors_by_class.get(PROVIDER_WIDE, 0.0),
         ),
+        cache_hits=_increase(current.cache_hits, earlier.cache_hits),
+        cache_misses=_increase(current.cache_misses, earlier.cache_misses),
+        cache_errors=_increase(current.cache_errors, earlier.cache_errors),
+        cache_tokens_saved=_increase(current.cache_tokens_saved, earlier.cache_tokens_saved),
     )
 
 

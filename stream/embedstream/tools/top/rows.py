@@ -177,6 +177,38 @@ def problems(views: Sequence[TargetView]) -> list[tuple[State, str]]:
     return sorted(found, key=lambda item: item[0])
 
 
+def cache_line(views: Sequence[TargetView]) -> str | None:
+    """The embedding cache over every target that uses one, over the last refresh (totals
+    before the second); None when no target looks texts up in a cache."""
+    using = [v for v in views if v.snapshot is not None and v.snapshot.cache_used]
+    if not using:
+        return None
+    rated = [v.rates for v in using if v.rates is not None]
+    if len(rated) < len(using):
+        snaps = [v.snapshot for v in using if v.snapshot is not None]
+        hits = sum(s.cache_hits for s in snaps)
+        misses = sum(s.cache_misses for s in snaps)
+        saved = sum(s.cache_tokens_saved for s in snaps)
+        errors = sum(s.cache_errors for s in snaps)
+        ratio = hits / (hits + misses) if hits + misses else 0.0
+        return (f"cache: {ratio:.0%} hits since start ({_compact(hits)} hits, "
+                f"{_compact(misses)} misses), {_compact(saved)} tokens saved, "
+                f"{_compact(errors)} errors")  # fmt: skip
+    elapsed = rated[0].elapsed_s
+    hits = sum(r.cache_hits for r in rated)
+    misses = sum(r.cache_misses for r in rated)
+    ratio = hits / (hits + misses) if hits + misses else 0.0
+    return (f"cache: {ratio:.0%} hits ({_compact(hits / elapsed)} hits/s, "
+            f"{_compact(misses / elapsed)} misses/s), "
+            f"{_compact(sum(r.cache_tokens_saved for r in rated) / elapsed)} tokens saved/s, "
+            f"{_per_s(sum(r.cache_errors for r in rated) / elapsed)} errors/s")  # fmt: skip
+
+
+def _per_s(value: float) -> str:
+    """A rate that must not round a rare event away: 0.5/s stays 0.5, not 0."""
+    return f"{value:.1f}" if 0 < value < 10 else _compact(value)
+
+
 # --------------------------------------------------------------------------- formatting
 
 

@@ -1,0 +1,328 @@
+"""The embedding cache: never pay the provider twice for the same vector.
+
+Looked up before a text joins a batch, one batched round trip per fetched batch (or per
+`BatchingClient.embed` call), so a hit takes no call slot and no token budget; written after a
+successful call: to the memory tier at once, to Redis by one background writer that sends
+whatever has accumulated in one command, so a write never holds a call slot. Two tiers: an
+in-process LRU (`cache=memory`, and in front of Redis with `cache=redis`) and Redis, shared by
+every processor and client. The only module that imports ``redis``.
+
+Redis is never a single point of failure: a look-up that fails or takes longer than
+`cache_timeout_ms` counts as a miss (the text goes to the provider as if there were no cache);
+a write that fails (or takes `WRITE_TIMEOUT_FACTOR` times as long: it delays nobody) is
+dropped. Either is counted in `embedstream_cache_errors_total` and logged once per interval,
+not per call; that operation then leaves Redis alone for a second before trying again, so an
+outage costs one timeout per second rather than one per fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from embedstream.config import Settings
+from embedstream.core.cachekeys import cache_key, provider_identity
+from embedstream.core.lanes import BucketKey
+from embedstream.core.lru import TtlLru
+from embedstream.core.observer import CacheObserver, NullObserver
+from embedstream.engine.jobs import Job
+from embedstream.wire import Vector, float32_bytes, vector_from_float32
+
+log = logging.getLogger(__name__)
+
+J = TypeVar("J", bound=Job)
+
+WARN_INTERVAL_S = 10.0  # at most one "cache unavailable" warning per this many seconds
+REDIS_PAUSE_S = 1.0  # after a failure, Redis is not asked again for this long
+# Keys per MGET: a fetch (max_poll_records, 1000 by default) is one round trip, while a client's
+# `embed()` of 100,000 texts does not ask Redis for hundreds of megabytes in one reply.
+MGET_CHUNK = 1000
+WRITE_CHUNK = 1000  # entries per Redis write command
+# Entries waiting for Redis beyond this are dropped (Redis cannot keep up; memory stays bounded).
+MAX_UNWRITTEN = 20_000
+CLOSE_WRITE_S = 2.0  # on close, how long the last writes may take
+# Writes run in the background and hold nothing, so a busy event loop (which makes any await
+# look slow) must not make them fail: they get this many times the look-up timeout.
+WRITE_TIMEOUT_FACTOR = 4
+
+# One command stores a whole batch, each key with the TTL (ARGV[1], ms; 0: none).
+_SET_MANY = """
+local ttl = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  if ttl > 0 then
+    redis.call('SET', key, ARGV[i + 1], 'PX', ttl)
+  else
+    redis.call('SET', key, ARGV[i + 1])
+  end
+end
+return #KEYS
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Hit(Generic[J]):
+    """A job answered from the cache, in the encoding it asked for."""
+
+    job: J
+    key: BucketKey
+    vector: Vector
+    dimensions: int
+
+
+class Tier(Protocol):
+    name: str
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
+
+    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryTier:
+    """The in-process tier: bounded by entries, each kept for the TTL at most."""
+
+    name = "memory"
+
+    def __init__(
+        self, max_items: int, ttl_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._entries: TtlLru[str, bytes] = TtlLru(max_items, ttl_s)
+        self._clock = clock
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return self._entries.get_many(keys, self._clock())
+
+    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
+        self._entries.put_many(entries, self._clock())
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisTier:
+    """Redis: MGET for look-ups, one script of SET ... PX for writes (one command, however many
+    entries: redis-py's per-command cost dominates otherwise). redis-py retries only
+    once, at once, on a broken connection (a pooled one Redis closed, say by restarting): the
+    cache's answer to a failure is a miss, not a wait."""
+
+    name = "redis"
+
+    def __init__(self, url: str, ttl_s: float, timeout_s: float) -> None:
+        self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else 0
+        self._client = redis.Redis.from_url(
+            url,
+            # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
+            # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
+            socket_timeout=timeout_s * WRITE_TIMEOUT_FACTOR,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            retry_on_error=[],
+            health_check_interval=0,
+        )
+        self._set_many = self._client.register_script(_SET_MANY)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        found = await self._client.mget(keys)
+        return [value if isinstance(value, bytes) else None for value in found]
+
+    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
+        keys = [key for key, _ in entries]
+        await self._set_many(keys=keys, args=[self._ttl_ms, *(value for _, value in entries)])
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class EmbeddingCache:
+    def __init__(
+        self,
+        provider: str,
+        memory: Tier,
+        shared: Tier | None = None,
+        *,
+        timeout_s: float = 0.25,
+        observer: CacheObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._provider = provider
+        self._memory = memory
+        self._shared = shared
+        self._timeout_s = timeout_s
+        self._observer = observer or NullObserver()
+        self._clock = clock
+        self._paused_until = {"get": 0.0, "write": 0.0}  # per operation, after a failure
+        self._last_warning: float | None = None
+        self._failures_since_warning = 0
+        self._unwritten: list[tuple[str, bytes]] = []  # stored in memory, not yet in Redis
+        self._writer: asyncio.Task[None] | None = None
+
+    @property
+    def tiers(self) -> tuple[str, ...]:
+        return tuple(t.name for t in (self._memory, self._shared) if t is not None)
+
+    async def look_up(
+        self, jobs: Sequence[J], key_of: Callable[[J], BucketKey]
+    ) -> tuple[list[Hit[J]], list[J]]:
+        """Split `jobs` into those the cache answers and those that must go to the provider
+        (in their original order). One memory look-up, and at most one Redis round trip."""
+        if not jobs:
+            return [], []
+        keys = [key_of(job) for job in jobs]
+        names = [
+            cache_key(self._provider, key, job.text) for key, job in zip(keys, jobs, strict=True)
+        ]
+        found = await self._memory.get_many(names)
+        tier_of: list[str | None] = [self._memory.name if f else None for f in found]
+        missing = sorted({n for n, f in zip(names, found, strict=True) if f is None})
+        if missing and self._shared is not None:
+            shared = await self._shared_get(missing)
+            by_name = {n: v for n, v in zip(missing, shared, strict=True) if v}
+            if by_name:
+                await self._memory.put_many(list(by_name.items()))
+            for i, name in enumerate(names):
+                if found[i] is None and name in by_name:
+                    found[i], tier_of[i] = by_name[name], self._shared.name
+        hits: list[Hit[J]] = []
+        misses: list[J] = []
+        hits_by_tier: dict[str, int] = {}
+        saved = 0
+        for job, key, data, tier in zip(jobs, keys, found, tier_of, strict=True):
+            hit = self._decode(job, key, data) if data is not None else None
+            if hit is None or tier is None:
+                misses.append(job)
+                continue
+            hits.append(hit)
+            hits_by_tier[tier] = hits_by_tier.get(tier, 0) + 1
+            saved += job.tokens
+        self._observer.count_cache_lookups(hits_by_tier, len(misses), saved)
+        return hits, misses
+
+    async def store(self, key: BucketKey, texts: Sequence[str], vectors: Sequence[Vector]) -> None:
+        """Keep the vectors a call returned (one per distinct text of the batch)."""
+        entries = [
+            (cache_key(self._provider, key, text), float32_bytes(vector))
+            for text, vector in zip(texts, vectors, strict=True)
+        ]
+        await self._memory.put_many(entries)
+        if self._shared is None or not self._shared_usable("write"):
+            return
+        self._unwritten.extend(entries)
+        if len(self._unwritten) > MAX_UNWRITTEN:
+            del self._unwritten[: len(self._unwritten) - MAX_UNWRITTEN]
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_unwritten())
+
+    async def flush(self) -> None:
+        """Wait until what was stored so far has been written to Redis (or given up on)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            try:
+                await asyncio.wait_for(self.flush(), CLOSE_WRITE_S)
+            except TimeoutError:
+                self._writer.cancel()
+        await self._memory.close()
+        if self._shared is not None:
+            await self._shared.close()
+
+    async def _write_unwritten(self) -> None:
+        """The one Redis writer: sends what accumulated meanwhile, a chunk per command."""
+        assert self._shared is not None
+        while self._unwritten:
+            if not self._shared_usable("write"):
+                self._unwritten.clear()
+                return
+            chunk = self._unwritten[:WRITE_CHUNK]
+            del self._unwritten[:WRITE_CHUNK]
+            try:
+                async with asyncio.timeout(self._timeout_s * WRITE_TIMEOUT_FACTOR):
+                    await self._shared.put_many(chunk)
+            except (RedisError, OSError, TimeoutError) as exc:
+                self._shared_failed("write", exc)
+
+    def _decode(self, job: J, key: BucketKey, data: bytes) -> Hit[J] | None:
+        dimensions = len(data) // 4
+        if key.dimensions is not None and dimensions != key.dimensions:
+            # Cannot come from a key that digests the dimensions; never serve it anyway.
+            self._observer.count_cache_error("corrupt")
+            return None
+        try:
+            vector = vector_from_float32(data, key.encoding_format)
+        except ValueError:
+            self._observer.count_cache_error("corrupt")
+            return None
+        return Hit(job, key, vector, dimensions)
+
+    async def _shared_get(self, names: list[str]) -> list[bytes | None]:
+        assert self._shared is not None
+        if not self._shared_usable("get"):
+            return [None] * len(names)
+        found: list[bytes | None] = []
+        for start in range(0, len(names), MGET_CHUNK):
+            chunk = names[start : start + MGET_CHUNK]
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    found.extend(await self._shared.get_many(chunk))
+            except (RedisError, OSError, TimeoutError) as exc:
+                self._shared_failed("get", exc)
+                return found + [None] * (len(names) - len(found))
+        return found
+
+    def _shared_usable(self, operation: str) -> bool:
+        return self._clock() >= self._paused_until[operation]
+
+    def _shared_failed(self, operation: str, exc: BaseException) -> None:
+        now = self._clock()
+        self._paused_until[operation] = now + REDIS_PAUSE_S
+        self._observer.count_cache_error(operation)
+        self._failures_since_warning += 1
+        if self._last_warning is None or now - self._last_warning >= WARN_INTERVAL_S:
+            log.warning(
+                "embedding cache: Redis %s failed (%s); texts go to the provider until it "
+                "answers again (%d failures since the last warning)",
+                operation, _describe(exc), self._failures_since_warning,
+            )  # fmt: skip
+            self._last_warning = now
+            self._failures_since_warning = 0
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}"[:200]
+
+
+def build_cache(
+    settings: Settings,
+    observer: CacheObserver | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> EmbeddingCache | None:
+    """The cache the settings ask for, or None with `cache=off`."""
+    if settings.cache == "off":
+        return None
+    provider = provider_identity(settings.base_url, settings.provider_profile)
+    memory = MemoryTier(settings.cache_max_items, settings.cache_ttl_s, clock)
+    shared: Tier | None = None
+    timeout_s = settings.cache_timeout_ms / 1000.0
+    if settings.cache == "redis":
+        assert settings.cache_url is not None  # validated
+        shared = RedisTier(settings.cache_url, settings.cache_ttl_s, timeout_s)
+    return EmbeddingCache(
+        provider, memory, shared, timeout_s=timeout_s, observer=observer, clock=clock
+    )

@@ -1,0 +1,289 @@
+"""The cache's memory tier (LRU bound, TTL on a fake clock), its codec, and how the cache
+behaves when its shared tier fails, is slow or holds something unreadable."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+from embedstream.core.lanes import BucketKey, Priority
+from embedstream.core.lru import TtlLru
+from embedstream.engine.cache import REDIS_PAUSE_S, WARN_INTERVAL_S, EmbeddingCache, MemoryTier
+from embedstream.engine.jobs import Job
+from embedstream.ops.metrics import Metrics
+from embedstream.testing import FakeClock
+from embedstream.wire import decode_base64, encode_base64, float32_bytes, vector_from_float32
+from prometheus_client import CollectorRegistry
+
+KEY = BucketKey(Priority.LOW, "m", "float", None)
+B64 = KEY._replace(encoding_format="base64")
+
+# --------------------------------------------------------------------------- memory tier
+
+
+def test_the_least_recently_used_entry_goes_first() -> None:
+    lru: TtlLru[str, int] = TtlLru(max_items=2, ttl_s=0)
+    lru.put("a", 1, now=0)
+    lru.put("b", 2, now=0)
+    assert lru.get("a", now=0) == 1  # now "b" is the least recently used
+    lru.put("c", 3, now=0)
+    assert (lru.get("a", 0), lru.get("b", 0), lru.get("c", 0)) == (1, None, 3)
+    assert len(lru) == 2
+
+
+@pytest.mark.parametrize(
+    ("ttl_s", "age_s", "kept"),
+    [(10.0, 9.999, True), (10.0, 10.0, False), (10.0, 11.0, False), (0.0, 1e9, True)],
+)
+def test_entries_expire_after_the_ttl(ttl_s: float, age_s: float, kept: bool) -> None:
+    lru: TtlLru[str, int] = TtlLru(max_items=10, ttl_s=ttl_s)
+    lru.put("a", 1, now=100.0)
+    assert (lru.get("a", now=100.0 + age_s) == 1) is kept
+
+
+def test_storing_again_restarts_the_ttl() -> None:
+    lru: TtlLru[str, int] = TtlLru(max_items=10, ttl_s=10.0)
+    lru.put("a", 1, now=0)
+    lru.put("a", 2, now=8)
+    assert lru.get("a", now=15) == 2
+    assert lru.get("a", now=18) is None
+    assert len(lru) == 0  # an expired entry is dropped when found
+
+
+def test_a_memory_tier_of_no_items_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_items"):
+        TtlLru(max_items=0, ttl_s=1)
+
+
+# --------------------------------------------------------------------------- codec
+
+
+@pytest.mark.parametrize("vector", [[0.5, -1.25, 3.0], encode_base64([0.5, -1.25, 3.0])])
+def test_vectors_are_stored_as_float32_and_served_in_either_encoding(
+    vector: list[float] | str,
+) -> None:
+    data = float32_bytes(vector)
+    assert len(data) == 12
+    assert vector_from_float32(data, "float") == [0.5, -1.25, 3.0]
+    encoded = vector_from_float32(data, "base64")
+    assert isinstance(encoded, str) and decode_base64(encoded) == [0.5, -1.25, 3.0]
+
+
+def test_floats_are_rounded_to_float32() -> None:
+    served = vector_from_float32(float32_bytes([0.1]), "float")
+    assert isinstance(served, list) and served != [0.1] and served[0] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00\x00\x80"])
+def test_bytes_that_are_not_a_float32_array_are_refused(data: bytes) -> None:
+    with pytest.raises(ValueError, match="float32"):
+        vector_from_float32(data, "float")
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+@dataclass
+class FakeShared:
+    """A shared tier that may fail, hang, or hold any bytes."""
+
+    name: str = "redis"
+    entries: dict[str, bytes] = field(default_factory=dict)
+    fail: Exception | None = None
+    hang: bool = False
+    gets: list[int] = field(default_factory=list)  # keys asked per round trip
+    puts: int = 0
+    gate: asyncio.Event | None = None  # writes wait for it
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        self.gets.append(len(keys))
+        await self._misbehave()
+        return [self.entries.get(k) for k in keys]
+
+    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
+        self.puts += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        await self._misbehave()
+        self.entries.update(entries)
+
+    async def close(self) -> None:
+        return None
+
+    async def _misbehave(self) -> None:
+        if self.hang:
+            await asyncio.sleep(3600)
+        if self.fail is not None:
+            raise self.fail
+
+
+async def stored(
+    cache: EmbeddingCache, key: BucketKey, texts: list[str], vectors: list[list[float]]
+) -> None:
+    """Store, and wait for the background write to Redis."""
+    await cache.store(key, texts, vectors)
+    await cache.flush()
+
+
+def job(text: str) -> Job:
+    return Job(id=text, text=text, tokens=len(text))
+
+
+def key_of(_: Job) -> BucketKey:
+    return KEY
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+def counted(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def metrics(registry: CollectorRegistry) -> Metrics:
+    return Metrics(registry)
+
+
+def make(
+    metrics: Metrics, shared: FakeShared | None, clock: FakeClock, max_items: int = 100
+) -> EmbeddingCache:
+    memory = MemoryTier(max_items, ttl_s=60, clock=clock)
+    return EmbeddingCache("p", memory, shared, timeout_s=0.05, observer=metrics, clock=clock)
+
+
+async def test_hits_misses_and_tokens_saved_are_counted_per_tier(
+    registry: CollectorRegistry, metrics: Metrics
+) -> None:
+    clock = FakeClock()
+    shared = FakeShared()
+    cache = make(metrics, shared, clock, max_items=1)
+    await stored(cache, KEY, ["aa", "bbbb"], [[1.0], [2.0]])  # memory keeps only "bbbb"
+    hits, misses = await cache.look_up([job("aa"), job("bbbb"), job("new")], key_of)
+    assert [(h.job.text, h.vector, h.dimensions) for h in hits] == [
+        ("aa", [1.0], 1),
+        ("bbbb", [2.0], 1),
+    ]
+    assert [m.text for m in misses] == ["new"]
+    assert shared.gets == [2]  # one round trip, for what memory lacked: "aa" and "new"
+    assert counted(registry, "embedstream_cache_hits_total", tier="memory") == 1
+    assert counted(registry, "embedstream_cache_hits_total", tier="redis") == 1
+    assert counted(registry, "embedstream_cache_misses_total") == 1
+    assert counted(registry, "embedstream_cache_tokens_saved_total") == 6
+
+
+async def test_each_job_gets_its_own_encoding_from_the_same_entry(
+    registry: CollectorRegistry, metrics: Metrics
+) -> None:
+    cache = make(metrics, None, FakeClock())
+    await stored(cache, KEY, ["t"], [[0.5, 2.0]])
+    second = job("t")
+    hits, _ = await cache.look_up([job("t"), second], lambda j: B64 if j is second else KEY)
+    assert hits[0].vector == [0.5, 2.0]
+    assert hits[1].vector == encode_base64([0.5, 2.0])
+
+
+@pytest.mark.parametrize(
+    "trouble",
+    [{"fail": ConnectionError("refused")}, {"fail": OSError("reset")}, {"hang": True}],
+    ids=["refused", "reset", "slow"],
+)
+async def test_a_failing_or_slow_shared_tier_means_misses_one_warning_and_a_pause(
+    registry: CollectorRegistry,
+    metrics: Metrics,
+    caplog: pytest.LogCaptureFixture,
+    trouble: dict[str, object],
+) -> None:
+    clock = FakeClock()
+    shared = FakeShared(entries={})
+    cache = make(metrics, shared, clock)
+    await stored(cache, KEY, ["known"], [[1.0]])
+    shared.fail = trouble.get("fail")  # type: ignore[assignment]
+    shared.hang = bool(trouble.get("hang"))
+    caplog.set_level(logging.WARNING)
+    hits, misses = await cache.look_up([job("known"), job("other")], key_of)
+    assert [h.job.text for h in hits] == ["known"]  # memory still answers
+    assert [m.text for m in misses] == ["other"]
+    assert counted(registry, "embedstream_cache_errors_total", operation="get") == 1
+    # Within the pause Redis is not asked at all: misses, no errors, no more warnings.
+    for _ in range(5):
+        await cache.look_up([job("x")], key_of)
+        await stored(cache, KEY, ["y"], [[1.0]])
+    assert shared.gets == [1]
+    # Writes fail on their own (once, then they pause too), whatever the look-ups did.
+    assert shared.puts == 2
+    assert counted(registry, "embedstream_cache_errors_total", operation="write") == 1
+    clock.advance(REDIS_PAUSE_S)
+    await cache.look_up([job("z")], key_of)
+    assert shared.gets == [1, 1]
+    assert counted(registry, "embedstream_cache_errors_total", operation="get") == 2
+    warnings = [r for r in caplog.records if "embedding cache" in r.getMessage()]
+    assert len(warnings) == 1  # once per interval, not per failure
+    clock.advance(WARN_INTERVAL_S)
+    await cache.look_up([job("w")], key_of)
+    warnings = [r for r in caplog.records if "embedding cache" in r.getMessage()]
+    assert len(warnings) == 2 and "3 failures since the last warning" in warnings[1].getMessage()
+
+
+async def test_the_shared_tier_is_used_again_once_it_answers(
+    registry: CollectorRegistry, metrics: Metrics
+) -> None:
+    clock = FakeClock()
+    shared = FakeShared(fail=ConnectionError("down"))
+    cache = make(metrics, shared, clock, max_items=1)
+    await stored(cache, KEY, ["a"], [[1.0]])  # the write fails: memory only
+    assert counted(registry, "embedstream_cache_errors_total", operation="write") == 1
+    shared.fail = None
+    clock.advance(REDIS_PAUSE_S)
+    await stored(cache, KEY, ["b", "c"], [[2.0], [3.0]])
+    hits, _ = await cache.look_up([job("b")], key_of)
+    assert [h.vector for h in hits] == [[2.0]]
+    assert counted(registry, "embedstream_cache_hits_total", tier="redis") == 1
+
+
+async def test_writes_go_to_redis_in_the_background_and_coalesce(metrics: Metrics) -> None:
+    shared = FakeShared(gate=asyncio.Event())
+    cache = EmbeddingCache("p", MemoryTier(100, 60), shared, timeout_s=5.0, observer=metrics)
+    await cache.store(KEY, ["first"], [[1.0]])  # returns at once: its write waits meanwhile
+    await asyncio.sleep(0)
+    for i in range(10):
+        await cache.store(KEY, [f"t{i}"], [[float(i)]])
+    assert shared.puts == 1  # one write in flight; the ten stores wait for it together
+    assert shared.gate is not None
+    shared.gate.set()
+    await cache.flush()
+    assert shared.puts == 2 and len(shared.entries) == 11
+
+
+async def test_an_unreadable_entry_is_a_miss_never_a_wrong_vector(
+    registry: CollectorRegistry, metrics: Metrics
+) -> None:
+    clock = FakeClock()
+    shared = FakeShared()
+    cache = make(metrics, shared, clock)
+    await stored(cache, KEY, ["a"], [[1.0]])
+    sized = KEY._replace(dimensions=2)
+    await stored(cache, sized, ["b"], [[1.0, 2.0]])
+    memoryless = make(metrics, shared, clock)  # a new process: only Redis knows them
+    for name in list(shared.entries):
+        shared.entries[name] = shared.entries[name][:-1]  # truncated in Redis
+    _, misses = await memoryless.look_up([job("a")], key_of)
+    assert [m.text for m in misses] == ["a"]
+    _, misses = await memoryless.look_up([job("b")], lambda j: sized)
+    assert [m.text for m in misses] == ["b"]
+    assert counted(registry, "embedstream_cache_errors_total", operation="corrupt") == 2
+
+
+async def test_a_large_look_up_is_cut_into_rounds_of_a_thousand_keys(
+    registry: CollectorRegistry, metrics: Metrics
+) -> None:
+    shared = FakeShared()
+    cache = make(metrics, shared, FakeClock())
+    _, misses = await cache.look_up([job(f"t{i}") for i in range(2500)], key_of)
+    assert len(misses) == 2500
+    assert shared.gets == [1000, 1000, 500]
