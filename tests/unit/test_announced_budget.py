@@ -41,6 +41,6 @@ async def test_an_announced_rpm_budget_is_never_exceeded() -> None:
         vectors = await asyncio.wait_for(asyncio.gather(*futures), timeout=60)
     assert sim.stats.rejected_429 == 0
     assert sim.stats.inputs == len(texts)  # every item sent once: nothing held back, no retry
-    assert sim.stats.calls < len(texts) / 10  # batches grew: far fewer calls than items
+    assert sim.stats.calls < len(texts) / 5  # batches grew: far fewer calls than items
     for index in (0, len(texts) // 2, len(texts) - 1):
         assert vectors[index] == expected_vector(MODEL, texts[index], 256)
