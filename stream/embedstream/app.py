@@ -12,19 +12,16 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
 
 from embedstream.config import Settings
 from embedstream.core import configured
 from embedstream.core.costmodel import CostModels
 from embedstream.core.intake import Intake
-from embedstream.core.lanes import Priority
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import build_cache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
-from embedstream.kafka.admin import TopicNames, topic_names
 from embedstream.kafka.admission import Admission
 from embedstream.kafka.clients import broker_probe, check_broker, make_consumer, make_producer
 from embedstream.kafka.commits import OffsetCommitter
@@ -35,6 +32,7 @@ from embedstream.kafka.partitions import Assignment
 from embedstream.kafka.processor import Parts, Processor
 from embedstream.kafka.protocols import Consumer, Producer
 from embedstream.kafka.sink import DirectWriter, Sink, Writer
+from embedstream.kafka.topics import configured_topics
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import WorkItem
@@ -92,10 +90,10 @@ def build_service(
     for `settings`; unit tests pass the in-memory fakes of `embedstream.kafka.fakes`."""
     metrics = metrics or Metrics()
     backend = backend or default_backend(settings)
-    names = topic_names(settings.topic_prefix)
+    names = configured_topics(settings)  # ConfigError if a topic has two roles
     consumer = consumer or make_consumer(settings)
     producer = producer or make_producer(settings)
-    assignment = Assignment(_lane_of(names))
+    assignment = Assignment(names.lane_of)
     transactions: PartitionTransactions | None = None
     writer: Writer = DirectWriter(producer)
     if settings.delivery == "exactly_once":
@@ -142,7 +140,7 @@ def build_service(
     processor = Processor(
         Parts(
             settings=settings,
-            topics=[names.requests_high, names.requests_low, names.retry],
+            topics=names.inputs,
             consumer=consumer,
             producer=producer,
             assignment=assignment,
@@ -164,13 +162,6 @@ def build_service(
     return Service(processor, health, ops_server)
 
 
-def _lane_of(names: TopicNames) -> Callable[[str], Priority]:
-    def lane(topic: str) -> Priority:
-        return Priority.HIGH if topic == names.requests_high else Priority.LOW
-
-    return lane
-
-
 async def run_service(
     settings: Settings,
     backend: EmbeddingBackend | None = None,
@@ -182,6 +173,7 @@ async def run_service(
 
     A second signal stops the drain at once; unfinished work is not committed (re-read later).
     """
+    configured_topics(settings)  # a topic setting at fault fails before any connection
     await check_broker(settings)  # before anything is consumed: names bootstrap_servers
     backend = backend or default_backend(settings)
     service = build_service(settings, backend)

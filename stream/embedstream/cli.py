@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument(
         "action",
         choices=["create", "list", "describe"],
-        help="create the declared topics (a no-op for those that exist), list or describe them",
+        help="create the missing topics (request topics only on a cluster with none yet; "
+        "existing topics are never changed), list the existing ones, or describe them",
     )
     topics.add_argument(
         "--file", type=Path, default=None, help="topic declarations (default: the packaged TOML)"
@@ -249,19 +250,24 @@ async def _topics(ns: argparse.Namespace) -> int:
     settings = _client_settings(ns)
     kafka = connection_for(settings)
     try:
-        specs = topics.load_topic_specs(settings.topic_prefix, ns.file)
+        specs = topics.configured_specs(settings, ns.file)
     except (topics.TopicConfigError, OSError) as exc:
         raise EmbedStreamError(f"topic declarations: {_reason(exc)}") from exc
     await _check_kafka(settings)
     with kafka_user_errors(settings):
+        existing = await topics.existing_topics(kafka)
         if ns.action == "create":
-            created = await topics.create_topics(kafka, specs)
+            plan = topics.plan_creation(specs, existing, settings.bootstrap_servers)
+            created = await topics.create_topics(kafka, plan.create)
             for name in created:
                 print(f"created {name}")
+            if plan.kept_borrowed:
+                print(f"left as they are: the request topics {', '.join(plan.kept_borrowed)}")
             print(f"{len(created)} created, {len(specs) - len(created)} already existed")
         elif ns.action == "list":
-            for name in await topics.list_topics(kafka, settings.topic_prefix):
-                print(name)
+            for spec in specs:
+                if spec.name in existing:
+                    print(spec.name)
         else:
             descriptions = await topics.describe_topics(kafka, specs)
             print(topics.format_description(specs, descriptions))

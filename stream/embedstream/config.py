@@ -11,21 +11,24 @@ anything touches Kafka or the provider.
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from embedstream.errors import ConfigError, env_var
+from embedstream.settings_rules import (
+    header_map,
+    json_object,
+    topic_list,
+    validate_provider,
+    validate_security,
+    validate_topics,
+)
 from embedstream.settings_sources import TOOL_VARIABLES as TOOL_VARIABLES
 from embedstream.settings_sources import collect_raw
 from embedstream.settings_types import (
-    SASL_PROTOCOLS,
-    TLS_PROTOCOLS,
     CacheMode,
     CompressionType,
     ConcurrencyMode,
@@ -40,57 +43,15 @@ from embedstream.settings_types import (
     literal_choices,
     parse_value,
 )
-
-
-class Group(StrEnum):
-    """Where a setting is shown: a heading of ``run --help`` and of the README reference."""
-
-    KAFKA = "Kafka"
-    SECURITY = "Kafka security"
-    PROVIDER = "Provider"
-    BATCHING = "Batching"
-    LIMITS = "Limits"
-    DELIVERY = "Delivery"
-    CACHE = "Cache"
-    OPERATIONS = "Operations"
-
-
-@dataclass(frozen=True)
-class SettingSpec:
-    """What a setting's field declares besides its type and default."""
-
-    help: str
-    group: Group
-    secret: bool = False
-    alt_env: str | None = None  # a variable other tools already use (OPENAI_API_KEY)
-    gt: float | None = None  # bounds: value > gt, >= ge, < lt, <= le
-    ge: float | None = None
-    lt: float | None = None
-    le: float | None = None
-
-    def range_problem(self, value: float) -> str | None:
-        """Why ``value`` is out of range, or None. NaN compares false with everything, so
-        finiteness is checked first: a NaN wait would never fire."""
-        if isinstance(value, float) and not math.isfinite(value):
-            return f"must be a finite number, got {value}"
-        bounds = [
-            (self.gt, ">", value > (self.gt or 0)),
-            (self.ge, ">=", value >= (self.ge or 0)),
-            (self.lt, "<", value < (self.lt or 0)),
-            (self.le, "<=", value <= (self.le or 0)),
-        ]
-        broken = [f"{op} {limit:g}" for limit, op, ok in bounds if limit is not None and not ok]
-        if not broken:
-            return None
-        wanted = " and ".join(f"{op} {limit:g}" for limit, op, _ in bounds if limit is not None)
-        return f"must be {wanted}, got {value:g}"
+from embedstream.settings_types import Group as Group
+from embedstream.settings_types import SettingSpec as SettingSpec
 
 
 def _setting(default: Any, help: str, group: Group, **spec: Any) -> Any:
     return field(default=default, metadata={"spec": SettingSpec(help, group, **spec)})
 
 
-_K, _S, _P, _B = Group.KAFKA, Group.SECURITY, Group.PROVIDER, Group.BATCHING
+_K, _T, _S, _P, _B = Group.KAFKA, Group.TOPICS, Group.SECURITY, Group.PROVIDER, Group.BATCHING
 _L, _D, _C, _O = Group.LIMITS, Group.DELIVERY, Group.CACHE, Group.OPERATIONS
 CACHE_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -102,7 +63,6 @@ class Settings:
     bootstrap_servers: str = _setting(
         "127.0.0.1:9092", "Kafka bootstrap servers, comma separated.", _K
     )
-    topic_prefix: str = _setting("embed.", "Prefix shared by every embedstream topic.", _K)
     group_id: str = _setting(
         "embedstream", "Consumer group; scale out by running more members.", _K
     )
@@ -121,6 +81,29 @@ class Settings:
         "none",
         "Compression of every record embedstream produces: none, gzip, snappy, lz4 or zstd.",
         _K,
+    )
+
+    topic_prefix: str = _setting(
+        "embed.", "Prefix of the default topic names (embed.requests.high, ...).", _T
+    )
+    topic_requests_high: str | None = _setting(
+        None,
+        "High-priority request topics, comma separated; unset: topic_prefix + requests.high.",
+        _T,
+    )
+    topic_requests_low: str | None = _setting(
+        None,
+        "Low-priority request topics, comma separated; unset: topic_prefix + requests.low.",
+        _T,
+    )
+    topic_retry: str | None = _setting(
+        None, "Retry topic (embedstream's own); unset: topic_prefix + retry.", _T
+    )
+    topic_results: str | None = _setting(
+        None, "Results topic (embedstream's own); unset: topic_prefix + results.", _T
+    )
+    topic_dlq: str | None = _setting(
+        None, "Dead-letter topic (embedstream's own); unset: topic_prefix + dlq.", _T
     )
 
     security_protocol: SecurityProtocol = _setting(
@@ -172,10 +155,30 @@ class Settings:
     )
     request_timeout_s: float = _setting(30.0, "Timeout of one embeddings call.", _P, gt=0)
     provider_profile: ProviderProfile = _setting(
-        "openai", "Provider limits: openai, dashscope or generic (see Provider limits).", _P
+        "openai",
+        "Provider preset: openai, azure, vllm, tei, ollama, dashscope or generic (see Providers).",
+        _P,
     )
     allowed_models: str = _setting(
         "", "Comma-separated models requests may name; empty allows any.", _P
+    )
+    azure_endpoint: str | None = _setting(
+        None, "provider_profile=azure: the resource, https://NAME.openai.azure.com.", _P
+    )
+    azure_deployment: str | None = _setting(
+        None, "provider_profile=azure: deployment to call; unset: a request's model names it.", _P
+    )
+    azure_api_version: str = _setting(
+        "2024-10-21", "provider_profile=azure: the api-version query parameter.", _P
+    )
+    extra_headers: str | None = _setting(
+        None,
+        "JSON object of HTTP headers for every call (or a _FILE variable). Never logged.",
+        _P,
+        secret=True,
+    )
+    extra_body: str | None = _setting(
+        None, "JSON object of fields added to every request body (e.g. vLLM's options).", _P
     )
 
     max_batch_size: int = _setting(256, "Most inputs in one call.", _B, gt=0)
@@ -280,10 +283,24 @@ class Settings:
     def allowed_model_set(self) -> frozenset[str]:
         return frozenset(m.strip() for m in self.allowed_models.split(",") if m.strip())
 
+    def topics(self, name: str) -> tuple[str, ...]:
+        """The topics a ``topic_*`` setting lists; () when unset (its default applies)."""
+        return topic_list(getattr(self, name))
+
+    @property
+    def extra_header_map(self) -> dict[str, str]:
+        return header_map(self.extra_headers)
+
+    @property
+    def extra_body_map(self) -> dict[str, Any]:
+        return json_object("extra_body", self.extra_body)
+
     def secret_values(self) -> list[str]:
-        """The secrets set, for the log redactor (and the password of a secret URL alone)."""
+        """The secrets set, for the log redactor: the password of a secret URL alone, and each
+        header of extra_headers on its own (a message would quote one value, never the JSON)."""
         found = [value for name in SECRETS if (value := getattr(self, name))]
-        return found + [p for value in found if (p := url_password(value))]
+        found += [p for value in found if (p := url_password(value))]
+        return found + [value for value in self.extra_header_map.values() if value]
 
     def describe(self) -> dict[str, str]:
         """Settings as strings for logs: secrets masked, credentials in URLs scrubbed (a secret
@@ -395,6 +412,8 @@ def validate(s: Settings) -> None:
             "base_url", f"must start with http:// or https://, got {scrub_url(s.base_url)!r}"
         )
     validate_security(s)
+    validate_topics(s)
+    validate_provider(s)
     validate_cache(s)
 
 
@@ -407,42 +426,6 @@ def validate_cache(s: Settings) -> None:
             "cache_url",
             f"must start with redis://, rediss:// or unix://, got {scrub_url(s.cache_url)!r}",
         )
-
-
-def validate_security(s: Settings) -> None:
-    """The Kafka security settings agree with security_protocol, and their files exist."""
-    protocol = s.security_protocol
-    if protocol in SASL_PROTOCOLS:
-        if s.sasl_mechanism == "OAUTHBEARER":
-            if not s.sasl_oauth_token_file:
-                raise ConfigError("sasl_oauth_token_file", "OAUTHBEARER needs a token file")
-        else:
-            for name in ("sasl_username", "sasl_password"):
-                if not getattr(s, name):
-                    raise ConfigError(name, f"{protocol} with {s.sasl_mechanism} needs it set")
-    else:
-        for name in ("sasl_username", "sasl_password", "sasl_oauth_token_file"):
-            if getattr(s, name):
-                raise ConfigError(
-                    "security_protocol", f"is {protocol} but {name} is set; use SASL_SSL"
-                )
-    tls_files = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password")
-    if protocol not in TLS_PROTOCOLS:
-        for name in tls_files:
-            if getattr(s, name):
-                raise ConfigError(
-                    "security_protocol", f"is {protocol} but {name} is set; use SSL or SASL_SSL"
-                )
-    if s.ssl_keyfile and not s.ssl_certfile:
-        raise ConfigError("ssl_certfile", "must be set when ssl_keyfile is")
-    if s.ssl_keyfile_password and not s.ssl_certfile:
-        raise ConfigError("ssl_keyfile_password", "is set but ssl_certfile is not")
-    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "sasl_oauth_token_file"):
-        path = getattr(s, name)
-        if path and not Path(path).is_file():
-            raise ConfigError(name, f"no such file: {path}")
-        if path and not os.access(path, os.R_OK):
-            raise ConfigError(name, f"cannot read {path} (permissions)")
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

@@ -17,10 +17,9 @@ from embedstream.config import FIELDS, Group, Settings, choices, load_settings, 
 # What a command that only talks to Kafka (topics, produce, consume, verify) can be given.
 CONNECTION_SETTINGS: tuple[str, ...] = (
     "bootstrap_servers",
-    "topic_prefix",
     "client_id",
     "connect_timeout_s",
-    *(name for name in FIELDS if spec(name).group is Group.SECURITY),
+    *(name for name in FIELDS if spec(name).group in (Group.TOPICS, Group.SECURITY)),
 )
 
 

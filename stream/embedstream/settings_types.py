@@ -1,9 +1,13 @@
 """The value types settings take, and how a raw value (environment or flag text, a TOML scalar)
 becomes one. Literal types list their allowed values once; help, validation and docs read them.
+:class:`SettingSpec` is what each setting declares besides its type (help, group, range).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from embedstream.errors import ConfigError
@@ -11,7 +15,7 @@ from embedstream.errors import ConfigError
 EncodingFormat = Literal["float", "base64"]
 LogFormat = Literal["plain", "json"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-ProviderProfile = Literal["openai", "dashscope", "generic"]
+ProviderProfile = Literal["openai", "azure", "vllm", "tei", "ollama", "dashscope", "generic"]
 ConcurrencyMode = Literal["fixed", "adaptive"]
 OversizePolicy = Literal["dead_letter", "truncate"]
 Delivery = Literal["at_least_once", "exactly_once"]
@@ -76,3 +80,48 @@ def _bool(value: Any) -> bool:
     if text in ("false", "0", "no", "off"):
         return False
     raise ValueError(value)
+
+
+class Group(StrEnum):
+    """Where a setting is shown: a heading of ``run --help`` and of the README reference."""
+
+    KAFKA = "Kafka"
+    TOPICS = "Topics"
+    SECURITY = "Kafka security"
+    PROVIDER = "Provider"
+    BATCHING = "Batching"
+    LIMITS = "Limits"
+    DELIVERY = "Delivery"
+    CACHE = "Cache"
+    OPERATIONS = "Operations"
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """What a setting's field declares besides its type and default."""
+
+    help: str
+    group: Group
+    secret: bool = False
+    alt_env: str | None = None  # a variable other tools already use (OPENAI_API_KEY)
+    gt: float | None = None  # bounds: value > gt, >= ge, < lt, <= le
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def range_problem(self, value: float) -> str | None:
+        """Why ``value`` is out of range, or None. NaN compares false with everything, so
+        finiteness is checked first: a NaN wait would never fire."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"must be a finite number, got {value}"
+        bounds = [
+            (self.gt, ">", value > (self.gt or 0)),
+            (self.ge, ">=", value >= (self.ge or 0)),
+            (self.lt, "<", value < (self.lt or 0)),
+            (self.le, "<=", value <= (self.le or 0)),
+        ]
+        broken = [f"{op} {limit:g}" for limit, op, ok in bounds if limit is not None and not ok]
+        if not broken:
+            return None
+        wanted = " and ".join(f"{op} {limit:g}" for limit, op, _ in bounds if limit is not None)
+        return f"must be {wanted}, got {value:g}"

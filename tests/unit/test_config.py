@@ -241,6 +241,7 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_BASE_URL": "https://user:canary-url@gateway.example/v1",
         "EMBEDSTREAM_CACHE": "redis",
         "EMBEDSTREAM_CACHE_URL": "rediss://:canary-redis@cache.example:6380/0",
+        "EMBEDSTREAM_EXTRA_HEADERS": '{"X-Gateway-Key": "canary-gw", "X-Route": "eu"}',
     }  # fmt: skip
     settings = load_settings(env=env)
     shown = repr(settings) + str(settings.describe())
@@ -248,7 +249,15 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
     assert settings.describe()["base_url"] == "https://user:***@gateway.example/v1"
     assert settings.describe()["cache_url"] == "rediss://***@cache.example:6380/0"
     assert "canary-redis" in settings.secret_values()  # the log filter masks it alone too
-    assert set(SECRETS) == {"api_key", "sasl_password", "ssl_keyfile_password", "cache_url"}
+    assert set(SECRETS) == {
+        "api_key",
+        "sasl_password",
+        "ssl_keyfile_password",
+        "extra_headers",
+        "cache_url",
+    }
+    # A message would quote one header value, never the whole JSON: each is masked on its own.
+    assert "canary-gw" in settings.secret_values()
 
 
 @pytest.mark.parametrize(
@@ -296,6 +305,45 @@ def test_bad_cache_settings_fail_naming_them(
         load_settings(env=env)
     assert info.value.setting == setting and message in str(info.value)
     assert "canary" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "setting", "problem"),
+    [
+        ({"provider_profile": "azure"}, "azure_endpoint", "needs the resource endpoint"),
+        ({"provider_profile": "azure", "azure_endpoint": "https://r.openai.azure.com",
+          "base_url": "http://h/v1"}, "base_url", "set azure_endpoint instead"),
+        ({"azure_deployment": "emb"}, "azure_deployment", "set it to azure"),
+        ({"provider_profile": "azure", "azure_endpoint": "r.openai.azure.com"},
+         "azure_endpoint", "must start with https://"),
+        ({"extra_headers": "[1, 2]"}, "extra_headers", "must be a JSON object"),
+        ({"extra_headers": '{"X-Key": 5}'}, "extra_headers", "must be a string"),
+        ({"extra_headers": '{"X Key": "v"}'}, "extra_headers", "is not a header name"),
+        ({"extra_body": "{not json"}, "extra_body", "must be a JSON object"),
+        ({"extra_body": '{"input": [], "model": "m"}'}, "extra_body", "must not set input, model"),
+    ],
+)  # fmt: skip
+def test_provider_settings_fail_naming_the_setting(
+    values: dict[str, str], setting: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem) as caught:
+        load_settings(env={}, overrides=values)
+    assert caught.value.setting == setting
+
+
+def test_a_malformed_secret_header_object_does_not_echo_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={}, overrides={"extra_headers": '{"X-Key": "canary-gw"'})
+    assert "canary" not in str(caught.value)
+
+
+def test_extra_headers_and_body_parse_into_mappings() -> None:
+    settings = load_settings(
+        env={},
+        overrides={"extra_headers": '{"X-Route": "eu"}', "extra_body": '{"truncate": true}'},
+    )
+    assert settings.extra_header_map == {"X-Route": "eu"}
+    assert settings.extra_body_map == {"truncate": True}
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from embedstream.config import Settings, load_settings
-from embedstream.kafka.admin import load_topic_specs
+from embedstream.kafka.admin import configured_topics, load_topic_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -299,22 +299,22 @@ def _metrics_port(k8s: dict[str, Any]) -> int:
     return int(k8s["ConfigMap"]["data"].get("EMBEDSTREAM_METRICS_PORT", DEFAULTS.metrics_port))
 
 
-def test_keda_scales_on_the_input_topics_of_the_default_group(k8s: dict[str, Any]) -> None:
-    names = {spec.key: spec.name for spec in load_topic_specs("embed.")}
+def test_keda_scales_on_the_request_topics_the_settings_name(k8s: dict[str, Any]) -> None:
     config = k8s["ConfigMap"]["data"]
+    # The topics as the processor resolves them from its ConfigMap, not assumed names.
+    names = configured_topics(load_settings(env=config))
     triggers = k8s["ScaledObject"]["spec"]["triggers"]
     assert {t["type"] for t in triggers} == {"kafka"}
     by_topic = {t["metadata"]["topic"]: t["metadata"] for t in triggers}
-    assert set(by_topic) == {names["requests_high"], names["requests_low"]}
-    assert config.get("EMBEDSTREAM_TOPIC_PREFIX", DEFAULTS.topic_prefix) == "embed."
+    assert sorted(by_topic) == sorted(names.requests)
     for meta in by_topic.values():
         assert meta["consumerGroup"] == DEFAULTS.group_id
         assert meta["consumerGroup"] == config.get("EMBEDSTREAM_GROUP_ID", DEFAULTS.group_id)
         assert meta["bootstrapServers"] == config["EMBEDSTREAM_BOOTSTRAP_SERVERS"]
         assert meta.get("offsetResetPolicy", "latest") == "earliest"  # as the consumer resets
         assert str(meta.get("allowIdleConsumers", "false")).lower() == "false"
-    high = int(by_topic[names["requests_high"]]["lagThreshold"])
-    low = int(by_topic[names["requests_low"]]["lagThreshold"])
+    high = min(int(by_topic[topic]["lagThreshold"]) for topic in names.high)
+    low = min(int(by_topic[topic]["lagThreshold"]) for topic in names.low)
     assert 0 < high <= low, "interactive traffic should scale out no later than bulk traffic"
 
 

@@ -106,21 +106,21 @@ def test_outcome_counters(registry: CollectorRegistry, metrics: Metrics) -> None
 
 
 def test_lag_and_forget_partition(registry: CollectorRegistry, metrics: Metrics) -> None:
-    metrics.set_lag("embed.requests.high", 0, 42)
-    metrics.set_lag_seconds("embed.requests.high", 0, 1.5)
-    metrics.set_lag("embed.requests.high", 1, 5)
-    labels = {"topic": "embed.requests.high", "partition": "0"}
+    metrics.set_lag("embed.requests.high", 0, "high", 42)
+    metrics.set_lag_seconds("embed.requests.high", 0, "high", 1.5)
+    metrics.set_lag("embed.requests.high", 1, "high", 5)
+    labels = {"topic": "embed.requests.high", "partition": "0", "lane": "high"}
     assert sample(registry, "embedstream_consumer_lag", **labels) == 42
     assert sample(registry, "embedstream_consumer_lag_seconds", **labels) == 1.5
 
-    metrics.forget_partition("embed.requests.high", 0)
+    metrics.forget_partition("embed.requests.high", 0, "high")
     assert sample(registry, "embedstream_consumer_lag", **labels) is None
     assert sample(registry, "embedstream_consumer_lag_seconds", **labels) is None
-    other = {"topic": "embed.requests.high", "partition": "1"}
+    other = {"topic": "embed.requests.high", "partition": "1", "lane": "high"}
     assert sample(registry, "embedstream_consumer_lag", **other) == 5
     # Forgetting twice, or a partition never seen, is harmless.
-    metrics.forget_partition("embed.requests.high", 0)
-    metrics.forget_partition("embed.retry", 9)
+    metrics.forget_partition("embed.requests.high", 0, "high")
+    metrics.forget_partition("embed.retry", 9, "retry")
 
 
 def test_instances_do_not_interfere() -> None:

@@ -34,8 +34,8 @@ class Processor:
     def advance(self) -> None:
         self.scrapes += 1
         m = self.metrics
-        m.set_lag("embed.requests.high", 0, 100 * self.scrapes)
-        m.set_lag("embed.requests.low", 3, 7)
+        m.set_lag("embed.requests.high", 0, "high", 100 * self.scrapes)
+        m.set_lag("embed.requests.low", 3, "low", 7)
         m.set_concurrency_limit(8)
         m.set_in_flight_calls(2)
         m.set_ready(True)

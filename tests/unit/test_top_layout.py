@@ -38,10 +38,10 @@ def scrape(setup: Callable[[Metrics], None]) -> Snapshot:
 
 
 def healthy(m: Metrics) -> None:
-    m.set_lag("embed.requests.high", 0, 40)
-    m.set_lag("embed.requests.low", 1, 12345)
-    m.set_lag("embed.retry", 2, 3)
-    m.set_lag_seconds("embed.requests.low", 1, 2.5)
+    m.set_lag("embed.requests.high", 0, "high", 40)
+    m.set_lag("embed.requests.low", 1, "low", 12345)
+    m.set_lag("embed.retry", 2, "retry", 3)
+    m.set_lag_seconds("embed.requests.low", 1, "low", 2.5)
     m.set_in_flight_calls(3)
     m.set_concurrency_limit(8)
     m.set_ready(True)
@@ -236,7 +236,7 @@ def test_a_wide_frame_shows_every_column(views: list[TargetView]) -> None:
 def test_every_line_fits_any_width(width: int, name: str, lag: float, partitions: bool) -> None:
     def huge(m: Metrics) -> None:
         healthy(m)
-        m.set_lag("a-topic-with-a-very-long-name.requests.low", 7, int(lag))
+        m.set_lag("a-topic-with-a-very-long-name.requests.low", 7, "low", int(lag))
 
     snap = scrape(huge)
     views = [

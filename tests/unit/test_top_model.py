@@ -30,13 +30,13 @@ def scrape(metrics: Metrics) -> Snapshot:
 @pytest.fixture(scope="module")
 def parsed() -> Snapshot:
     m = fresh()
-    m.set_lag("embed.requests.high", 0, 10)
-    m.set_lag("embed.requests.high", 1, 5)
-    m.set_lag("embed.requests.low", 0, 7)
-    m.set_lag("embed.retry", 2, 3)
-    m.set_lag("embed.results", 0, 1000)  # not a consumed topic: not shown
-    m.set_lag_seconds("embed.requests.high", 0, 1.5)
-    m.set_lag_seconds("embed.requests.low", 0, 4.0)
+    m.set_lag("embed.requests.high", 0, "high", 10)
+    m.set_lag("embed.requests.high", 1, "high", 5)
+    m.set_lag("embed.requests.low", 0, "low", 7)
+    m.set_lag("embed.retry", 2, "retry", 3)
+    m.set_lag("embed.results", 0, "other", 1000)  # not a consumed topic: not shown
+    m.set_lag_seconds("embed.requests.high", 0, "high", 1.5)
+    m.set_lag_seconds("embed.requests.low", 0, "low", 4.0)
     m.set_queue_depth("high", 3)
     m.set_queue_depth("low", 4)
     m.set_queue_depth("delayed", 2)

@@ -39,8 +39,8 @@ async def metrics_url() -> AsyncIterator[str]:
             metrics.observe_flush(lane, "size", 25, 250, [0.015] * 25)
         metrics.count_dead_letter("too_long")
         for partition in range(4):
-            metrics.set_lag("embed.requests.low", partition, 1000 * (partition + 1))
-        metrics.set_lag("embed.requests.high", 0, 12)
+            metrics.set_lag("embed.requests.low", partition, "low", 1000 * (partition + 1))
+        metrics.set_lag("embed.requests.high", 0, "high", 12)
         metrics.set_paused_partitions(2)
         metrics.set_ready(False)
         return web.Response(

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from embedstream.config import Settings, load_settings
+from embedstream.core.lanes import InputLane
+from embedstream.errors import ConfigError
 from embedstream.kafka.admin import (
     DEFAULT_PREFIX,
     PACKAGED_TOPICS_FILE,
@@ -16,13 +19,17 @@ from embedstream.kafka.admin import (
     TopicDescription,
     TopicNames,
     TopicSpec,
+    configured_specs,
+    configured_topics,
     describe_drift,
     format_description,
     load_topic_specs,
     parse_topic_specs,
+    plan_creation,
     topic_names,
 )
 
+TOPIC_NAMES = ("requests.high", "requests.low", "retry", "results", "dlq")
 CANONICAL_TOPICS_FILE = Path(__file__).parents[2] / "topics" / "topics.toml"
 
 
@@ -64,8 +71,8 @@ def test_declared_sizes_and_partitions() -> None:
 def test_custom_prefix(prefix: str) -> None:
     names = topic_names(prefix)
     assert names == TopicNames(
-        requests_high=f"{prefix}requests.high",
-        requests_low=f"{prefix}requests.low",
+        high=(f"{prefix}requests.high",),
+        low=(f"{prefix}requests.low",),
         retry=f"{prefix}retry",
         results=f"{prefix}results",
         dead_letters=f"{prefix}dlq",
@@ -156,7 +163,7 @@ def test_illegal_prefix_is_rejected() -> None:
 
 
 def test_overlong_name_is_rejected() -> None:
-    with pytest.raises(TopicConfigError, match="at most 249"):
+    with pytest.raises(TopicConfigError, match="longer than Kafka's 249"):
         load_topic_specs("p" * 240)
 
 
@@ -212,3 +219,113 @@ def test_format_description_shows_declared_configs_and_status() -> None:
     assert retry_row.endswith("partitions 2 (declared 4)")
     assert "segment.ms" not in table  # undeclared broker configs are not shown
     assert dlq_row.split() == ["embed.dlq", "-", "-", "-", "missing"]
+
+
+# --------------------------------------------------------------------------- your own topics
+
+
+def _settings(**values: Any) -> Settings:
+    return load_settings(env={}, overrides=values)
+
+
+def test_unset_topic_settings_give_the_prefixed_defaults() -> None:
+    assert configured_topics(_settings(topic_prefix="t.")) == topic_names("t.")
+
+
+def test_topic_settings_name_each_role_and_lanes_may_list_several() -> None:
+    names = configured_topics(
+        _settings(
+            topic_requests_high="search.queries",
+            topic_requests_low=" docs.text , tickets.body ",
+            topic_results="vectors",
+            topic_prefix="x.",
+        )
+    )
+    assert names.high == ("search.queries",)
+    assert names.low == ("docs.text", "tickets.body")
+    assert (names.retry, names.results, names.dead_letters) == ("x.retry", "vectors", "x.dlq")
+    assert names.inputs == ["search.queries", "docs.text", "tickets.body", "x.retry"]
+    assert names.requests_low == "docs.text"  # where `produce` writes
+    lanes = {topic: names.lane_of(topic) for topic in names.inputs}
+    assert lanes == {
+        "search.queries": InputLane.HIGH,
+        "docs.text": InputLane.LOW,
+        "tickets.body": InputLane.LOW,
+        "x.retry": InputLane.RETRY,
+    }
+
+
+def test_every_topic_of_a_lane_gets_the_lane_declaration() -> None:
+    specs = configured_specs(_settings(topic_requests_low="a,b"))
+    low = [spec for spec in specs if spec.key == "requests_low"]
+    assert [(s.name, s.borrowed, s.partitions) for s in low] == [("a", True, 4), ("b", True, 4)]
+    assert not any(s.borrowed for s in specs if s.key != "requests_low")
+
+
+@pytest.mark.parametrize(
+    ("values", "setting", "problem"),
+    [
+        ({"topic_requests_low": "a,,b"}, "topic_requests_low", "empty entry"),
+        ({"topic_retry": "r1,r2"}, "topic_retry", "names one topic"),
+        ({"topic_results": "no/slash"}, "topic_results", "not a legal Kafka topic name"),
+        ({"topic_dlq": "d" * 250}, "topic_dlq", "longer than Kafka's 249"),
+        ({"topic_requests_high": "a", "topic_requests_low": "b,a"}, "topic_requests_low",
+         "also in topic_requests_high"),
+        ({"topic_requests_low": "a,a"}, "topic_requests_low", "lists a twice"),
+    ],
+)  # fmt: skip
+def test_bad_topic_settings_fail_naming_the_setting(
+    values: dict[str, str], setting: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem) as caught:
+        _settings(**values)
+    assert caught.value.setting == setting
+
+
+@pytest.mark.parametrize(
+    ("values", "setting"),
+    [
+        # A set topic that is the default of another role: results would be read back.
+        ({"topic_requests_low": "embed.results"}, "topic_requests_low"),
+        ({"topic_dlq": "embed.requests.high"}, "topic_dlq"),
+    ],
+)
+def test_a_topic_in_two_roles_through_a_default_names_the_setting(
+    values: dict[str, str], setting: str
+) -> None:
+    with pytest.raises(ConfigError, match="a topic has one role") as caught:
+        configured_topics(_settings(**values))
+    assert caught.value.setting == setting
+
+
+def _plan(existing: set[str], **values: str) -> list[str]:
+    specs = configured_specs(_settings(**values))
+    return [spec.name for spec in plan_creation(specs, existing, "k:9092").create]
+
+
+def test_create_on_a_fresh_cluster_makes_everything() -> None:
+    assert _plan(set()) == [f"embed.{n}" for n in TOPIC_NAMES]
+    assert _plan(set(), topic_requests_low="orders") == [
+        "embed.requests.high", "orders", "embed.retry", "embed.results", "embed.dlq"
+    ]  # fmt: skip
+
+
+def test_create_next_to_existing_pipelines_makes_only_its_own_topics() -> None:
+    plan = plan_creation(
+        configured_specs(_settings(topic_requests_high="q", topic_requests_low="a,b")),
+        {"q", "a", "b", "unrelated"},
+        "k:9092",
+    )
+    assert [spec.name for spec in plan.create] == ["embed.retry", "embed.results", "embed.dlq"]
+    assert plan.kept_borrowed == ["q", "a", "b"]
+    # A lane left at its default name is embedstream's own: made when missing.
+    assert _plan({"a"}, topic_requests_low="a") == [
+        "embed.requests.high", "embed.retry", "embed.results", "embed.dlq"
+    ]  # fmt: skip
+
+
+def test_a_missing_named_request_topic_next_to_existing_ones_is_an_error() -> None:
+    specs = configured_specs(_settings(topic_requests_low="orders.text,orders.txet"))
+    with pytest.raises(ConfigError, match=r"orders\.txet does not exist at k:9092") as caught:
+        plan_creation(specs, {"orders.text"}, "k:9092")
+    assert caught.value.setting == "topic_requests_low"

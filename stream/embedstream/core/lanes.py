@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
@@ -24,6 +24,20 @@ class Priority(IntEnum):
     def label(self) -> str:
         """The lane's name in metrics labels, headers and the CLI: "high" or "low"."""
         return self.name.lower()
+
+
+class InputLane(StrEnum):
+    """What an input topic feeds: a request lane, or the retry topic. The value is the ``lane``
+    label of the consumer-lag metrics."""
+
+    HIGH = "high"
+    LOW = "low"
+    RETRY = "retry"
+
+    @property
+    def priority(self) -> Priority:
+        """The lane whose backlog this topic's lag adds to (retries count as bulk work)."""
+        return Priority.HIGH if self is InputLane.HIGH else Priority.LOW
 
 
 class BucketKey(NamedTuple):

@@ -1,21 +1,18 @@
-"""Kafka topics: the declarations in topics.toml, and creating/inspecting them on a broker.
+"""Creating and inspecting the declared topics on a broker (see :mod:`embedstream.kafka.topics`
+for the declarations and names).
 
-topics/topics.toml is the canonical declaration; stream/embedstream/kafka/topics.toml is an
-identical copy shipped in the wheel, used when no path is given. Admin-API quirks stay here; the
-client itself comes from :mod:`embedstream.kafka.clients`, so TLS and SASL settings apply. Every
-function takes a :class:`~embedstream.kafka.connection.KafkaConnection` (or, for tests and the
-embedded broker, a plain bootstrap string).
+Admin-API quirks stay here; the client itself comes from :mod:`embedstream.kafka.clients`, so
+TLS and SASL settings apply. Every function takes a
+:class:`~embedstream.kafka.connection.KafkaConnection` (or, for tests and the embedded broker, a
+plain bootstrap string).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
-import tomllib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import NewTopic
@@ -24,40 +21,24 @@ from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionErro
 
 from embedstream.kafka.clients import KafkaTarget, admin_for
 
-DEFAULT_PREFIX = "embed."
-PACKAGED_TOPICS_FILE = Path(__file__).with_name("topics.toml")
-# The table keys code uses to refer to topics; topics.toml must declare exactly these.
-TOPIC_KEYS = ("requests_high", "requests_low", "retry", "results", "dead_letters")
+# The declarations live in kafka/topics.py; these names are re-exported for callers that
+# reach everything topic-related through this module.
+from embedstream.kafka.topics import DEFAULT_PREFIX as DEFAULT_PREFIX
+from embedstream.kafka.topics import PACKAGED_TOPICS_FILE as PACKAGED_TOPICS_FILE
+from embedstream.kafka.topics import TOPIC_KEYS as TOPIC_KEYS
+from embedstream.kafka.topics import CreationPlan as CreationPlan
+from embedstream.kafka.topics import TopicConfigError as TopicConfigError
+from embedstream.kafka.topics import TopicNames as TopicNames
+from embedstream.kafka.topics import TopicSpec as TopicSpec
+from embedstream.kafka.topics import configured_specs as configured_specs
+from embedstream.kafka.topics import configured_topics as configured_topics
+from embedstream.kafka.topics import load_topic_specs as load_topic_specs
+from embedstream.kafka.topics import parse_topic_specs as parse_topic_specs
+from embedstream.kafka.topics import plan_creation as plan_creation
+from embedstream.kafka.topics import topic_names as topic_names
 
-_LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]*")
-_MAX_NAME_LENGTH = 249  # Kafka's limit on a topic name
-_TOPIC_FIELDS = frozenset({"name", "partitions", "replication_factor", "configs"})
 _ADMIN_TIMEOUT_MS = 15_000
 _LEADER_WAIT_S = 15.0
-
-
-class TopicConfigError(ValueError):
-    """topics.toml is malformed; the message names the file, topic and key at fault."""
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    key: str
-    name: str
-    partitions: int
-    replication_factor: int
-    configs: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class TopicNames:
-    """Full (prefixed) topic names, for modules that produce or consume."""
-
-    requests_high: str
-    requests_low: str
-    retry: str
-    results: str
-    dead_letters: str
 
 
 @dataclass(frozen=True)
@@ -68,104 +49,6 @@ class TopicDescription:
     partitions: int
     replication_factor: int
     configs: Mapping[str, str]
-
-
-def load_topic_specs(prefix: str, path: Path | None = None) -> list[TopicSpec]:
-    """Reads topics.toml (the packaged copy unless path is given) in TOPIC_KEYS order."""
-    source = path or PACKAGED_TOPICS_FILE
-    try:
-        document = tomllib.loads(source.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise TopicConfigError(f"{source}: invalid TOML: {error}") from error
-    return parse_topic_specs(document, prefix, source=str(source))
-
-
-def topic_names(prefix: str, path: Path | None = None) -> TopicNames:
-    return TopicNames(**{spec.key: spec.name for spec in load_topic_specs(prefix, path)})
-
-
-def parse_topic_specs(
-    document: Mapping[str, Any], prefix: str, source: str = "topics.toml"
-) -> list[TopicSpec]:
-    _check_keys(document, allowed={"defaults", "topics"}, where=source)
-    defaults = _table(document.get("defaults", {}), f"{source}: [defaults]")
-    default_replication = _positive_int(
-        defaults.get("replication_factor", 1), f"{source}: [defaults] key 'replication_factor'"
-    )
-    topics = _table(document.get("topics"), f"{source}: [topics]")
-    _check_keys(topics, allowed=set(TOPIC_KEYS), where=f"{source}: [topics]")
-    missing = [key for key in TOPIC_KEYS if key not in topics]
-    if missing:
-        raise TopicConfigError(f"{source}: [topics] lacks {', '.join(missing)}")
-    specs = [
-        _parse_topic(key, topics[key], prefix, default_replication, f"{source}: topic '{key}'")
-        for key in TOPIC_KEYS
-    ]
-    names = [spec.name for spec in specs]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise TopicConfigError(f"{source}: several topics are named {', '.join(duplicates)}")
-    return specs
-
-
-def _parse_topic(
-    key: str, raw: Any, prefix: str, default_replication: int, where: str
-) -> TopicSpec:
-    table = _table(raw, where)
-    _check_keys(table, allowed=_TOPIC_FIELDS, where=where)
-    name = table.get("name")
-    if not isinstance(name, str) or not name:
-        raise TopicConfigError(f"{where}, key 'name': must be a non-empty string, got {name!r}")
-    full_name = prefix + name
-    if not _LEGAL_NAME.fullmatch(full_name) or len(full_name) > _MAX_NAME_LENGTH:
-        raise TopicConfigError(
-            f"{where}, key 'name': {full_name!r} is not a legal Kafka topic name "
-            f"(letters, digits, '.', '_', '-'; at most {_MAX_NAME_LENGTH} characters)"
-        )
-    configs = _table(table.get("configs", {}), f"{where}, key 'configs'")
-    return TopicSpec(
-        key=key,
-        name=full_name,
-        partitions=_positive_int(table.get("partitions"), f"{where}, key 'partitions'"),
-        replication_factor=_positive_int(
-            table.get("replication_factor", default_replication),
-            f"{where}, key 'replication_factor'",
-        ),
-        configs={
-            str(config): _config_value(value, f"{where}, config '{config}'")
-            for config, value in configs.items()
-        },
-    )
-
-
-def _table(raw: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(raw, dict):
-        raise TopicConfigError(f"{where}: must be a table, got {raw!r}")
-    return raw
-
-
-def _check_keys(table: Mapping[str, Any], allowed: set[str] | frozenset[str], where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise TopicConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(allowed))}"
-        )
-
-
-def _positive_int(value: Any, where: str) -> int:
-    # bool is an int subclass, but `partitions = true` is a mistake, not 1.
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TopicConfigError(f"{where}: must be an integer >= 1, got {value!r}")
-    return value
-
-
-def _config_value(value: Any, where: str) -> str:
-    # Kafka configs are strings on the wire; accept TOML scalars for readability.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str | int | float):
-        return str(value)
-    raise TopicConfigError(f"{where}: must be a string or number, got {value!r}")
 
 
 @asynccontextmanager
@@ -233,6 +116,11 @@ def _has_leaders(topic: Mapping[str, Any]) -> bool:
         and bool(partitions)
         and all(partition["leader"] >= 0 for partition in partitions)
     )
+
+
+async def existing_topics(kafka: KafkaTarget) -> set[str]:
+    async with _admin_client(kafka) as admin:
+        return {str(name) for name in await admin.list_topics()}
 
 
 async def list_topics(kafka: KafkaTarget, prefix: str) -> list[str]:

@@ -8,11 +8,11 @@ retry record whose attempt count is not a number) become a dead letter with a re
 from __future__ import annotations
 
 from embedstream.core.intake import Admitted, Intake
-from embedstream.core.lanes import Priority
+from embedstream.core.lanes import InputLane, Priority
 from embedstream.errors import InvalidEvent
-from embedstream.kafka.admin import TopicNames
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
+from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
 from embedstream.wire import Failure, RetryState, read_retry_state
 
@@ -53,9 +53,8 @@ class Admission:
         )
 
     def _priority(self, topic: str, retry: RetryState) -> Priority:
-        if topic == self._topics.requests_high:
-            return Priority.HIGH
-        if topic == self._topics.retry and retry.high_priority:
+        lane = self._topics.lane_of(topic)
+        if lane is InputLane.HIGH or (lane is InputLane.RETRY and retry.high_priority):
             return Priority.HIGH
         return Priority.LOW
 

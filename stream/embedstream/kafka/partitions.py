@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
 
-from embedstream.core.lanes import Priority
+from embedstream.core.lanes import InputLane, Priority
 from embedstream.core.offsets import PartitionOffsets
 
 
 @dataclass(eq=False)
 class PartitionState:
     tp: TopicPartition
-    lane: Priority  # the lane its lag feeds (the retry topic counts as low: mostly bulk)
+    input_lane: InputLane  # what its topic feeds: high, low or retry (the lag metrics' label)
     on_progress: Callable[[], None] = lambda: None
     offsets: PartitionOffsets = field(default_factory=PartitionOffsets)
     lag: int = 0  # high watermark minus position
@@ -32,6 +32,11 @@ class PartitionState:
     # position) and are skipped, not done twice. None until known: nothing is admitted before.
     floor: int | None = 0
 
+    @property
+    def lane(self) -> Priority:
+        """The lane its lag feeds (the retry topic counts as low: mostly bulk)."""
+        return self.input_lane.priority
+
     def complete(self, offset: int) -> None:
         """The outcome of the record at `offset` is safely written."""
         if self.live:
@@ -42,7 +47,7 @@ class PartitionState:
 class Assignment:
     """The partitions this member owns now."""
 
-    def __init__(self, lane_of: Callable[[str], Priority]) -> None:
+    def __init__(self, lane_of: Callable[[str], InputLane]) -> None:
         self._lane_of = lane_of
         self.progress = asyncio.Event()  # set whenever an item of ours finishes
         self._states: dict[TopicPartition, PartitionState] = {}

@@ -105,6 +105,10 @@ class Processor:
     def lag_by_partition(self) -> dict[Any, int]:
         return {s.tp: s.lag for s in self.parts.assignment}
 
+    def lane_by_partition(self) -> dict[Any, str]:
+        """What each assigned partition's topic feeds: high, low or retry."""
+        return {s.tp: s.input_lane.value for s in self.parts.assignment}
+
     def paused_count(self) -> int:
         return len(self.parts.assignment.paused())
 

@@ -19,8 +19,8 @@ from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
 from embedstream.core.lanes import Priority
-from embedstream.kafka.admin import TopicNames
 from embedstream.kafka.protocols import Producer, RecordBatch
+from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
 from embedstream.wire import (
     TRUNCATED_FROM,

@@ -35,6 +35,7 @@ class Observed(Protocol):
 
     def partitions(self) -> dict[Any, PartitionOffsets]: ...
     def lag_by_partition(self) -> dict[Any, int]: ...
+    def lane_by_partition(self) -> dict[Any, str]: ...
     def paused_count(self) -> int: ...
     def buffered_in(self, priority: Priority) -> int: ...
     def delayed_count(self) -> int: ...
@@ -53,7 +54,7 @@ class Health:
         self._metrics = metrics
         self._probe = probe_broker
         self.broker_reachable = True
-        self._known_partitions: set[Any] = set()
+        self._known_partitions: dict[Any, str] = {}  # partition -> its lane label
 
     def readiness(self) -> Readiness:
         return Readiness(
@@ -90,16 +91,20 @@ class Health:
         m.set_concurrency_limit(o.concurrency_limit())
         m.set_paused_partitions(o.paused_count())
         lag = o.lag_by_partition()
+        lanes = o.lane_by_partition()
         m.set_adaptive_wait(wait_budget(o.limits, o.depth(Priority.LOW)))
         now_ms = time.time() * 1000
         partitions = o.partitions()
+        known: dict[Any, str] = {}
         for tp, tracker in partitions.items():
-            m.set_lag(tp.topic, tp.partition, lag.get(tp, 0))
+            lane = known[tp] = lanes.get(tp, "low")
+            m.set_lag(tp.topic, tp.partition, lane, lag.get(tp, 0))
             oldest = tracker.oldest_timestamp_ms()
             m.set_lag_seconds(
-                tp.topic, tp.partition, 0.0 if oldest is None else (now_ms - oldest) / 1000
+                tp.topic, tp.partition, lane, 0.0 if oldest is None else (now_ms - oldest) / 1000
             )
-        for tp in self._known_partitions - set(partitions):
-            m.forget_partition(tp.topic, tp.partition)
-        self._known_partitions = set(partitions)
+        for tp, lane in self._known_partitions.items():
+            if known.get(tp) != lane:
+                m.forget_partition(tp.topic, tp.partition, lane)
+        self._known_partitions = known
         m.set_ready(self.readiness().ready)

@@ -76,16 +76,18 @@ class Metrics:
             ["lane"],
             registry=r,
         )
+        # `lane` says what the topic feeds (high, low, retry): dashboards and `top` need not
+        # know the topic names, which the settings choose.
         self._lag = Gauge(
             "embedstream_consumer_lag",
             "Consumer lag in offsets: high watermark minus position.",
-            ["topic", "partition"],
+            ["topic", "partition", "lane"],
             registry=r,
         )
         self._lag_seconds = Gauge(
             "embedstream_consumer_lag_seconds",
             "Age in seconds of the oldest record read but not yet committed; 0 when none.",
-            ["topic", "partition"],
+            ["topic", "partition", "lane"],
             registry=r,
         )
         self._batch_size = Histogram(
@@ -285,20 +287,21 @@ class Metrics:
 
     # ----------------------------------------------------------------- consumer
 
-    def set_lag(self, topic: str, partition: int, offsets: int) -> None:
-        self._lag.labels(topic=topic, partition=str(partition)).set(offsets)
+    def set_lag(self, topic: str, partition: int, lane: str, offsets: int) -> None:
+        self._lag.labels(topic=topic, partition=str(partition), lane=lane).set(offsets)
 
-    def set_lag_seconds(self, topic: str, partition: int, seconds: float) -> None:
+    def set_lag_seconds(self, topic: str, partition: int, lane: str, seconds: float) -> None:
         # Same clock-skew concern as end-to-end latency.
-        self._lag_seconds.labels(topic=topic, partition=str(partition)).set(max(seconds, 0.0))
+        series = self._lag_seconds.labels(topic=topic, partition=str(partition), lane=lane)
+        series.set(max(seconds, 0.0))
 
-    def forget_partition(self, topic: str, partition: int) -> None:
+    def forget_partition(self, topic: str, partition: int, lane: str) -> None:
         """Drop a revoked partition's series so stale lag does not linger on dashboards."""
         # Older prometheus-client versions raise KeyError for a series never set.
         with suppress(KeyError):
-            self._lag.remove(topic, str(partition))
+            self._lag.remove(topic, str(partition), lane)
         with suppress(KeyError):
-            self._lag_seconds.remove(topic, str(partition))
+            self._lag_seconds.remove(topic, str(partition), lane)
 
     def set_paused_partitions(self, count: int) -> None:
         self._paused_partitions.set(count)

@@ -17,8 +17,8 @@ import orjson
 
 from embedstream.config import Settings
 from embedstream.errors import ConfigError
-from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import connection_for, make_producer, make_reader, partitions_of
+from embedstream.kafka.topics import configured_topics
 from embedstream.kafka.user_errors import kafka_user_errors
 from embedstream.tools.progress import ProduceProgress
 from embedstream.wire import headers_dict
@@ -135,7 +135,7 @@ async def produce_lines(
     """Publish every non-blank line of ``lines``, pulling them one at a time (see
     :func:`read_lines`: a file or a pipe is never read whole). With ``plain``, ``ids_out``
     receives ``id<TAB>text`` per request."""
-    names = topic_names(settings.topic_prefix)
+    names = configured_topics(settings)  # a lane of several topics: its first one
     topic = names.requests_high if priority == "high" else names.requests_low
     sender: Sender = producer if producer is not None else make_producer(settings)
     with kafka_user_errors(settings):
@@ -182,8 +182,11 @@ async def consume_records(
     idle_timeout_s: float | None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Outcomes as dicts: results parsed, dead letters with their headers and original value."""
-    names = topic_names(settings.topic_prefix)
+    names = configured_topics(settings)
     topic = names.dead_letters if dead_letters else names.results
+    naming = "topic_dlq" if dead_letters else "topic_results"
+    if not getattr(settings, naming):
+        naming = "topic_prefix"  # the default name was used: the prefix is what to check
     consumer = make_reader(
         connection_for(settings),
         client_id=f"{settings.client_id}-consume",
@@ -200,9 +203,10 @@ async def consume_records(
             tps = await partitions_of(consumer, topic)
         if not tps:
             raise ConfigError(
-                "topic_prefix",
+                naming,
                 f"topic {topic} does not exist at {settings.bootstrap_servers}; "
-                "create the topics with `embedstream topics create` (or check the prefix)",
+                "create the topics with `embedstream topics create` (or check the "
+                f"{'prefix' if naming == 'topic_prefix' else 'name'})",
             )
         consumer.assign(tps)
         if from_beginning:

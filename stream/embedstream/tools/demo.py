@@ -20,7 +20,7 @@ import orjson
 
 from embedstream.app import build_service, default_backend
 from embedstream.config import Settings, load_settings
-from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
+from embedstream.kafka.admin import TopicNames, configured_specs, configured_topics, create_topics
 from embedstream.kafka.clients import connection_for, make_producer, make_reader, partitions_of
 from embedstream.kafka.processor import Processor
 from embedstream.ops.metrics import CACHE_TIERS, Metrics
@@ -133,7 +133,7 @@ async def run_demo(
         settings = load_settings(env=os.environ, overrides=overrides)
         where = "a real endpoint" if real_endpoint else f"the simulator at {settings.base_url}"
         print(f"embedded broker at {broker.bootstrap}; embeddings from {where}", file=sys.stderr)
-        await create_topics(connection_for(settings), load_topic_specs(settings.topic_prefix))
+        await create_topics(connection_for(settings), configured_specs(settings))
         metrics = Metrics()
         service = build_service(settings, default_backend(settings), metrics=metrics)
         run_task = asyncio.create_task(service.run())
@@ -169,7 +169,7 @@ def _cache_summary(settings: Settings, metrics: Metrics) -> str:
 
 
 async def _drive(settings: Settings, processor: Processor, n: int, rate: float) -> Summary:
-    names = topic_names(settings.topic_prefix)
+    names = configured_topics(settings)
     await asyncio.wait_for(processor.assigned.wait(), 60)
     started = time.monotonic()
     collector = asyncio.create_task(_collect(settings, names.results, n))

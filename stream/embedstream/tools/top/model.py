@@ -5,9 +5,10 @@ No I/O here. :func:`parse_exposition` turns one scrape into a :class:`Snapshot`;
 Rows and layout live in :mod:`embedstream.tools.top.rows` and
 :mod:`embedstream.tools.top.layout`.
 
-Lag belongs to a lane (high, low, retry). A ``lane`` label on ``embedstream_consumer_lag``
-says which; without one the lane is guessed from the topic name's suffix
-(``<prefix>requests.high``), which holds only for the default topic names.
+Lag belongs to a lane (high, low, retry): the ``lane`` label processors put on
+``embedstream_consumer_lag`` says which, whatever the topics are called. Only the metrics of
+processors older than that label are read by the topic name's suffix
+(``<prefix>requests.high``), which holds for the default topic names alone.
 """
 
 from __future__ import annotations
@@ -19,18 +20,18 @@ from types import MappingProxyType
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from embedstream.core.lanes import Priority
+from embedstream.core.lanes import InputLane, Priority
 from embedstream.core.policy import FlushReason
 from embedstream.tools.top.histogram import Histogram, merge_histograms
 
-LAG_LANES = ("high", "low", "retry")
+LAG_LANES = tuple(lane.value for lane in InputLane)
 LANES = tuple(lane.label for lane in Priority)
 QUEUE_LANES = ("high", "low", "delayed")
 FLUSH_REASONS = tuple(str(reason) for reason in FlushReason)
 # The error class of failures that stop calls for everyone (see errors.ProviderWideError).
 PROVIDER_WIDE = "ProviderWideError"
 
-# Topic name suffix -> lag lane, for metrics without a lane label.
+# Topic name suffix -> lag lane, for metrics without a lane label (older processors).
 _LAG_TOPIC_SUFFIXES = (("requests.high", "high"), ("requests.low", "low"), ("retry", "retry"))
 
 _PREFIX = "embedstream_"

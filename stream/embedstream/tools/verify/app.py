@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 
 from embedstream.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
-from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import KafkaTarget, check_broker, connection_for
 from embedstream.kafka.reader import TopicRecord, read_topics
+from embedstream.kafka.topics import TopicNames, configured_topics, topic_names
 from embedstream.tools.verify.report import (
     DeadLetter,
     ExpectedVector,
@@ -33,18 +33,19 @@ from embedstream.wire import TRUNCATED_FROM, headers_dict
 
 async def verify(
     kafka: KafkaTarget,
-    prefix: str,
+    topics: TopicNames | str,
     *,
     check_vectors: bool,
     default_model: str,
     max_duplicates: int = 0,
     timeout_s: float = 120,
 ) -> VerificationReport:
-    """Read ``<prefix>requests.high|low``, ``<prefix>results`` and ``<prefix>dlq`` up to their
-    current ends and compare. With ``check_vectors`` every result vector must be the
-    simulator's vector for its request's text (model: the request's, else ``default_model``)."""
-    names = topic_names(prefix)
-    request_topics = {names.requests_high, names.requests_low}
+    """Read every request topic, the results and the dead letters up to their current ends
+    and compare. ``topics`` are the deployment's topics, or a prefix for the default names.
+    With ``check_vectors`` every result vector must be the simulator's vector for its
+    request's text (model: the request's, else ``default_model``)."""
+    names = topic_names(topics) if isinstance(topics, str) else topics
+    request_topics = set(names.requests)
     requests: dict[str, RequestInfo] = {}
     request_counts: Counter[str] = Counter()
     unparseable_requests: list[Location] = []
@@ -52,8 +53,8 @@ async def verify(
     unparseable_results = 0
     dead_letters: list[DeadLetter] = []
 
-    topics = [names.requests_high, names.requests_low, names.results, names.dead_letters]
-    async with aclosing(read_topics(kafka, topics, timeout_s=timeout_s)) as records:
+    everything = [*names.requests, names.results, names.dead_letters]
+    async with aclosing(read_topics(kafka, everything, timeout_s=timeout_s)) as records:
         async for record in records:
             if record.topic in request_topics:
                 rid, info = parse_request(record)
@@ -177,10 +178,11 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 async def main_from_args(ns: argparse.Namespace) -> int:
     """Run the check the parsed options describe; print the report; 0 if ok, else 1."""
     settings = settings_from_args(ns, VERIFY_SETTINGS)
+    names = configured_topics(settings)
     await check_broker(settings)
     report = await verify(
         connection_for(settings),
-        settings.topic_prefix,
+        names,
         check_vectors=ns.check_vectors,
         default_model=settings.model,
         max_duplicates=ns.max_duplicates,

@@ -1,0 +1,267 @@
+"""The topics of a deployment: their declarations in topics.toml and the names settings give.
+
+topics/topics.toml is the canonical declaration; stream/embedstream/kafka/topics.toml is an
+identical copy shipped in the wheel, used when no path is given. A topic's name is its
+``topic_*`` setting, else ``<topic_prefix><name in topics.toml>``; the request lanes may list
+several topics each. Pure (files only, no broker): :mod:`embedstream.kafka.admin` applies
+these declarations to a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from embedstream.config import Settings
+from embedstream.core.lanes import InputLane
+from embedstream.errors import ConfigError
+from embedstream.settings_rules import topic_name_problem
+
+DEFAULT_PREFIX = "embed."
+PACKAGED_TOPICS_FILE = Path(__file__).with_name("topics.toml")
+# The table keys code uses to refer to topics; topics.toml must declare exactly these.
+TOPIC_KEYS = ("requests_high", "requests_low", "retry", "results", "dead_letters")
+REQUEST_KEYS = ("requests_high", "requests_low")
+# The setting that names each topic (unset: <topic_prefix><name in topics.toml>).
+SETTING_OF_KEY = {
+    "requests_high": "topic_requests_high",
+    "requests_low": "topic_requests_low",
+    "retry": "topic_retry",
+    "results": "topic_results",
+    "dead_letters": "topic_dlq",
+}
+
+_TOPIC_FIELDS = frozenset({"name", "partitions", "replication_factor", "configs"})
+
+
+class TopicConfigError(ValueError):
+    """topics.toml is malformed; the message names the file, topic and key at fault."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    key: str  # the role, one of TOPIC_KEYS
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
+    # Named by a topic_requests_* setting: a topic another pipeline may own, so
+    # `topics create` makes it only on a cluster where no request topic exists yet.
+    borrowed: bool = False
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The topics of one deployment, by role. Each request lane may read several topics."""
+
+    high: tuple[str, ...]
+    low: tuple[str, ...]
+    retry: str
+    results: str
+    dead_letters: str
+
+    @property
+    def requests_high(self) -> str:
+        """The high lane's first topic: where `embedstream produce --priority high` writes."""
+        return self.high[0]
+
+    @property
+    def requests_low(self) -> str:
+        """The low lane's first topic: where `embedstream produce` writes."""
+        return self.low[0]
+
+    @property
+    def requests(self) -> tuple[str, ...]:
+        return (*self.high, *self.low)
+
+    @property
+    def inputs(self) -> list[str]:
+        """Every topic a processor subscribes to."""
+        return [*self.requests, self.retry]
+
+    def lane_of(self, topic: str) -> InputLane:
+        """The input a subscribed topic feeds (anything else counts as low)."""
+        if topic in self.high:
+            return InputLane.HIGH
+        return InputLane.RETRY if topic == self.retry else InputLane.LOW
+
+
+def load_topic_specs(prefix: str, path: Path | None = None) -> list[TopicSpec]:
+    """Reads topics.toml (the packaged copy unless path is given) in TOPIC_KEYS order."""
+    source = path or PACKAGED_TOPICS_FILE
+    try:
+        document = tomllib.loads(source.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise TopicConfigError(f"{source}: invalid TOML: {error}") from error
+    return parse_topic_specs(document, prefix, source=str(source))
+
+
+def topic_names(prefix: str, path: Path | None = None) -> TopicNames:
+    """The default names: ``<prefix><name>`` for each topic of topics.toml."""
+    return _names(load_topic_specs(prefix, path))
+
+
+def configured_topics(settings: Settings, path: Path | None = None) -> TopicNames:
+    """The topics `settings` name: each ``topic_*`` setting, else its default. Raises
+    ConfigError, naming the setting, if a topic would have two roles."""
+    return _names(configured_specs(settings, path))
+
+
+def configured_specs(settings: Settings, path: Path | None = None) -> list[TopicSpec]:
+    """topics.toml's declarations under the names `settings` give: one spec per topic, a lane
+    listing several topics repeating its declaration for each."""
+    specs: list[TopicSpec] = []
+    role_of: dict[str, str] = {}
+    for default in load_topic_specs(settings.topic_prefix, path):
+        setting = SETTING_OF_KEY[default.key]
+        named = settings.topics(setting)
+        for name in named or (default.name,):
+            if name in role_of:
+                raise ConfigError(
+                    setting if named else SETTING_OF_KEY[role_of[name]],
+                    f"{name} is also the {role_of[name].replace('_', ' ')} topic; "
+                    "a topic has one role",
+                )
+            role_of[name] = default.key
+            borrowed = bool(named) and default.key in REQUEST_KEYS
+            specs.append(dataclasses.replace(default, name=name, borrowed=borrowed))
+    return specs
+
+
+def _names(specs: Sequence[TopicSpec]) -> TopicNames:
+    by_key: dict[str, tuple[str, ...]] = {}
+    for spec in specs:
+        by_key[spec.key] = (*by_key.get(spec.key, ()), spec.name)
+    return TopicNames(
+        high=by_key["requests_high"],
+        low=by_key["requests_low"],
+        retry=by_key["retry"][0],
+        results=by_key["results"][0],
+        dead_letters=by_key["dead_letters"][0],
+    )
+
+
+def parse_topic_specs(
+    document: Mapping[str, Any], prefix: str, source: str = "topics.toml"
+) -> list[TopicSpec]:
+    _check_keys(document, allowed={"defaults", "topics"}, where=source)
+    defaults = _table(document.get("defaults", {}), f"{source}: [defaults]")
+    default_replication = _positive_int(
+        defaults.get("replication_factor", 1), f"{source}: [defaults] key 'replication_factor'"
+    )
+    topics = _table(document.get("topics"), f"{source}: [topics]")
+    _check_keys(topics, allowed=set(TOPIC_KEYS), where=f"{source}: [topics]")
+    missing = [key for key in TOPIC_KEYS if key not in topics]
+    if missing:
+        raise TopicConfigError(f"{source}: [topics] lacks {', '.join(missing)}")
+    specs = [
+        _parse_topic(key, topics[key], prefix, default_replication, f"{source}: topic '{key}'")
+        for key in TOPIC_KEYS
+    ]
+    names = [spec.name for spec in specs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise TopicConfigError(f"{source}: several topics are named {', '.join(duplicates)}")
+    return specs
+
+
+def _parse_topic(
+    key: str, raw: Any, prefix: str, default_replication: int, where: str
+) -> TopicSpec:
+    table = _table(raw, where)
+    _check_keys(table, allowed=_TOPIC_FIELDS, where=where)
+    name = table.get("name")
+    if not isinstance(name, str) or not name:
+        raise TopicConfigError(f"{where}, key 'name': must be a non-empty string, got {name!r}")
+    full_name = prefix + name
+    problem = topic_name_problem(full_name)
+    if problem:
+        raise TopicConfigError(f"{where}, key 'name': {problem}")
+    configs = _table(table.get("configs", {}), f"{where}, key 'configs'")
+    return TopicSpec(
+        key=key,
+        name=full_name,
+        partitions=_positive_int(table.get("partitions"), f"{where}, key 'partitions'"),
+        replication_factor=_positive_int(
+            table.get("replication_factor", default_replication),
+            f"{where}, key 'replication_factor'",
+        ),
+        configs={
+            str(config): _config_value(value, f"{where}, config '{config}'")
+            for config, value in configs.items()
+        },
+    )
+
+
+def _table(raw: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, dict):
+        raise TopicConfigError(f"{where}: must be a table, got {raw!r}")
+    return raw
+
+
+def _check_keys(table: Mapping[str, Any], allowed: set[str] | frozenset[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise TopicConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(allowed))}"
+        )
+
+
+def _positive_int(value: Any, where: str) -> int:
+    # bool is an int subclass, but `partitions = true` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TopicConfigError(f"{where}: must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _config_value(value: Any, where: str) -> str:
+    # Kafka configs are strings on the wire; accept TOML scalars for readability.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise TopicConfigError(f"{where}: must be a string or number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CreationPlan:
+    """What `topics create` does: make the missing topics, leave the existing ones be."""
+
+    create: list[TopicSpec]
+    existing: list[TopicSpec]
+
+    @property
+    def kept_borrowed(self) -> list[str]:
+        """Existing request topics named by the settings: another pipeline's, untouched."""
+        return [spec.name for spec in self.existing if spec.borrowed]
+
+
+def plan_creation(specs: Sequence[TopicSpec], existing: set[str], cluster: str) -> CreationPlan:
+    """Which declared topics to create on a cluster holding ``existing``.
+
+    embedstream's own topics (retry, results, dlq, and request topics at their default names)
+    are created when missing. A request topic a ``topic_requests_*`` setting names is created
+    only on a cluster where no request topic exists yet (a fresh deployment); where its
+    lane-mates exist it is more likely a misspelt name of an existing pipeline's topic, so that
+    is an error naming the setting, and nothing is created.
+    """
+    fresh = not any(spec.name in existing for spec in specs if spec.key in REQUEST_KEYS)
+    plan = CreationPlan([], [])
+    for spec in specs:
+        if spec.name in existing:
+            plan.existing.append(spec)
+        elif spec.borrowed and not fresh:
+            there = [s.name for s in specs if s.key in REQUEST_KEYS and s.name in existing]
+            raise ConfigError(
+                SETTING_OF_KEY[spec.key],
+                f"topic {spec.name} does not exist at {cluster}, while the request topics "
+                f"{', '.join(there)} do; check the name, or create it yourself "
+                "(`topics create` makes request topics only where none exists yet)",
+            )
+        else:
+            plan.create.append(spec)
+    return plan

@@ -1,0 +1,176 @@
+"""Rules between settings that a range cannot state: Kafka security, topic names, the provider.
+
+:func:`embedstream.config.validate` calls these after the range checks. Each failure is a
+:class:`ConfigError` naming exactly one setting, raised before anything touches Kafka or the
+provider. The parsers here (topic lists, JSON objects) are what the settings' own accessors use,
+so a value that validated is one the rest of the code can read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from embedstream.errors import ConfigError
+from embedstream.settings_types import SASL_PROTOCOLS, TLS_PROTOCOLS
+
+if TYPE_CHECKING:
+    from embedstream.config import Settings
+
+# --------------------------------------------------------------------------- Kafka security
+
+
+def validate_security(s: Settings) -> None:
+    """The Kafka security settings agree with security_protocol, and their files exist."""
+    protocol = s.security_protocol
+    if protocol in SASL_PROTOCOLS:
+        if s.sasl_mechanism == "OAUTHBEARER":
+            if not s.sasl_oauth_token_file:
+                raise ConfigError("sasl_oauth_token_file", "OAUTHBEARER needs a token file")
+        else:
+            for name in ("sasl_username", "sasl_password"):
+                if not getattr(s, name):
+                    raise ConfigError(name, f"{protocol} with {s.sasl_mechanism} needs it set")
+    else:
+        for name in ("sasl_username", "sasl_password", "sasl_oauth_token_file"):
+            if getattr(s, name):
+                raise ConfigError(
+                    "security_protocol", f"is {protocol} but {name} is set; use SASL_SSL"
+                )
+    tls_files = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_keyfile_password")
+    if protocol not in TLS_PROTOCOLS:
+        for name in tls_files:
+            if getattr(s, name):
+                raise ConfigError(
+                    "security_protocol", f"is {protocol} but {name} is set; use SSL or SASL_SSL"
+                )
+    if s.ssl_keyfile and not s.ssl_certfile:
+        raise ConfigError("ssl_certfile", "must be set when ssl_keyfile is")
+    if s.ssl_keyfile_password and not s.ssl_certfile:
+        raise ConfigError("ssl_keyfile_password", "is set but ssl_certfile is not")
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "sasl_oauth_token_file"):
+        path = getattr(s, name)
+        if path and not Path(path).is_file():
+            raise ConfigError(name, f"no such file: {path}")
+        if path and not os.access(path, os.R_OK):
+            raise ConfigError(name, f"cannot read {path} (permissions)")
+
+
+# --------------------------------------------------------------------------- topics
+
+# The request lanes may read several topics; embedstream's own topics are one each.
+REQUEST_TOPIC_SETTINGS = ("topic_requests_high", "topic_requests_low")
+OWN_TOPIC_SETTINGS = ("topic_retry", "topic_results", "topic_dlq")
+TOPIC_SETTINGS = (*REQUEST_TOPIC_SETTINGS, *OWN_TOPIC_SETTINGS)
+
+_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+MAX_TOPIC_NAME = 249  # Kafka's limit on a topic name
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why Kafka would refuse ``name`` as a topic name, or None."""
+    if not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
+        return f"{name!r} is not a legal Kafka topic name (letters, digits, '.', '_', '-')"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"{name[:40]!r}... is longer than Kafka's {MAX_TOPIC_NAME} characters"
+    return None
+
+
+def topic_list(value: str | None) -> tuple[str, ...]:
+    """The topics a topic setting names (comma separated, spaces around names ignored)."""
+    if value is None or not value.strip():
+        return ()
+    return tuple(part.strip() for part in value.split(","))
+
+
+def validate_topics(s: Settings) -> None:
+    """Every topic set is a legal name, listed once, and embedstream's own are one each.
+    Whether an unset one's default collides is checked where defaults are known
+    (:func:`embedstream.kafka.admin.configured_topics`)."""
+    seen: dict[str, str] = {}
+    for name in TOPIC_SETTINGS:
+        topics = topic_list(getattr(s, name))
+        if name in OWN_TOPIC_SETTINGS and len(topics) > 1:
+            raise ConfigError(name, f"names one topic, got {len(topics)}: {getattr(s, name)!r}")
+        for topic in topics:
+            if not topic:
+                raise ConfigError(name, f"has an empty entry: {getattr(s, name)!r}")
+            problem = topic_name_problem(topic)
+            if problem:
+                raise ConfigError(name, problem)
+            if topic in seen:
+                where = "twice" if seen[topic] == name else f"also in {seen[topic]}"
+                raise ConfigError(name, f"lists {topic} {where}; a topic has one role")
+            seen[topic] = name
+
+
+# --------------------------------------------------------------------------- provider
+
+AZURE_SETTINGS = ("azure_endpoint", "azure_deployment")
+# What embedstream itself puts in every request body; extra_body must not change it.
+OWN_BODY_FIELDS = frozenset({"input", "model", "encoding_format", "dimensions"})
+
+
+def json_object(name: str, text: str | None, *, secret: bool = False) -> dict[str, Any]:
+    """A setting holding a JSON object, parsed; {} when unset."""
+    if text is None or not text.strip():
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        detail = "" if secret else f": {exc}"
+        raise ConfigError(name, f"must be a JSON object{detail}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(name, f"must be a JSON object, got a JSON {type(value).__name__}")
+    return value
+
+
+def header_map(text: str | None) -> dict[str, str]:
+    """extra_headers as a header -> value mapping; values are never echoed in errors."""
+    headers = json_object("extra_headers", text, secret=True)
+    for header, value in headers.items():
+        if not isinstance(value, str):
+            raise ConfigError("extra_headers", f"the value of {header!r} must be a string")
+        if not header or any(c in header for c in " :\r\n"):
+            raise ConfigError("extra_headers", f"{header!r} is not a header name")
+        if "\r" in value or "\n" in value:
+            raise ConfigError("extra_headers", f"the value of {header!r} holds a line break")
+    return headers
+
+
+def validate_provider(s: Settings) -> None:
+    """The provider settings agree with provider_profile; extra_headers/extra_body parse."""
+    if s.provider_profile == "azure":
+        if not s.azure_endpoint:
+            raise ConfigError(
+                "azure_endpoint",
+                "provider_profile azure needs the resource endpoint, "
+                "e.g. https://my-resource.openai.azure.com",
+            )
+        if s.base_url:
+            raise ConfigError(
+                "base_url", "is not used with provider_profile azure; set azure_endpoint instead"
+            )
+    else:
+        for name in AZURE_SETTINGS:
+            if getattr(s, name):
+                raise ConfigError(
+                    name, f"is set but provider_profile is {s.provider_profile}; set it to azure"
+                )
+    if s.azure_endpoint and not s.azure_endpoint.startswith(("http://", "https://")):
+        raise ConfigError("azure_endpoint", "must start with https:// (or http://)")
+    if not s.azure_api_version.strip():
+        raise ConfigError("azure_api_version", "must not be empty")
+    header_map(s.extra_headers)
+    body = json_object("extra_body", s.extra_body)
+    clashes = sorted(OWN_BODY_FIELDS & set(body))
+    if clashes:
+        raise ConfigError(
+            "extra_body",
+            f"must not set {', '.join(clashes)}: embedstream sets them per request "
+            "(see the request fields and the settings model and encoding_format)",
+        )
