@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 from embedstream.app import Service, build_service, default_backend
 from embedstream.config import Settings, load_settings
-from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.kafka.admin import configured_specs, create_topics
 from embedstream.kafka.clients import (
     KafkaTarget,
     admin_for,
@@ -45,7 +45,8 @@ def settings_for(bootstrap: str, prefix: str, base_url: str, **overrides: Any) -
 
 
 async def create_all_topics(settings: Settings) -> None:
-    await create_topics(connection_for(settings), load_topic_specs(settings.topic_prefix))
+    """Every topic the settings name (their own names, else the prefixed defaults)."""
+    await create_topics(connection_for(settings), configured_specs(settings))
 
 
 async def publish(
