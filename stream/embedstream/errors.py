@@ -40,11 +40,18 @@ class Reason(StrEnum):
     INVALID_DIMENSIONS = "invalid_dimensions"
     INVALID_METADATA = "invalid_metadata"
     INVALID_DEADLINE = "invalid_deadline"
+    INVALID_USER = "invalid_user"
+    INVALID_INPUT_TYPE = "invalid_input_type"
+    INVALID_TASK = "invalid_task"
     INVALID_HEADERS = "invalid_headers"  # embedstream's own headers (e.g. on a retry record)
     # Well formed, but this deployment can never serve it (PermanentItemError).
     EMPTY_TEXT = "empty_text"
     TOO_LONG = "too_long"
     UNSUPPORTED_ENCODING_FORMAT = "unsupported_encoding_format"
+    # The provider profile (or, answering 400, the provider) takes no `dimensions` / no such
+    # request field (user, input_type, task).
+    UNSUPPORTED_DIMENSIONS = "unsupported_dimensions"
+    UNSUPPORTED_PARAMETER = "unsupported_parameter"
     UNKNOWN_MODEL = "unknown_model"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     REJECTED = "rejected"  # the provider answered 400/413/422

@@ -155,6 +155,10 @@ def validate_provider(s: Settings) -> None:
             raise ConfigError(
                 "base_url", "is not used with provider_profile azure; set azure_endpoint instead"
             )
+        if not s.api_key:
+            raise ConfigError(
+                "api_key", "provider_profile azure needs the resource's key (sent as api-key)"
+            )
     else:
         for name in AZURE_SETTINGS:
             if getattr(s, name):

@@ -24,6 +24,10 @@ from embedstream.errors import InvalidEvent, Reason
 
 MAX_ID_CHARS = 512
 ENCODING_FORMATS = ("float", "base64")
+# Provider-specific request fields passed on to the provider where its profile takes them
+# (core/limits.py). Each value is part of the bucket key, so it stays short.
+REQUEST_PARAMETERS = ("user", "input_type", "task")
+MAX_PARAMETER_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,13 @@ class EmbedRequest:
     dimensions: int | None = None
     metadata: dict[str, Any] | None = None
     deadline_ms: int | None = None
+    user: str | None = None  # the end user, for the provider's abuse monitoring
+    input_type: str | None = None  # e.g. "query" / "passage" (NVIDIA NIM, Azure)
+    task: str | None = None  # e.g. "retrieval.query" (Jina)
+
+    def parameters(self) -> tuple[str, ...]:
+        """The provider-specific fields this request sets."""
+        return tuple(name for name in REQUEST_PARAMETERS if getattr(self, name) is not None)
 
 
 def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedRequest:
@@ -65,6 +76,9 @@ def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedReq
         dimensions=_dimensions(doc),
         metadata=_metadata(doc),
         deadline_ms=_deadline(doc),
+        user=_parameter(doc, "user"),
+        input_type=_parameter(doc, "input_type"),
+        task=_parameter(doc, "task"),
     )
 
 
@@ -98,6 +112,15 @@ def _optional_str(doc: dict[str, Any], name: str) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise InvalidEvent(f"invalid_{name}", f"field '{name}' must be a non-empty string")
+    return value
+
+
+def _parameter(doc: dict[str, Any], name: str) -> str | None:
+    value = _optional_str(doc, name)
+    if value is not None and len(value) > MAX_PARAMETER_CHARS:
+        raise InvalidEvent(
+            f"invalid_{name}", f"field '{name}' is longer than {MAX_PARAMETER_CHARS} characters"
+        )
     return value
 
 
@@ -155,7 +178,7 @@ def _deadline(doc: dict[str, Any]) -> int | None:
 
 def encode_request(request: EmbedRequest) -> bytes:
     doc: dict[str, Any] = {"id": request.id, "text": request.text}
-    for name in ("model", "encoding_format", "dimensions", "metadata"):
+    for name in ("model", "encoding_format", "dimensions", "metadata", *REQUEST_PARAMETERS):
         value = getattr(request, name)
         if value is not None:
             doc[name] = value

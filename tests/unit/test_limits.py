@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from embedstream.core.limits import (
+    AZURE_DIMENSIONS_SINCE,
     PROFILES,
+    REQUEST_PARAMETERS,
     ItemProblem,
     ProviderLimits,
     UnknownProfile,
@@ -13,6 +17,7 @@ from embedstream.core.limits import (
     effective_limits,
     profile,
 )
+from embedstream.settings_types import ProviderProfile
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,25 +25,47 @@ BOTH = frozenset({"float", "base64"})
 SMALL = ProviderLimits(3, 10, 25, frozenset({"float"}))
 
 
+USER = frozenset({"user"})
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("openai", ProviderLimits(2048, 8192, 300_000, BOTH)),
+        ("openai", ProviderLimits(2048, 8192, 300_000, BOTH, parameters=USER)),
+        ("azure", ProviderLimits(2048, 8191, 300_000, BOTH,
+                                 parameters=frozenset({"user", "input_type"}))),
+        ("vllm", ProviderLimits(2048, 32_768, 1_000_000, BOTH, parameters=USER)),
+        # TEI's default --max-client-batch-size is 32 inputs.
+        ("tei", ProviderLimits(32, 32_768, 500_000, BOTH, parameters=USER)),
+        ("ollama", ProviderLimits(2048, 32_768, 1_000_000, BOTH)),
         ("dashscope", ProviderLimits(10, 8192, 80_000, frozenset({"float"}))),
-        ("generic", ProviderLimits(2048, 32_768, 1_000_000, BOTH)),
+        ("generic", ProviderLimits(2048, 32_768, 1_000_000, BOTH,
+                                   parameters=frozenset(REQUEST_PARAMETERS))),
     ],
-)
+)  # fmt: skip
 def test_profiles(name: str, expected: ProviderLimits) -> None:
     assert profile(name) == expected
     assert PROFILES[name] == expected
 
 
+def test_every_profile_setting_value_has_limits() -> None:
+    assert set(PROFILES) == set(get_args(ProviderProfile))
+
+
+def test_wire_format_is_base64_where_the_provider_takes_it() -> None:
+    assert profile("openai").wire_format == "base64"
+    assert profile("dashscope").wire_format == "float"
+
+
 def test_unknown_profile_lists_known_names() -> None:
     with pytest.raises(UnknownProfile) as info:
-        profile("azure")
+        profile("bedrock")
     assert isinstance(info.value, KeyError)
     assert isinstance(info.value, ValueError)
-    assert str(info.value) == "unknown provider profile 'azure'; known: dashscope, generic, openai"
+    assert str(info.value) == (
+        "unknown provider profile 'bedrock'; known: azure, dashscope, generic, ollama, openai, "
+        "tei, vllm"
+    )
 
 
 @pytest.mark.parametrize(
@@ -68,11 +95,11 @@ def test_invalid_limits(kwargs: dict[str, object]) -> None:
     ("base", "size", "batch_tokens", "input_tokens", "expected"),
     [
         # the user is tighter on everything
-        ("openai", 256, 100_000, 4096, ProviderLimits(256, 4096, 100_000, BOTH)),
+        ("openai", 256, 100_000, 4096, ProviderLimits(256, 4096, 100_000, BOTH, parameters=USER)),
         # the provider is tighter on everything
         ("dashscope", 256, 100_000, 10_000, ProviderLimits(10, 8192, 80_000, frozenset({"float"}))),
         # mixed
-        ("generic", 4096, 50_000, 8192, ProviderLimits(2048, 8192, 50_000, BOTH)),
+        ("ollama", 4096, 50_000, 8192, ProviderLimits(2048, 8192, 50_000, BOTH)),
     ],
 )
 def test_effective_limits(
@@ -113,6 +140,43 @@ def test_check_item(
 ) -> None:
     problem = check_item(limits, text=text, tokens=tokens, encoding_format=fmt)
     assert (problem.reason if problem else None) == reason
+
+
+@pytest.mark.parametrize(
+    ("limits", "dimensions", "parameters", "reason"),
+    [
+        (profile("openai"), 256, ["user"], None),
+        (ProviderLimits(3, 10, 25, BOTH, dimensions=False), 256, [], "unsupported_dimensions"),
+        (ProviderLimits(3, 10, 25, BOTH, dimensions=False), None, [], None),
+        (profile("openai"), None, ["input_type"], "unsupported_parameter"),
+        (profile("ollama"), None, ["user"], "unsupported_parameter"),
+        (profile("azure"), None, ["user", "input_type"], None),
+        (profile("generic"), 8, ["user", "input_type", "task"], None),
+    ],
+)
+def test_check_item_refuses_what_the_profile_does_not_take(
+    limits: ProviderLimits, dimensions: int | None, parameters: list[str], reason: str | None
+) -> None:
+    problem = check_item(
+        limits, text="hi", tokens=2, encoding_format="float", dimensions=dimensions,
+        parameters=parameters, profile_name="p",
+    )  # fmt: skip
+    assert (problem.reason if problem else None) == reason
+    if problem is not None:
+        assert problem.message.startswith("provider profile p takes no `")
+
+
+@pytest.mark.parametrize(
+    ("version", "dimensions"),
+    [("2023-05-15", False), ("2024-02-01", False), (AZURE_DIMENSIONS_SINCE + "-preview", True),
+     ("2024-10-21", True)],
+)  # fmt: skip
+def test_azure_takes_dimensions_from_api_version_2024_03_01(version: str, dimensions: bool) -> None:
+    limits = effective_limits(
+        profile("azure"), max_batch_size=8, max_batch_tokens=100, max_input_tokens=10,
+        azure_api_version=version,
+    )  # fmt: skip
+    assert limits.dimensions is dimensions
 
 
 def test_too_long_message_states_estimate_and_limit() -> None:

@@ -16,13 +16,24 @@ from embedstream.core.policy import BatchLimits
 
 
 def provider_limits(settings: Settings) -> ProviderLimits:
-    """The provider profile narrowed by the user's batch and input limits."""
+    """The provider profile narrowed by the user's batch and input limits (and, for Azure,
+    by what its api-version takes)."""
+    azure = settings.provider_profile == "azure"
     return effective_limits(
         profile(settings.provider_profile),
         max_batch_size=settings.max_batch_size,
         max_batch_tokens=settings.max_batch_tokens,
         max_input_tokens=settings.max_input_tokens,
+        azure_api_version=settings.azure_api_version if azure else None,
     )
+
+
+def profile_label(settings: Settings) -> str:
+    """The provider profile as messages name it (with the Azure api-version, which decides
+    what Azure takes)."""
+    if settings.provider_profile == "azure":
+        return f"azure (api-version {settings.azure_api_version})"
+    return settings.provider_profile
 
 
 def batch_limits(settings: Settings) -> BatchLimits:

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from embedstream.config import Settings
+from embedstream.core import configured
 from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter
 from embedstream.errors import InvalidEvent, Reason
@@ -38,6 +39,7 @@ class Intake:
         self._limits = limits
         self._count = count
         self._allowed_models = settings.allowed_model_set
+        self._profile = configured.profile_label(settings)
 
     def admit(self, value: bytes | None) -> Admitted | Rejected:
         try:
@@ -52,7 +54,13 @@ class Intake:
         encoding_format = request.encoding_format or self._settings.encoding_format
         tokens = self._count(request.text)
         problem = check_item(
-            self._limits, text=request.text, tokens=tokens, encoding_format=encoding_format
+            self._limits,
+            text=request.text,
+            tokens=tokens,
+            encoding_format=encoding_format,
+            dimensions=request.dimensions,
+            parameters=request.parameters(),
+            profile_name=self._profile,
         )
         if problem is None:
             return Admitted(request, model, encoding_format, tokens)

@@ -1,7 +1,8 @@
-"""Buckets of buffered items: one per (priority, model, encoding format, dimensions).
+"""Buckets of buffered items: one per (priority, model, encoding format, dimensions, and the
+provider-specific request fields user, input_type and task).
 
-A batch is always cut from one bucket, so a call never mixes models, formats or dimensions.
-Pure data structures; the batcher shell decides when to cut.
+A batch is always cut from one bucket, so a call never mixes any of them. Pure data structures;
+the batcher shell decides when to cut.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class BucketKey(NamedTuple):
     model: str
     encoding_format: str
     dimensions: int | None
+    # Provider-specific fields a call sends once for all its inputs (see wire.REQUEST_PARAMETERS).
+    user: str | None = None
+    input_type: str | None = None
+    task: str | None = None
 
 
 class Pending(NamedTuple, Generic[T]):

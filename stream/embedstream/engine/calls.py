@@ -115,7 +115,7 @@ class BatchCaller(Generic[J]):
         held_back = 0  # consecutive shared failures of this batch
         while True:
             distinct, mapping = unique_texts([p.payload.text for p in batch])
-            call = BatchCall(key.model, distinct, key.encoding_format, key.dimensions)
+            call = BatchCall.for_bucket(key, distinct)
             started = time.perf_counter()
             try:
                 outcome = await self._backend.embed(call)

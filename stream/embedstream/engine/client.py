@@ -123,6 +123,7 @@ class BatchingClient:
         self.settings = _resolve(settings, setting_values)
         self._backend = backend or OpenAIEmbedder.from_settings(self.settings)
         self._limits = configured.provider_limits(self.settings)
+        self._profile = configured.profile_label(self.settings)
         self._count_tokens = token_counter
         self.governor = configured.governor(self.settings, time.monotonic)
         self._batcher: Batcher[_Request] = Batcher(
@@ -197,13 +198,27 @@ class BatchingClient:
         dimensions: int | None = None,
         encoding_format: EncodingFormat | None = None,
         priority: Lane = "high",
+        user: str | None = None,
+        input_type: str | None = None,
+        task: str | None = None,
     ) -> asyncio.Future[Vector]:
-        """Queue one text; the future resolves to its vector. Raises at once on bad input."""
+        """Queue one text; the future resolves to its vector. Raises at once on bad input
+        (also for a `dimensions`, `user`, `input_type` or `task` the provider profile does
+        not take)."""
         if self._runner is None:
             raise RuntimeError("BatchingClient not started: use `async with` or start()")
         tokens = self._count_tokens(text)
         encoding = encoding_format or self.settings.encoding_format
-        problem = check_item(self._limits, text=text, tokens=tokens, encoding_format=encoding)
+        fields = {"user": user, "input_type": input_type, "task": task}
+        problem = check_item(
+            self._limits,
+            text=text,
+            tokens=tokens,
+            encoding_format=encoding,
+            dimensions=dimensions,
+            parameters=[name for name, value in fields.items() if value is not None],
+            profile_name=self._profile,
+        )
         if problem is not None:
             raise PermanentItemError(problem.reason, problem.message)
         key = BucketKey(
@@ -211,6 +226,9 @@ class BatchingClient:
             model or self.settings.model,
             encoding,
             dimensions,
+            user,
+            input_type,
+            task,
         )
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
         job = _Request(id=IN_PROCESS_ID, text=text, tokens=tokens, key=key, future=future)
@@ -265,6 +283,9 @@ class BatchingClient:
         encoding_format: EncodingFormat | None = ...,
         priority: Lane | None = ...,
         timeout: float | None = ...,  # noqa: ASYNC109 (OpenAI SDK style)
+        user: str | None = ...,
+        input_type: str | None = ...,
+        task: str | None = ...,
     ) -> Vector: ...
 
     @overload
@@ -277,6 +298,9 @@ class BatchingClient:
         encoding_format: EncodingFormat | None = ...,
         priority: Lane | None = ...,
         timeout: float | None = ...,  # noqa: ASYNC109 (OpenAI SDK style)
+        user: str | None = ...,
+        input_type: str | None = ...,
+        task: str | None = ...,
     ) -> list[Vector]: ...
 
     async def embed(
@@ -288,6 +312,9 @@ class BatchingClient:
         encoding_format: EncodingFormat | None = None,
         priority: Lane | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (per call, as the OpenAI SDK has it)
+        user: str | None = None,
+        input_type: str | None = None,
+        task: str | None = None,
     ) -> Vector | list[Vector]:
         """The vector of one text (high priority by default), or of each text of a list (low
         priority by default), like the OpenAI SDK's `embeddings.create(input=...)`."""
@@ -308,6 +335,9 @@ class BatchingClient:
                 dimensions=dimensions,
                 encoding_format=encoding_format,
                 priority=lane,
+                user=user,
+                input_type=input_type,
+                task=task,
             )
             for t in text
         ]

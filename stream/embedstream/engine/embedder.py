@@ -1,4 +1,5 @@
-"""Calls an OpenAI-compatible /v1/embeddings endpoint and classifies every failure.
+"""Calls an OpenAI-compatible /v1/embeddings endpoint (or an Azure OpenAI deployment) and
+classifies every failure.
 
 The only module that imports ``openai``. The client's own retries are off: retrying is the
 pipeline's job (retry topic, backoff), so a retry is never doubled nor hidden from metrics.
@@ -16,13 +17,15 @@ import time
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import openai
 import orjson
-from openai import AsyncOpenAI, omit
+from openai import AsyncAzureOpenAI, AsyncOpenAI, omit
 
 from embedstream.config import Settings
+from embedstream.core import configured
+from embedstream.core.lanes import BucketKey
 from embedstream.errors import (
     EmbedStreamError,
     PermanentItemError,
@@ -39,6 +42,22 @@ class BatchCall:
     texts: Sequence[str]
     encoding_format: str
     dimensions: int | None
+    # Provider-specific fields, one value for the whole call (a bucket never mixes them).
+    user: str | None = None
+    input_type: str | None = None
+    task: str | None = None
+
+    @classmethod
+    def for_bucket(cls, key: BucketKey, texts: Sequence[str]) -> BatchCall:
+        return cls(
+            key.model, texts, key.encoding_format, key.dimensions,
+            key.user, key.input_type, key.task,
+        )  # fmt: skip
+
+    def parameters(self) -> dict[str, str]:
+        """The provider-specific fields this call sets, as request body fields."""
+        fields = {"user": self.user, "input_type": self.input_type, "task": self.task}
+        return {name: value for name, value in fields.items() if value is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,24 +75,74 @@ class EmbeddingBackend(Protocol):
     async def close(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class AzureTarget:
+    """Where an Azure OpenAI deployment answers: <endpoint>/openai/deployments/<deployment>.
+    Without a deployment, each call's model names it (the Azure client puts it in the URL)."""
+
+    endpoint: str
+    deployment: str | None
+    api_version: str
+
+
 class OpenAIEmbedder:
     @classmethod
     def from_settings(cls, settings: Settings) -> OpenAIEmbedder:
+        azure = None
+        if settings.provider_profile == "azure" and settings.azure_endpoint:
+            azure = AzureTarget(
+                settings.azure_endpoint, settings.azure_deployment, settings.azure_api_version
+            )
         return cls(
             base_url=settings.base_url,
             api_key=settings.api_key,
             timeout_s=settings.request_timeout_s,
+            wire_format=configured.provider_limits(settings).wire_format,
+            extra_headers=settings.extra_header_map,
+            extra_body=settings.extra_body_map,
+            azure=azure,
         )
 
-    def __init__(self, *, base_url: str | None, api_key: str | None, timeout_s: float) -> None:
-        self._secret = api_key
-        self._client = AsyncOpenAI(
-            base_url=base_url,
-            # The simulator and many self-hosted servers need no key; the client insists on one.
-            api_key=api_key or "unused",
-            max_retries=0,
-            timeout=timeout_s,
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        timeout_s: float,
+        wire_format: str = "base64",
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, object] | None = None,
+        azure: AzureTarget | None = None,
+    ) -> None:
+        # Providers may quote the key, or a gateway key of extra_headers, back in an error.
+        self._secrets = [v for v in (api_key, *(extra_headers or {}).values()) if v]
+        self._wire_format: Literal["float", "base64"] = (
+            "float" if wire_format == "float" else "base64"
         )
+        self._extra_body = dict(extra_body or {})
+        # The simulator and many self-hosted servers need no key; the client insists on one.
+        key = api_key or "unused"
+        headers = dict(extra_headers or {})
+        self._client: AsyncOpenAI
+        if azure is not None:
+            # Deployment URLs, the api-version query parameter and the `api-key` header.
+            self._client = AsyncAzureOpenAI(
+                azure_endpoint=azure.endpoint,
+                azure_deployment=azure.deployment,
+                api_version=azure.api_version,
+                api_key=key,
+                max_retries=0,
+                timeout=timeout_s,
+                default_headers=headers,
+            )
+        else:
+            self._client = AsyncOpenAI(
+                base_url=base_url,
+                api_key=key,
+                max_retries=0,
+                timeout=timeout_s,
+                default_headers=headers,
+            )
 
     async def close(self) -> None:
         await self._client.close()
@@ -85,22 +154,23 @@ class OpenAIEmbedder:
             # errors, but does not parse: its response models cost a quarter of the client's
             # CPU on large responses. The texts go in `extra_body`, which takes precedence
             # over `input` and skips the client's per-string type walk (as costly as the
-            # parsing). Always base64 on the wire: a quarter of the bytes of a float list,
-            # and what the client asks for by default too.
+            # parsing). base64 on the wire where the provider takes it: a quarter of the
+            # bytes of a float list, and what the client asks for by default too.
             raw = await self._client.embeddings.with_raw_response.create(
                 model=call.model,
                 input=[],
-                encoding_format="base64",
+                encoding_format=self._wire_format,
                 dimensions=omit if call.dimensions is None else call.dimensions,
-                extra_body={"input": list(call.texts)},
+                extra_body={**self._extra_body, **call.parameters(), "input": list(call.texts)},
             )
             body = raw.content
         except openai.APIError as exc:
-            error = classify(exc)
-            if self._secret and self._secret in error.message:
-                # Providers may quote the key back; it must not reach logs or dead letters.
-                error.message = error.message.replace(self._secret, "***")
-                error.args = (error.message,)
+            error = classify(exc, call)
+            for secret in self._secrets:
+                if secret in error.message:
+                    # Keys quoted back must not reach logs or dead letters.
+                    error.message = error.message.replace(secret, "***")
+            error.args = (error.message,)
             raise error from None
         latency = time.perf_counter() - started
         headers = {k.lower(): v for k, v in raw.headers.items() if k.lower().startswith(_HINTS)}
@@ -215,9 +285,17 @@ def _check_finite(vector: list[float]) -> None:
         raise TransientError(Reason.MALFORMED_RESPONSE, "embedding contains NaN or infinity")
 
 
-def classify(exc: openai.APIError) -> EmbedStreamError:
+def classify(exc: openai.APIError, call: BatchCall | None = None) -> EmbedStreamError:
     """Map a client error to permanent / transient / provider-wide, keeping retry-after."""
     message = _safe_message(exc)
+    if _refuses_dimensions(exc, message, call):
+        # The model cannot shorten its vectors: every input of this call (one bucket, one
+        # `dimensions`) would fail alike, so there is nothing to split.
+        return PermanentItemError(
+            Reason.UNSUPPORTED_DIMENSIONS,
+            f"the provider refused dimensions={call.dimensions if call else None} for this "
+            f"model: {message}",
+        )
     if isinstance(exc, openai.APITimeoutError):
         return TransientError(Reason.TIMEOUT, "embeddings call timed out")
     if isinstance(exc, openai.APIConnectionError):
@@ -239,6 +317,18 @@ def classify(exc: openai.APIError) -> EmbedStreamError:
             )
         return TransientError(http_reason(status), message, retry_after=retry_after)
     return TransientError(Reason.MALFORMED_RESPONSE, message)
+
+
+# How providers say a model takes no `dimensions`: OpenAI and Azure ("This model does not
+# support specifying dimensions."), vLLM ("... does not support matryoshka representation").
+_DIMENSION_REFUSALS = ("specifying dimensions", "matryoshka")
+
+
+def _refuses_dimensions(exc: openai.APIError, message: str, call: BatchCall | None) -> bool:
+    if call is None or call.dimensions is None or not isinstance(exc, openai.APIStatusError):
+        return False
+    lowered = message.lower()
+    return exc.status_code == 400 and any(words in lowered for words in _DIMENSION_REFUSALS)
 
 
 def _safe_message(exc: openai.APIError) -> str:

@@ -32,7 +32,11 @@ class WorkItem(Job):
 
     @property
     def key(self) -> BucketKey:
-        return BucketKey(self.priority, self.model, self.encoding_format, self.request.dimensions)
+        r = self.request
+        return BucketKey(
+            self.priority, self.model, self.encoding_format, r.dimensions,
+            r.user, r.input_type, r.task,
+        )  # fmt: skip
 
     @property
     def current(self) -> bool:

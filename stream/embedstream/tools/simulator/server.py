@@ -1,7 +1,8 @@
 """aiohttp shell around the pure model: routing, queuing for capacity, sleeping, stats.
 
 Routes:
-    POST /v1/embeddings       OpenAI-compatible embeddings
+    POST /v1/embeddings       OpenAI-compatible embeddings (every flavor but azure)
+    POST /openai/deployments/{deployment}/embeddings?api-version=...   the azure flavor's
     GET  /v1/models           the advertised models, OpenAI's list format (and /v1/models/{id})
     GET  /healthz             200 "ok"
     GET  /stats               counters (see model.Stats)
@@ -12,7 +13,6 @@ Routes:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -24,24 +24,33 @@ from types import TracebackType
 import orjson
 from aiohttp import web
 
-from embedstream.tools.simulator.model import (
+from embedstream.tools.simulator.cli import DEFAULT_HOST, DEFAULT_PORT
+from embedstream.tools.simulator.cli import add_cli_arguments as add_cli_arguments
+from embedstream.tools.simulator.cli import config_from_args as config_from_args
+from embedstream.tools.simulator.config import SimulatorConfig
+from embedstream.tools.simulator.errors import (
     ApiError,
-    CallRecord,
-    SimulatorConfig,
-    Stats,
-    TokenBucket,
-    build_response,
-    check_auth,
-    check_rejected_texts,
-    decide_faults,
-    find_model,
-    flaky_failure,
+    authenticate,
     invalid_request,
-    latency_s,
-    model_list,
-    parse_request,
+    not_found,
     rate_limited,
     server_error,
+)
+from embedstream.tools.simulator.flavors import Flavor
+from embedstream.tools.simulator.model import (
+    CallRecord,
+    Stats,
+    TokenBucket,
+    decide_faults,
+    latency_s,
+)
+from embedstream.tools.simulator.protocol import (
+    build_response,
+    check_rejected_texts,
+    find_model,
+    flaky_failure,
+    model_list,
+    parse_request,
 )
 from embedstream.tools.simulator.quota import Quotas
 
@@ -50,8 +59,6 @@ log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8700
 # A full request (2048 inputs, 300k tokens) can be several MB; aiohttp's default is 1 MB.
 _MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -154,8 +161,9 @@ class SimulatorServer:
         Setting ``rate_limit_for_s`` (re)starts the 429 window from now; 0 ends it.
         Raises ValueError for unknown fields or invalid values.
         """
-        if "capacity" in changes and changes["capacity"] != self._config.capacity:
-            raise ValueError("capacity cannot change while the simulator runs")
+        for fixed in ("capacity", "flavor"):
+            if fixed in changes and changes[fixed] != getattr(self._config, fixed):
+                raise ValueError(f"{fixed} cannot change while the simulator runs")
         new = self._config.replace(**changes)
         self._apply_rate_limits(new, window_changed="rate_limit_for_s" in changes)
         self._config = new
@@ -192,6 +200,7 @@ class SimulatorServer:
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=_MAX_BODY_BYTES)
         app.router.add_post("/v1/embeddings", self._handle_embeddings)
+        app.router.add_post("/openai/deployments/{deployment}/embeddings", self._handle_embeddings)
         app.router.add_get("/v1/models", self._handle_models)
         app.router.add_get("/v1/models/{model}", self._handle_model)
         app.router.add_get("/healthz", self._handle_healthz)
@@ -218,7 +227,7 @@ class SimulatorServer:
             self._record(
                 received_at, inputs, error.status, float(retry_after) if retry_after else None
             )
-            return _error_response(error)
+            return _error_response(error, self._config.flavor_rules)
         finally:
             if task is not None:
                 self._handlers.discard(task)
@@ -231,12 +240,13 @@ class SimulatorServer:
 
     async def _serve_embeddings(self, request: web.Request, inputs: list[str]) -> web.Response:
         config = self._config  # one consistent view for the whole call
+        deployment = _route_of(request, config.flavor_rules)
         body = await request.read()
         with contextlib.suppress(ApiError):  # only to record what was asked, for the call log
-            inputs.extend(parse_request(body, config).inputs)
-        check_auth(config, request.headers.get("Authorization"))
+            inputs.extend(parse_request(body, config, deployment).inputs)
+        authenticate(config, request.headers)
         self._check_rate_limit()
-        parsed = parse_request(body, config)
+        parsed = parse_request(body, config, deployment)
         announced = self._check_quotas(parsed.total_tokens)
         check_rejected_texts(config, parsed)
         if flaky_failure(config, parsed, self._flaky_failures):
@@ -271,17 +281,17 @@ class SimulatorServer:
 
     async def _handle_models(self, request: web.Request) -> web.Response:
         try:
-            check_auth(self._config, request.headers.get("Authorization"))
+            authenticate(self._config, request.headers)
         except ApiError as error:
-            return _error_response(error)
-        return _json_response(model_list())
+            return _error_response(error, self._config.flavor_rules)
+        return _json_response(model_list(self._config))
 
     async def _handle_model(self, request: web.Request) -> web.Response:
         try:
-            check_auth(self._config, request.headers.get("Authorization"))
-            return _json_response(find_model(request.match_info["model"]))
+            authenticate(self._config, request.headers)
+            return _json_response(find_model(request.match_info["model"], self._config))
         except ApiError as error:
-            return _error_response(error)
+            return _error_response(error, self._config.flavor_rules)
 
     async def _handle_healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -303,7 +313,8 @@ class SimulatorServer:
                 raise ValueError("body must be a JSON object of settings")
             config = self.set_faults(**changes)
         except (ValueError, TypeError) as error:  # orjson.JSONDecodeError is a ValueError
-            return _error_response(invalid_request(str(error), param=None, code="invalid_value"))
+            error_body = invalid_request(str(error), param=None, code="invalid_value")
+            return _json_response(error_body.body(), status=error_body.status)
         return _json_response(config.to_json())
 
 
@@ -319,10 +330,26 @@ def _json_response(body: object, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
-def _error_response(error: ApiError) -> web.Response:
-    response = _json_response(error.body(), status=error.status)
+def _error_response(error: ApiError, flavor: Flavor) -> web.Response:
+    body = error.body_for(flavor)
+    response = (
+        web.Response(status=error.status, text=body)
+        if isinstance(body, str)
+        else _json_response(body, status=error.status)
+    )
     response.headers.update(error.headers)
     return response
+
+
+def _route_of(request: web.Request, flavor: Flavor) -> str | None:
+    """The Azure deployment a request names (None on /v1/embeddings); a 404 for the route of
+    another flavor, or an Azure call without api-version, as the real servers answer."""
+    deployment = request.match_info.get("deployment")
+    if (deployment is not None) != (flavor.name == "azure"):
+        raise not_found(f"no route {request.path} on a {flavor.name} server")
+    if deployment is not None and not request.query.get("api-version"):
+        raise ApiError(404, "Resource not found", error_type="invalid_request_error", code="404")
+    return deployment
 
 
 def _url_host(host: str) -> str:
@@ -345,58 +372,3 @@ async def serve_forever(
         await asyncio.Event().wait()
     finally:
         await server.stop()
-
-
-def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``embedstream simulate``; pair with :func:`config_from_args`."""
-    d = SimulatorConfig()
-    add = parser.add_argument
-    add("--host", default=DEFAULT_HOST, help="bind address (default: %(default)s)")
-    add("--port", type=int, default=DEFAULT_PORT, help="port, 0 = any free (default: %(default)s)")
-    add("--base-ms", type=float, default=d.base_ms, help="latency per call in ms")
-    add("--per-token-ms", type=float, default=d.per_token_ms, help="extra latency per token")
-    add("--per-input-ms", type=float, default=d.per_input_ms, help="extra latency per input")
-    add("--capacity", type=int, default=d.capacity, help="calls served at once; others queue")
-    add("--dimensions", type=int, default=d.default_dimensions, help="default vector length")
-    add("--max-dimensions", type=int, default=d.max_dimensions, help="largest `dimensions`")
-    add("--rate-limit-rps", type=float, default=d.rate_limit_rps, help="429 above this; 0 = off")
-    add("--rate-limit-for-s", type=float, default=d.rate_limit_for_s, help="429 all for N s")
-    add("--rate-limit-rpm", type=float, default=d.rate_limit_rpm, help="announced requests/min")
-    add("--rate-limit-tpm", type=float, default=d.rate_limit_tpm, help="announced tokens/min")
-    add(
-        "--rate-limit-burst-s",
-        type=float,
-        default=d.rate_limit_burst_s,
-        help="seconds of refill the rpm/tpm budgets hold (60 = a minute's worth)",
-    )
-    add("--error-rate", type=float, default=d.error_rate, help="probability of a 500")
-    add("--hang-rate", type=float, default=d.hang_rate, help="probability a call hangs")
-    add("--hang-s", type=float, default=d.hang_s, help="how long a hung call hangs")
-    add("--shuffle-rate", type=float, default=d.shuffle_rate, help="probability of shuffled data")
-    add("--reject-texts-containing", default=None, metavar="TEXT", help="400 inputs with TEXT")
-    add("--auth-key", default=None, help="require 'Authorization: Bearer KEY'")
-    add("--seed", type=int, default=d.seed, help="seed of the fault dice")
-
-
-def config_from_args(ns: argparse.Namespace) -> SimulatorConfig:
-    """Build the config from options added by :func:`add_cli_arguments` (ValueError if invalid)."""
-    return SimulatorConfig(
-        default_dimensions=ns.dimensions,
-        max_dimensions=ns.max_dimensions,
-        base_ms=ns.base_ms,
-        per_token_ms=ns.per_token_ms,
-        per_input_ms=ns.per_input_ms,
-        capacity=ns.capacity,
-        rate_limit_rps=ns.rate_limit_rps,
-        rate_limit_for_s=ns.rate_limit_for_s,
-        rate_limit_rpm=ns.rate_limit_rpm,
-        rate_limit_tpm=ns.rate_limit_tpm,
-        rate_limit_burst_s=ns.rate_limit_burst_s,
-        error_rate=ns.error_rate,
-        hang_rate=ns.hang_rate,
-        hang_s=ns.hang_s,
-        shuffle_rate=ns.shuffle_rate,
-        reject_texts_containing=ns.reject_texts_containing,
-        auth_key=ns.auth_key,
-        seed=ns.seed,
-    )
