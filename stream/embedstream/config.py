@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 from embedstream.errors import ConfigError, env_var
 from embedstream.settings_rules import (
     header_map,
+    header_secrets,
     json_object,
     topic_list,
     validate_provider,
@@ -300,7 +301,7 @@ class Settings:
         header of extra_headers on its own (a message would quote one value, never the JSON)."""
         found = [value for name in SECRETS if (value := getattr(self, name))]
         found += [p for value in found if (p := url_password(value))]
-        return found + [value for value in self.extra_header_map.values() if value]
+        return found + header_secrets(self.extra_header_map)
 
     def describe(self) -> dict[str, str]:
         """Settings as strings for logs: secrets masked, credentials in URLs scrubbed (a secret

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,16 @@ def header_map(text: str | None) -> dict[str, str]:
         if "\r" in value or "\n" in value:
             raise ConfigError("extra_headers", f"the value of {header!r} holds a line break")
     return headers
+
+
+def header_secrets(headers: Mapping[str, str]) -> list[str]:
+    """What of extra_headers must never be shown: each value, and the credential of a value
+    like ``Bearer <token>`` on its own (a provider quoting the token back drops the scheme)."""
+    found: list[str] = []
+    for value in headers.values():
+        scheme, _, credential = value.partition(" ")
+        found += [value, credential.strip()] if credential.strip() and scheme else [value]
+    return [secret for secret in found if secret]
 
 
 def validate_provider(s: Settings) -> None:

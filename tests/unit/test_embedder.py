@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import orjson
 import pytest
+from embedstream.config import load_settings
+from embedstream.engine.client import BatchingClient
 from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, _outcome, parse_body
 from embedstream.errors import PermanentItemError, ProviderWideError, TransientError
 from embedstream.tools.simulator.model import (
@@ -187,3 +190,98 @@ def test_usage_that_is_not_a_count_reads_as_zero() -> None:
     document = _response([(0, [1.0])]) | {"usage": {"total_tokens": "many"}}
     outcome = _outcome(BatchCall("m", ["a"], "float", None), document, 0.01, {})
     assert outcome.total_tokens == 0
+
+
+# --------------------------------------------------------------------------- presets and gateways
+
+
+async def test_extra_headers_and_body_and_the_call_fields_reach_the_provider() -> None:
+    async with SimulatorServer(SimulatorConfig(base_ms=0, record_calls=True,
+                                               flavor="vllm")) as sim:  # fmt: skip
+        settings = load_settings(env={}, overrides={
+            "base_url": sim.url, "provider_profile": "vllm",
+            "extra_headers": '{"X-Route": "eu-west"}',
+            "extra_body": '{"truncate_prompt_tokens": 256, "user": "default-user"}',
+        })  # fmt: skip
+        embedder = OpenAIEmbedder.from_settings(settings)
+        try:
+            await embedder.embed(BatchCall("m", ["a"], "float", None, user="user-7"))
+            await embedder.embed(BatchCall("m", ["b"], "float", None))
+        finally:
+            await embedder.close()
+    first, second = sim.calls
+    assert first.headers["x-route"] == "eu-west"
+    # The call's own fields win over extra_body's defaults.
+    assert first.fields == {"model": "m", "encoding_format": "base64",
+                            "truncate_prompt_tokens": 256, "user": "user-7"}  # fmt: skip
+    assert second.fields["user"] == "default-user"
+
+
+async def test_a_provider_without_base64_is_asked_for_floats() -> None:
+    async with SimulatorServer(SimulatorConfig(base_ms=0, record_calls=True)) as sim:
+        settings = load_settings(
+            env={}, overrides={"base_url": sim.url, "provider_profile": "dashscope"}
+        )
+        embedder = OpenAIEmbedder.from_settings(settings)
+        try:
+            outcome = await embedder.embed(BatchCall("m", ["a"], "float", None))
+        finally:
+            await embedder.close()
+    assert sim.calls[0].fields["encoding_format"] == "float"
+    assert outcome.vectors == [expected_vector("m", "a", 256)]
+
+
+async def test_a_secret_gateway_header_echoed_back_is_scrubbed() -> None:
+    async with SimulatorServer(SimulatorConfig(base_ms=0, auth_key="other")) as sim:
+        embedder = OpenAIEmbedder(
+            base_url=sim.url,
+            api_key=None,
+            timeout_s=5,
+            extra_headers={"Authorization": "Bearer canary-gateway-key"},
+        )
+        try:
+            with pytest.raises(ProviderWideError) as info:
+                await embedder.embed(BatchCall("m", ["a"], "float", None))
+        finally:
+            await embedder.close()
+    assert "Incorrect API key provided: ***" in str(info.value)  # it was echoed, and masked
+    assert "canary-gateway-key" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "dimensions", "reason"),
+    [
+        # vLLM refuses `dimensions` for a model without Matryoshka training.
+        (SimulatorConfig(base_ms=0, flavor="vllm", matryoshka=False), 64,
+         "unsupported_dimensions"),
+        (SimulatorConfig(base_ms=0, flavor="vllm", matryoshka=False), None, None),
+        (SimulatorConfig(base_ms=0, reject_texts_containing="a"), 64, "rejected"),
+    ],
+)  # fmt: skip
+async def test_a_refusal_of_dimensions_is_its_own_reason(
+    config: SimulatorConfig, dimensions: int | None, reason: str | None
+) -> None:
+    async with SimulatorServer(config) as sim:
+        embedder = OpenAIEmbedder(base_url=sim.url, api_key="k", timeout_s=5)
+        try:
+            if reason is None:
+                await embedder.embed(BatchCall("m", ["a"], "float", dimensions))
+                return
+            with pytest.raises(PermanentItemError) as info:
+                await embedder.embed(BatchCall("m", ["a"], "float", dimensions))
+        finally:
+            await embedder.close()
+    assert info.value.reason == reason
+
+
+async def test_a_refusal_of_dimensions_fails_the_bucket_without_splitting_it() -> None:
+    config = SimulatorConfig(base_ms=0, flavor="vllm", matryoshka=False)
+    async with (
+        SimulatorServer(config) as sim,
+        BatchingClient(base_url=sim.url, provider_profile="vllm", max_wait_ms=50) as client,
+    ):
+        answers = await asyncio.gather(
+            *(client.embed(f"text {i}", dimensions=64) for i in range(8)), return_exceptions=True
+        )
+    assert {getattr(a, "reason", None) for a in answers} == {"unsupported_dimensions"}
+    assert sim.stats.calls < 8  # one refusal answered the batch: no halving down to singles

@@ -27,6 +27,9 @@ def test_full_request_round_trips() -> None:
         dimensions=64,
         metadata={"doc": 7},
         deadline_ms=1_700_000_000_000,
+        user="user-7",
+        input_type="query",
+        task="retrieval.query",
     )
     assert decode_request(encode_request(request)) == request
 

@@ -43,6 +43,23 @@ async def test_buckets_never_mix_models_or_dimensions() -> None:
         assert (model, dimensions) in {("m1", None), ("m2", None), ("m1", 8)}
 
 
+async def test_buckets_never_mix_users_input_types_or_tasks() -> None:
+    backend = RecordingBackend()
+    async with BatchingClient(backend, max_wait_ms=50, provider_profile="generic") as client:
+        await asyncio.gather(
+            *(client.embed(f"a{i}") for i in range(4)),
+            *(client.embed(f"b{i}", user="u1") for i in range(4)),
+            *(client.embed(f"c{i}", user="u2") for i in range(4)),
+            *(client.embed(f"d{i}", user="u1", input_type="query") for i in range(4)),
+            *(client.embed(f"e{i}", task="retrieval.passage") for i in range(4)),
+        )
+    fields = {(c.user, c.input_type, c.task) for c in backend.calls}
+    assert fields == {(None, None, None), ("u1", None, None), ("u2", None, None),
+                      ("u1", "query", None), (None, None, "retrieval.passage")}  # fmt: skip
+    for call in backend.calls:
+        assert len({text[0] for text in call.texts}) == 1  # one bucket per call
+
+
 async def test_one_rejected_input_fails_only_its_caller() -> None:
     backend = RecordingBackend(fail=reject_texts_containing("POISON"))
     async with BatchingClient(backend, max_wait_ms=50, max_batch_size=16) as client:

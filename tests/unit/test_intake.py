@@ -3,20 +3,18 @@ from __future__ import annotations
 import orjson
 import pytest
 from embedstream.config import load_settings
+from embedstream.core import configured
 from embedstream.core.intake import Admitted, Intake, Rejected, truncate
-from embedstream.core.limits import effective_limits, profile
 from embedstream.core.tokens import estimate_tokens
 
 
 def intake(**overrides: object) -> Intake:
     settings = load_settings(env={}, overrides=overrides)
-    limits = effective_limits(
-        profile(settings.provider_profile),
-        max_batch_size=settings.max_batch_size,
-        max_batch_tokens=settings.max_batch_tokens,
-        max_input_tokens=settings.max_input_tokens,
-    )
-    return Intake(settings, limits, estimate_tokens)
+    return Intake(settings, configured.provider_limits(settings), estimate_tokens)
+
+
+AZURE = {"provider_profile": "azure", "azure_endpoint": "https://r.openai.azure.com",
+         "api_key": "k"}  # fmt: skip
 
 
 def doc(**fields: object) -> bytes:
@@ -39,6 +37,15 @@ def test_defaults_are_filled_in() -> None:
          "unknown_model"),
         (doc(encoding_format="base64"), {"provider_profile": "dashscope"}, "PermanentItemError",
          "unsupported_encoding_format"),
+        (doc(user="u1"), {"provider_profile": "ollama"}, "PermanentItemError",
+         "unsupported_parameter"),
+        (doc(input_type="query"), {}, "PermanentItemError", "unsupported_parameter"),
+        (doc(task="retrieval.query"), AZURE, "PermanentItemError", "unsupported_parameter"),
+        (doc(dimensions=64), {**AZURE, "azure_api_version": "2023-05-15"}, "PermanentItemError",
+         "unsupported_dimensions"),
+        (doc(user=5), {}, "InvalidEvent", "invalid_user"),
+        (doc(input_type=""), {}, "InvalidEvent", "invalid_input_type"),
+        (doc(task="t" * 513), {}, "InvalidEvent", "invalid_task"),
     ],
 )  # fmt: skip
 def test_rejections_carry_class_and_reason(
@@ -48,6 +55,21 @@ def test_rejections_carry_class_and_reason(
     assert isinstance(verdict, Rejected)
     assert (verdict.error_class, verdict.reason) == (error_class, reason)
     assert verdict.message
+
+
+def test_the_dimensions_refusal_names_the_azure_api_version() -> None:
+    verdict = intake(**AZURE, azure_api_version="2023-05-15").admit(doc(dimensions=64))
+    assert isinstance(verdict, Rejected)
+    assert "azure (api-version 2023-05-15) takes no `dimensions`" in verdict.message
+
+
+def test_provider_fields_the_profile_takes_are_admitted() -> None:
+    fields = {"user": "u1", "input_type": "query", "task": "retrieval.query"}
+    verdict = intake(provider_profile="generic").admit(doc(**fields, dimensions=8))
+    assert isinstance(verdict, Admitted)
+    request = verdict.request
+    assert (request.user, request.input_type, request.task) == ("u1", "query", "retrieval.query")
+    assert request.parameters() == ("user", "input_type", "task")
 
 
 def test_truncate_policy_cuts_to_the_limit_and_remembers_the_original_size() -> None:

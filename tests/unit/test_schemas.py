@@ -137,8 +137,12 @@ def test_what_the_code_writes_matches_the_schemas() -> None:
         headers_dict,
     )
 
-    request = EmbedRequest("r1", "text", "m", "base64", 8, {"a": 1}, 1_767_225_600_000)
+    request = EmbedRequest(
+        "r1", "text", "m", "base64", 8, {"a": 1}, 1_767_225_600_000, "u", "query", "t"
+    )
     validator("request").validate(orjson.loads(encode_request(request)))
+    too_long = EmbedRequest("r1", "text", user="u" * 513)
+    assert not validator("request").is_valid(orjson.loads(encode_request(too_long)))
     result = EmbedResult("r1", "m", "AAAA", 1, 3, None, 1, 4.5)
     validator("result").validate(orjson.loads(result.encode()))
     cached = EmbedResult("r1", "m", [0.5], 1, 0, None, 0, 1.0, cached=True)

@@ -34,6 +34,7 @@ from embedstream.errors import (
     TransientError,
     http_reason,
 )
+from embedstream.settings_rules import header_secrets
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,9 @@ class OpenAIEmbedder:
         azure: AzureTarget | None = None,
     ) -> None:
         # Providers may quote the key, or a gateway key of extra_headers, back in an error.
-        self._secrets = [v for v in (api_key, *(extra_headers or {}).values()) if v]
+        self._secrets = [api_key] if api_key else []
+        self._secrets += header_secrets(extra_headers or {})
+        self._secrets.sort(key=len, reverse=True)  # a secret holding another goes first
         self._wire_format: Literal["float", "base64"] = (
             "float" if wire_format == "float" else "base64"
         )

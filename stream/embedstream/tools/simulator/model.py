@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from embedstream.tools.simulator.config import SimulatorConfig as SimulatorConfig
@@ -43,12 +44,16 @@ __all__ = ["EmbeddingRequest"]
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One embeddings call as the simulator saw it, for tests that check timing."""
+    """One embeddings call as the simulator saw it, for tests that check timing, URLs,
+    headers and request fields."""
 
     received_at: float  # the simulator's clock when the request arrived
     inputs: tuple[str, ...]
     status: int
     retry_after_s: float | None = None
+    path: str = ""  # with the query string
+    headers: Mapping[str, str] = field(default_factory=dict)  # names in lower case
+    fields: Mapping[str, object] = field(default_factory=dict)  # the body but its input
 
 
 def latency_s(config: SimulatorConfig, request: EmbeddingRequest) -> float:

@@ -217,33 +217,53 @@ class SimulatorServer:
         if task is not None:
             self._handlers.add(task)
         inputs: list[str] = []
+        fields: dict[str, object] = {}  # what the call asked, for the call log
         try:
-            response = await self._serve_embeddings(request, inputs)
-            self._record(received_at, inputs, 200, None)
+            response = await self._serve_embeddings(request, inputs, fields)
+            self._record(received_at, inputs, 200, None, request, fields)
             return response
         except ApiError as error:
             self.stats.record_error(error.status)
             retry_after = error.headers.get("retry-after")
             self._record(
-                received_at, inputs, error.status, float(retry_after) if retry_after else None
-            )
+                received_at, inputs, error.status,
+                float(retry_after) if retry_after else None, request, fields,
+            )  # fmt: skip
             return _error_response(error, self._config.flavor_rules)
         finally:
             if task is not None:
                 self._handlers.discard(task)
 
     def _record(
-        self, received_at: float, inputs: list[str], status: int, retry_after: float | None
+        self,
+        received_at: float,
+        inputs: list[str],
+        status: int,
+        retry_after: float | None,
+        request: web.Request | None = None,
+        fields: dict[str, object] | None = None,
     ) -> None:
         if self._config.record_calls:
-            self.calls.append(CallRecord(received_at, tuple(inputs), status, retry_after))
+            self.calls.append(
+                CallRecord(
+                    received_at, tuple(inputs), status, retry_after,
+                    path=request.path_qs if request is not None else "",
+                    headers={k.lower(): v for k, v in (request.headers if request else {}).items()},
+                    fields=fields or {},
+                )
+            )  # fmt: skip
 
-    async def _serve_embeddings(self, request: web.Request, inputs: list[str]) -> web.Response:
+    async def _serve_embeddings(
+        self, request: web.Request, inputs: list[str], fields: dict[str, object]
+    ) -> web.Response:
         config = self._config  # one consistent view for the whole call
         deployment = _route_of(request, config.flavor_rules)
         body = await request.read()
         with contextlib.suppress(ApiError):  # only to record what was asked, for the call log
             inputs.extend(parse_request(body, config, deployment).inputs)
+        if config.record_calls:
+            with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
+                fields.update((k, v) for k, v in orjson.loads(body).items() if k != "input")
         authenticate(config, request.headers)
         self._check_rate_limit()
         parsed = parse_request(body, config, deployment)
