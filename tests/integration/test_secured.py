@@ -20,6 +20,7 @@ import pytest
 from embedstream.errors import env_var
 from embedstream.kafka.admin import topic_names
 from embedstream.tools.embedded import free_port
+from embedstream.tools.simulator import SimulatorConfig, expected_vector
 from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.helpers import (
@@ -207,6 +208,9 @@ async def test_no_secret_leaks_from_a_running_processor(
     api_key.write_text(f"sk-canary-{uuid.uuid4().hex}\n")
     url_secret = f"canary-url-{uuid.uuid4().hex[:8]}"
     base_url = simulator.url.replace("http://", f"http://gateway:{url_secret}@")
+    gateway_secret = f"canary-gateway-{uuid.uuid4().hex[:8]}"
+    headers_file = tmp_path / "extra-headers.json"
+    headers_file.write_text(f'{{"X-Gateway-Key": "{gateway_secret}"}}\n')
     prefix, port = _prefix(), free_port()
     env = secured_broker.sasl_env() | {
         # A client certificate is optional on the SASL_SSL listener: set one, so that the key
@@ -216,6 +220,7 @@ async def test_no_secret_leaks_from_a_running_processor(
         "EMBEDSTREAM_SSL_KEYFILE_PASSWORD_FILE": str(secured_broker.client_key_password_file),
         "EMBEDSTREAM_API_KEY_FILE": str(api_key),
         "EMBEDSTREAM_BASE_URL": base_url,
+        "EMBEDSTREAM_EXTRA_HEADERS_FILE": str(headers_file),
         "EMBEDSTREAM_TOPIC_PREFIX": prefix,
         "EMBEDSTREAM_GROUP_ID": prefix + "group",
         "EMBEDSTREAM_METRICS_PORT": str(port),
@@ -226,6 +231,7 @@ async def test_no_secret_leaks_from_a_running_processor(
         secured_broker.key_password,
         api_key.read_text().strip(),
         url_secret,
+        gateway_secret,
     ]
     kafka = secured_broker.connection("SASL_SSL")
     assert (await embedstream_cli("topics", "create", env=env)).code == 0
@@ -261,3 +267,92 @@ async def _get(port: int, path: str) -> str:
     url = f"http://127.0.0.1:{port}{path}"
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         return await response.text()
+
+
+# --------------------------------------------------------------------------- Azure, env only
+
+README = Path(__file__).parents[2] / "README.md"
+AZURE_SECTION = "### Azure OpenAI on a managed Kafka cluster"
+# What the test sets beyond the README's variables: the private CA of the test broker, and a
+# topic prefix, group, metrics port and log level of its own.
+PLUMBING = {
+    "EMBEDSTREAM_SSL_CAFILE", "EMBEDSTREAM_TOPIC_PREFIX", "EMBEDSTREAM_GROUP_ID",
+    "EMBEDSTREAM_METRICS_PORT", "EMBEDSTREAM_LOG_LEVEL",
+}  # fmt: skip
+
+
+def _readme_variables(section: str) -> list[str]:
+    """The variables the README's `export` lines set in a section's first shell block."""
+    text = README.read_text(encoding="utf-8")
+    body = text[text.index(section) :]
+    block = body[body.index("```sh") : body.index("```", body.index("```sh") + 5)]
+    return [line.split()[1].split("=")[0] for line in block.splitlines()
+            if line.startswith("export ")]  # fmt: skip
+
+
+async def test_azure_deployment_on_sasl_ssl_by_the_readme_environment_alone(
+    secured_broker: SecuredBroker, tmp_path: Path
+) -> None:
+    """The README's Azure section, variable for variable, against the SASL_SSL listener and the
+    simulator's azure flavor: `topics create` and `run` give results, the calls go to the
+    deployment URL with the key in `api-key`, and the key (and a gateway header) never show."""
+    model = "text-embedding-3-small"
+    azure_key = f"azure-canary-{uuid.uuid4().hex}"
+    key_file = tmp_path / "azure-key"
+    key_file.write_text(azure_key + "\n")
+    gateway_secret = f"gateway-canary-{uuid.uuid4().hex[:12]}"
+    prefix, port = _prefix(), free_port()
+    config = SimulatorConfig(flavor="azure", auth_key=azure_key, base_ms=1, record_calls=True)
+    async with SimulatorServer(config) as azure:
+        env = secured_broker.sasl_env() | {
+            "EMBEDSTREAM_PROVIDER_PROFILE": "azure",
+            "EMBEDSTREAM_AZURE_ENDPOINT": azure.root_url,
+            "EMBEDSTREAM_AZURE_DEPLOYMENT": model,
+            "EMBEDSTREAM_API_KEY_FILE": str(key_file),
+            "EMBEDSTREAM_MODEL": model,
+            "EMBEDSTREAM_TOPIC_PREFIX": prefix,
+            "EMBEDSTREAM_GROUP_ID": prefix + "group",
+            "EMBEDSTREAM_METRICS_PORT": str(port),
+            "EMBEDSTREAM_LOG_LEVEL": "DEBUG",
+        }
+        documented = set(_readme_variables(AZURE_SECTION))
+        assert documented <= set(env), documented - set(env)
+        assert set(env) - documented <= PLUMBING
+        env["EMBEDSTREAM_EXTRA_HEADERS"] = f'{{"X-Gateway-Key": "{gateway_secret}"}}'
+        created = await embedstream_cli("topics", "create", env=env)
+        assert created.code == 0 and "5 created" in created.out, created.err
+        kafka = secured_broker.connection("SASL_SSL")
+        names = topic_names(prefix)
+        ids = {f"az-{i}" for i in range(30)}
+        log = tmp_path / "run.log"
+        with log.open("wb") as sink:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "embedstream.cli", "run",
+                stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **env},
+            )  # fmt: skip
+            try:
+                texts = {i: f"azure text {i}" for i in sorted(ids)}
+                await publish(kafka, names.requests_low, [request(i, t) for i, t in texts.items()])
+                await publish(kafka, names.requests_low, [(b"bad", b"{not json")])
+                results = await wait_for_ids(kafka, names.results, ids, 60)
+                pages = [await _get(port, "/metrics"), await _get(port, "/readyz")]
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(proc.wait(), 60)
+    output = log.read_text(errors="replace")
+    assert proc.returncode == 0, output[-2000:]
+    assert set(results) == ids
+    for rid, [result] in results.items():
+        assert result["embedding"] == expected_vector(model, texts[rid], 256)
+    served = [c for c in azure.calls if c.status == 200]
+    assert served and all(
+        c.path == f"/openai/deployments/{model}/embeddings?api-version=2024-10-21"
+        and c.headers["api-key"] == azure_key
+        and c.headers["x-gateway-key"] == gateway_secret
+        for c in served
+    )
+    dead = await read_topic(kafka, names.dead_letters, idle_s=0.2)
+    everything = output + "".join(pages) + repr([(r.key, r.value, r.headers) for r in dead])
+    assert "DEBUG" in output and len(dead) == 1
+    for secret in (azure_key, gateway_secret, secured_broker.password):
+        assert secret not in everything
