@@ -387,7 +387,11 @@ async def serve_forever(
     """Run the simulator until cancelled."""
     server = SimulatorServer(config)
     await server.start(host, port)
-    log.info("embeddings simulator listening on %s", server.url)
+    if config.flavor == "azure":
+        where = f"{server.root_url} (azure_endpoint; /openai/deployments/NAME/embeddings)"
+    else:
+        where = server.url
+    log.info("embeddings simulator (%s flavor) listening on %s", config.flavor, where)
     try:
         await asyncio.Event().wait()
     finally:
