@@ -166,3 +166,21 @@ def test_ids_out_needs_plain(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--ids-out needs --plain" in done.stderr
     assert not (tmp_path / "ids.tsv").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "setting"),
+    [
+        # The low lane reading embedstream's own results would feed them back in.
+        (["run", "--topic-requests-low", "embed.results"], "topic_requests_low"),
+        (["topics", "create", "--topic-retry", "a,b"], "topic_retry"),
+        (["run", "--provider-profile", "azure"], "azure_endpoint"),
+        (["run", "--extra-body", '{"model": "x"}'], "extra_body"),
+    ],
+)
+def test_a_bad_topic_or_provider_setting_is_one_line_before_any_connection(
+    closed_port: int, args: list[str], setting: str
+) -> None:
+    done = embedstream(*args, "--bootstrap-servers", f"127.0.0.1:{closed_port}")
+    line = _one_clean_line(done)
+    assert line.startswith(f"embedstream: error: setting {setting} (")
