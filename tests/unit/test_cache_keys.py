@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import pytest
+from embedstream.config import load_settings
+from embedstream.core import configured
 from embedstream.core.cachekeys import (
     KEY_PREFIX,
     NOT_IN_KEY,
@@ -146,4 +148,31 @@ def test_a_different_port_or_path_is_a_different_provider() -> None:
     )
     assert provider_identity("http://h/a/v1", "openai") != provider_identity(
         "http://h/b/v1", "openai"
+    )
+
+
+def test_request_options_every_call_carries_are_part_of_the_provider() -> None:
+    plain = provider_identity("http://vllm/v1", "vllm")
+    truncated = provider_identity("http://vllm/v1", "vllm", {"truncate_prompt_tokens": 256})
+    assert plain != truncated
+    # The same options in another order are the same provider.
+    assert provider_identity("http://h/v1", "vllm", {"a": 1, "b": 2}) == provider_identity(
+        "http://h/v1", "vllm", {"b": 2, "a": 1}
+    )
+
+
+def test_each_azure_resource_and_deployment_is_its_own_provider() -> None:
+    def identity(**values: str) -> str:
+        settings = load_settings(
+            env={}, overrides={"provider_profile": "azure", "api_key": "k", **values}
+        )
+        return provider_identity(configured.provider_endpoint(settings), "azure")
+
+    one = identity(azure_endpoint="https://one.openai.azure.com", azure_deployment="small")
+    assert one == "https://one.openai.azure.com/openai/deployments/small"
+    assert one != identity(azure_endpoint="https://two.openai.azure.com", azure_deployment="small")
+    assert one != identity(azure_endpoint="https://one.openai.azure.com", azure_deployment="large")
+    # Without a deployment the model names it, and the model is in every cache key.
+    assert identity(azure_endpoint="https://one.openai.azure.com/") == (
+        "https://one.openai.azure.com/openai"
     )

@@ -11,7 +11,10 @@ its length, so no two different requests can produce the same bytes to digest. P
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
+
+import orjson
 
 from embedstream.core.lanes import BucketKey
 
@@ -24,16 +27,23 @@ NOT_IN_KEY = frozenset({"priority", "encoding_format"})
 _PERSON = b"embedstream-vec"  # blake2b personalisation: digests of other uses never coincide
 
 
-def provider_identity(base_url: str | None, profile: str) -> str:
+def provider_identity(
+    base_url: str | None, profile: str, options: Mapping[str, object] | None = None
+) -> str:
     """The endpoint a vector came from: the base URL without credentials, trailing slash or
-    case differences in scheme and host; without a base URL, the provider profile's default."""
+    case differences in scheme and host; without a base URL, the provider profile's default.
+    ``options`` (the extra_body every request carries, e.g. vLLM's truncate_prompt_tokens)
+    may change vectors, so they are part of it."""
+    suffix = (
+        "" if not options else " " + orjson.dumps(options, option=orjson.OPT_SORT_KEYS).decode()
+    )
     if not base_url:
-        return f"default:{profile}"
+        return f"default:{profile}{suffix}"
     parts = urlsplit(base_url.strip())
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port is not None else host
     path = parts.path.rstrip("/")
-    return urlunsplit((parts.scheme.lower(), netloc.lower(), path, parts.query, ""))
+    return urlunsplit((parts.scheme.lower(), netloc.lower(), path, parts.query, "")) + suffix
 
 
 def key_parts(provider: str, key: BucketKey, text: str) -> list[bytes]:

@@ -36,6 +36,15 @@ def profile_label(settings: Settings) -> str:
     return settings.provider_profile
 
 
+def provider_endpoint(settings: Settings) -> str | None:
+    """The URL calls go to, up to the model: base_url, or for Azure the resource's deployment
+    path (with no deployment set, the model, which is in every bucket key, names it)."""
+    if settings.provider_profile != "azure" or not settings.azure_endpoint:
+        return settings.base_url
+    root = f"{settings.azure_endpoint.rstrip('/')}/openai"
+    return f"{root}/deployments/{settings.azure_deployment}" if settings.azure_deployment else root
+
+
 def batch_limits(settings: Settings) -> BatchLimits:
     provider = provider_limits(settings)
     return BatchLimits(

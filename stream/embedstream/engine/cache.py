@@ -31,6 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from embedstream.config import Settings
+from embedstream.core import configured
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey
 from embedstream.core.lru import TtlLru
@@ -316,7 +317,9 @@ def build_cache(
     """The cache the settings ask for, or None with `cache=off`."""
     if settings.cache == "off":
         return None
-    provider = provider_identity(settings.base_url, settings.provider_profile)
+    provider = provider_identity(
+        configured.provider_endpoint(settings), settings.provider_profile, settings.extra_body_map
+    )
     memory = MemoryTier(settings.cache_max_items, settings.cache_ttl_s, clock)
     shared: Tier | None = None
     timeout_s = settings.cache_timeout_ms / 1000.0

@@ -325,6 +325,9 @@ class BatchingClient:
                 dimensions=dimensions,
                 encoding_format=encoding_format,
                 priority=priority or "high",
+                user=user,
+                input_type=input_type,
+                task=task,
             )
             return await self._answer(future, timeout)
         lane: Lane = priority or "low"
