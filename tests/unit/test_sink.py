@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from aiokafka.errors import KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
-from embedstream.kafka.fakes import FakeCluster, FakeProducer
+from embedstream.kafka.fakes import FakeBatch, FakeCluster, FakeProducer
 from embedstream.kafka.sink import DirectWriter, Output, OutputUnwritable
 from embedstream.kafka.work import Origin
 
@@ -46,3 +49,24 @@ async def test_a_batch_write_the_broker_refuses_is_retried_whole() -> None:
     outputs = [Output(Origin("in", 0, i), "results", b"k%d" % i, b"v", []) for i in range(10)]
     await DirectWriter(producer, retry_for_s=5, first_delay_s=0.001).write_many(outputs)
     assert len({r.key for r in cluster.records("results")}) == 10
+
+
+async def test_a_refused_batch_is_retried_alone_never_the_batches_already_written() -> None:
+    cluster = FakeCluster({"results": 1})
+    producer = FakeProducer(cluster)
+    sent_batches = 0
+    real_send_batch = producer.send_batch
+
+    async def flaky(batch: Any, topic: str, *, partition: int) -> Any:
+        nonlocal sent_batches
+        sent_batches += 1
+        if sent_batches == 2:  # the second batch of the partition is refused once
+            raise KafkaTimeoutError()
+        return await real_send_batch(batch, topic, partition=partition)
+
+    producer.send_batch = flaky  # type: ignore[method-assign]
+    producer.create_batch = lambda: FakeBatch(capacity=10)  # type: ignore[method-assign]
+    outputs = [Output(Origin("in", 0, i), "results", b"k%d" % i, b"v", []) for i in range(30)]
+    await DirectWriter(producer, retry_for_s=5, first_delay_s=0.001).write_many(outputs)
+    keys = [r.key or b"" for r in cluster.records("results")]
+    assert sorted(keys) == sorted(o.key or b"" for o in outputs)  # each exactly once

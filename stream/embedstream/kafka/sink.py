@@ -9,11 +9,12 @@ with the offset commit (kafka/transactions.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
@@ -32,6 +33,7 @@ from embedstream.wire import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def now_ms() -> int:
@@ -70,9 +72,9 @@ WRITE_RETRY_S = 300.0
 class DirectWriter:
     """Produces at once and returns when the broker has acknowledged (at-least-once).
 
-    Many outputs at once go out as one record batch per partition (`write_many`): thousands
-    of concurrent `send()` calls would instead contend for each partition's open batch, every
-    one waking on every drain (in a profile, seven send attempts per record). A failed write
+    Many outputs at once go out as record batches per partition (`write_many`): thousands of
+    concurrent `send()` calls would instead contend for each partition's open batch, every one
+    waking on every drain (in a profile, seven send attempts per record). A failed write
     (broker down longer than the producer's request timeout) is retried with backoff: the
     item cannot be committed before its output is written anyway."""
 
@@ -88,51 +90,50 @@ class DirectWriter:
         await self._retrying(output.topic, lambda: self._send_one(output))
 
     async def write_many(self, outputs: Sequence[Output]) -> None:
-        by_topic: dict[str, list[Output]] = {}
+        by_partition: dict[tuple[str, int], list[Output]] = {}
         for output in outputs:
-            by_topic.setdefault(output.topic, []).append(output)
-        await asyncio.gather(*(self._write_topic(t, group) for t, group in by_topic.items()))
+            partitions = sorted(await self._producer.partitions_for(output.topic))
+            partition = self._partitioner(output.key, partitions, partitions)
+            by_partition.setdefault((output.topic, partition), []).append(output)
+        await asyncio.gather(
+            *(self._write_partition(t, p, group) for (t, p), group in by_partition.items())
+        )
 
-    async def _write_topic(self, topic: str, outputs: list[Output]) -> None:
-        await self._retrying(topic, lambda: self._send_batches(topic, outputs))
+    async def _write_partition(self, topic: str, partition: int, outputs: list[Output]) -> None:
+        """One partition's outputs, as few batches as fit, one after another. Each batch is
+        retried on its own: resending outputs the broker already took would duplicate them."""
+        start = 0
+        while start < len(outputs):
+            send = functools.partial(self._send_batch, topic, partition, outputs, start)
+            start += await self._retrying(topic, send)
+
+    async def _send_batch(
+        self, topic: str, partition: int, outputs: list[Output], start: int
+    ) -> int:
+        """Send outputs[start:] that fit one batch; how many went."""
+        batch = self._producer.create_batch()
+        count = 0
+        for output in outputs[start:]:
+            if not _append(batch, output):
+                break
+            count += 1
+        if count == 0:  # larger than a batch: on its own
+            await self._send_one(outputs[start])
+            return 1
+        await (await self._producer.send_batch(batch, topic, partition=partition))
+        return count
 
     async def _send_one(self, output: Output) -> None:
         await self._producer.send_and_wait(
             output.topic, output.value, key=output.key, headers=output.headers
         )
 
-    async def _send_batches(self, topic: str, outputs: list[Output]) -> None:
-        """One topic's outputs, partitioned by key as the producer would, a batch each."""
-        partitions = sorted(await self._producer.partitions_for(topic))
-        by_partition: dict[int, list[Output]] = {}
-        for output in outputs:
-            partition = self._partitioner(output.key, partitions, partitions)
-            by_partition.setdefault(partition, []).append(output)
-        deliveries: list[Awaitable[Any]] = []
-        for partition, group in by_partition.items():
-            batch = self._producer.create_batch()
-            for output in group:
-                if _append(batch, output):
-                    continue
-                if batch.record_count():  # full: send it and start another
-                    deliveries.append(await self._send(batch, topic, partition))
-                    batch = self._producer.create_batch()
-                if not _append(batch, output):  # larger than any batch: on its own
-                    deliveries.append(self._send_one(output))
-            if batch.record_count():
-                deliveries.append(await self._send(batch, topic, partition))
-        await asyncio.gather(*deliveries)
-
-    async def _send(self, batch: RecordBatch, topic: str, partition: int) -> Awaitable[Any]:
-        return await self._producer.send_batch(batch, topic, partition=partition)
-
-    async def _retrying(self, topic: str, send: Callable[[], Awaitable[None]]) -> None:
+    async def _retrying(self, topic: str, send: Callable[[], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self._retry_for_s
         delay = self._first_delay_s
         while True:
             try:
-                await send()
-                return
+                return await send()
             except (KafkaError, OSError) as exc:
                 if time.monotonic() + delay > deadline:
                     raise OutputUnwritable(f"{topic}: {exc!r}") from exc
