@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from embedstream.errors import ConfigError, env_var
 from embedstream.settings_rules import (
@@ -23,10 +22,14 @@ from embedstream.settings_rules import (
     header_secrets,
     json_object,
     topic_list,
+    validate_cache,
     validate_provider,
     validate_security,
     validate_topics,
 )
+from embedstream.settings_secrets import masked_secret
+from embedstream.settings_secrets import scrub_url as scrub_url
+from embedstream.settings_secrets import url_password as url_password
 from embedstream.settings_sources import TOOL_VARIABLES as TOOL_VARIABLES
 from embedstream.settings_sources import collect_raw
 from embedstream.settings_types import (
@@ -54,7 +57,6 @@ def _setting(default: Any, help: str, group: Group, **spec: Any) -> Any:
 
 _K, _T, _S, _P, _B = Group.KAFKA, Group.TOPICS, Group.SECURITY, Group.PROVIDER, Group.BATCHING
 _L, _D, _C, _O = Group.LIMITS, Group.DELIVERY, Group.CACHE, Group.OPERATIONS
-CACHE_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 @dataclass(frozen=True)
@@ -310,7 +312,7 @@ class Settings:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if spec(f.name).secret and value:
-                shown[f.name] = _masked_secret(str(value))
+                shown[f.name] = masked_secret(str(value))
             else:
                 shown[f.name] = scrub_url(str(value))
         return shown
@@ -327,45 +329,6 @@ SECRETS = tuple(name for name, f in FIELDS.items() if f.metadata["spec"].secret)
 def spec(name: str) -> SettingSpec:
     found: SettingSpec = FIELDS[name].metadata["spec"]
     return found
-
-
-def scrub_url(text: str) -> str:
-    """``http://user:pass@host/v1`` -> ``http://user:***@host/v1``; other text unchanged."""
-    if "://" not in text or "@" not in text:
-        return text
-    try:
-        parts = urlsplit(text)
-    except ValueError:
-        return "***"  # unparseable yet credential-shaped: show nothing
-    if parts.password is None and "@" not in parts.netloc:
-        return text
-    user, _, host = parts.netloc.rpartition("@")
-    user = user.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-def url_password(text: str) -> str | None:
-    """The password inside a URL, if it holds one."""
-    if "://" not in text or "@" not in text:
-        return None
-    try:
-        return urlsplit(text).password or None
-    except ValueError:
-        return None
-
-
-def _masked_secret(value: str) -> str:
-    """A secret as logs show it: a secret URL keeps its scheme, host and path (who to ask),
-    with any credentials replaced; anything else is entirely masked."""
-    if not value.startswith(CACHE_URL_SCHEMES):
-        return "***"
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return "***"
-    if "@" in parts.netloc:
-        return f"{parts.scheme}://***@{parts.netloc.rpartition('@')[2]}{parts.path}"
-    return value.split("?", 1)[0]  # a query may carry a password too
 
 
 def coerce(name: str, value: Any) -> Any:
@@ -416,17 +379,6 @@ def validate(s: Settings) -> None:
     validate_topics(s)
     validate_provider(s)
     validate_cache(s)
-
-
-def validate_cache(s: Settings) -> None:
-    """cache=redis has a Redis URL to go to; the URL is one redis-py understands."""
-    if s.cache == "redis" and not s.cache_url:
-        raise ConfigError("cache_url", "cache=redis needs a Redis URL, e.g. redis://host:6379/0")
-    if s.cache_url and not s.cache_url.startswith(CACHE_URL_SCHEMES):
-        raise ConfigError(
-            "cache_url",
-            f"must start with redis://, rediss:// or unix://, got {scrub_url(s.cache_url)!r}",
-        )
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

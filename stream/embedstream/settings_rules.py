@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from embedstream.errors import ConfigError
+from embedstream.settings_secrets import CACHE_URL_SCHEMES, scrub_url
 from embedstream.settings_types import SASL_PROTOCOLS, TLS_PROTOCOLS
 
 if TYPE_CHECKING:
@@ -188,4 +189,18 @@ def validate_provider(s: Settings) -> None:
             "extra_body",
             f"must not set {', '.join(clashes)}: embedstream sets them per request "
             "(see the request fields and the settings model and encoding_format)",
+        )
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def validate_cache(s: Settings) -> None:
+    """cache=redis has a Redis URL to go to; the URL is one redis-py understands."""
+    if s.cache == "redis" and not s.cache_url:
+        raise ConfigError("cache_url", "cache=redis needs a Redis URL, e.g. redis://host:6379/0")
+    if s.cache_url and not s.cache_url.startswith(CACHE_URL_SCHEMES):
+        raise ConfigError(
+            "cache_url",
+            f"must start with redis://, rediss:// or unix://, got {scrub_url(s.cache_url)!r}",
         )
