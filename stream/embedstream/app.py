@@ -2,7 +2,8 @@
 
 `build_service` is the one place that knows how the pieces fit: Kafka clients, the engine
 (batcher and batch-call path), the outcome writers, commits, rebalance handling, metrics,
-health and the ops server. `run_service` adds the fail-fast broker check and signals.
+health and the ops server. `run_service` adds the fail-fast broker and topic checks and
+signals.
 """
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import build_cache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
+from embedstream.kafka.admin import require_topics
 from embedstream.kafka.admission import Admission
-from embedstream.kafka.clients import broker_probe, check_broker, make_consumer, make_producer
+from embedstream.kafka.clients import (
+    broker_probe,
+    check_broker,
+    connection_for,
+    make_consumer,
+    make_producer,
+)
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.fetcher import Fetcher
 from embedstream.kafka.handoff import Handoff
@@ -32,7 +40,7 @@ from embedstream.kafka.partitions import Assignment
 from embedstream.kafka.processor import Parts, Processor
 from embedstream.kafka.protocols import Consumer, Producer
 from embedstream.kafka.sink import DirectWriter, Sink, Writer
-from embedstream.kafka.topics import configured_topics
+from embedstream.kafka.topics import configured_topics, topic_settings
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import WorkItem
@@ -62,7 +70,7 @@ class Service:
         settings = self.processor.parts.settings
         if self.ops_server is not None:  # first: /healthz answers from process start
             await self.ops_server.start(settings.metrics_host, settings.metrics_port)
-        health_task = asyncio.create_task(self.health.run())
+        health_task = asyncio.create_task(self._health())
         try:
             await self.processor.run()
         finally:
@@ -71,6 +79,12 @@ class Service:
                 await health_task
             if self.ops_server is not None:
                 await self.ops_server.stop()
+
+    async def _health(self) -> None:
+        # Probing the broker through a producer that has not bootstrapped yet fails (and
+        # aiokafka logs it): the first probe waits for the clients.
+        await self.processor.clients_started.wait()
+        await self.health.run()
 
 
 def default_backend(settings: Settings) -> EmbeddingBackend:
@@ -174,7 +188,9 @@ async def run_service(
     A second signal stops the drain at once; unfinished work is not committed (re-read later).
     """
     configured_topics(settings)  # a topic setting at fault fails before any connection
-    await check_broker(settings)  # before anything is consumed: names bootstrap_servers
+    # Before anything is consumed: one line naming bootstrap_servers, or the missing topics.
+    await check_broker(settings)
+    await require_topics(connection_for(settings), topic_settings(settings))
     backend = backend or default_backend(settings)
     service = build_service(settings, backend)
     loop = asyncio.get_running_loop()

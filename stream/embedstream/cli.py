@@ -160,15 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_top_arguments(command("top", "live view of processors' /metrics"))
     add_verify_arguments(command("verify", "check every request got exactly one outcome"))
 
-    demo = command("demo", "embedded broker + simulator + processor, end to end")
-    demo.add_argument("--items", type=_positive_int, default=3000, help="requests to send")
-    demo.add_argument("--timeout", type=float, default=300.0, help="give up after S seconds")
-    demo.add_argument("--rate", type=float, default=2000.0, help="requests published per second")
-    demo.add_argument(
-        "--metrics-port",
-        type=int,
-        default=0,
-        help="serve /metrics here, for embedstream top (default: 0, no server)",
+    from embedstream.tools.demo.options import add_cli_arguments as add_demo_arguments
+
+    add_demo_arguments(
+        command("demo", "embedded broker + simulator + processor: a sparse phase, then a burst")
     )
     return parser
 
@@ -234,11 +229,9 @@ async def _dispatch(ns: argparse.Namespace) -> int:
 
         return await main_from_args(ns)
     if command == "demo":
-        from embedstream.tools.demo import run_demo
+        from embedstream.tools.demo.app import run_demo_from_args
 
-        return await run_demo(
-            items=ns.items, timeout_s=ns.timeout, rate=ns.rate, metrics_port=ns.metrics_port
-        )
+        return await run_demo_from_args(ns)
     raise AssertionError(command)
 
 

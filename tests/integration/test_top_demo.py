@@ -1,4 +1,5 @@
-"""`embedstream top` watching a running demo (embedded broker, simulator, processor)."""
+"""`embedstream demo` end to end as a user runs it, and `embedstream top` watching one
+(embedded broker, simulator, processor)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import os
 import re
 import sys
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -32,8 +34,8 @@ async def test_top_shows_a_running_demo(bootstrap: str) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     demo = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "embedstream.cli", "demo", "--items", "20000", "--rate", "1500",
-        "--metrics-port", str(port),
+        sys.executable, "-m", "embedstream.cli", "demo", "--items", "20000",
+        "--sparse-items", "2000", "--sparse-rate", "500", "--metrics-port", str(port),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
     try:
@@ -57,3 +59,73 @@ async def test_top_shows_a_running_demo(bootstrap: str) -> None:
     row = next(line for line in last.splitlines() if line.startswith("TOTAL"))
     numbers = [float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*\.?\d*", row)]
     assert any(n > 0 for n in numbers), row  # throughput or lag moved while we watched
+
+
+def _demo_env() -> dict[str, str]:
+    """The simulator, whatever the caller's environment says about a real endpoint."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "EMBEDSTREAM_"))}
+
+
+async def _run_demo(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    """Run `embedstream demo` with stderr to a file, as in a CI log; (status, stdout, stderr)."""
+    err_path = tmp_path / "demo.stderr"
+    with err_path.open("wb") as err_file:
+        demo = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "embedstream", "demo", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=err_file, env=_demo_env(),
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(demo.communicate(), 240)
+    assert demo.returncode is not None
+    return demo.returncode, out.decode(), err_path.read_bytes().decode()
+
+
+def _all_row(text: str, title: str) -> list[str]:
+    """The `all` row of the table whose title starts with ``title``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    row = next(line for line in lines[start:] if line.split()[:1] == ["all"])
+    return row.split()
+
+
+async def test_the_demo_shows_batches_growing_with_the_backlog(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    del bootstrap  # the demo brings its own embedded broker; this only marks it integration
+    code, out, err = await _run_demo(
+        tmp_path, "--items", "1500", "--sparse-items", "60", "--sparse-rate", "30"
+    )
+    assert code == 0, out + err
+    assert "Traceback" not in err and "\r" not in err
+    assert err.splitlines()[1:] == [
+        "sparse: 60 requests at 30/s ...",
+        "burst: 1,500 requests at once ...",
+        "reading back requests, results and dead letters ...",
+    ], err
+    # all  items  items/s  calls  mean-batch  P50  P99
+    sparse = _all_row(out, "sparse: 60 requests at 30/s")
+    burst = _all_row(out, "burst: 1,500 requests at once")
+    assert sparse[1] == "60" and burst[1] == "1,500"
+    sparse_batch, burst_batch = float(sparse[4]), float(burst[4])
+    assert sparse_batch < 3 and burst_batch > 10 * sparse_batch, (sparse, burst)
+    for lane in ("high", "low"):
+        assert sum(line.split()[:1] == [lane] for line in out.splitlines()) == 2  # per phase
+    assert "read back from the topics: 1,560 requests, 1,560 results" in out
+    assert "lost 0, duplicates 0, dead letters 0, wrong vectors 0" in out
+    assert "every request has exactly one result" in out
+
+
+async def test_demo_live_shows_the_top_view_then_the_summary(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    del bootstrap
+    code, out, err = await _run_demo(
+        tmp_path, "--live", "--items", "3000", "--sparse-items", "90", "--sparse-rate", "30"
+    )
+    assert code == 0, out + err
+    assert "Traceback" not in err
+    frames, _, summary = out.partition("sparse: 90 requests at 30/s, done in")
+    # Not a terminal: the view prints its frames one after another, each with a total row.
+    assert frames.count("TOTAL") >= 2, frames
+    assert "127.0.0.1:" in frames and "down" not in frames
+    assert "burst: 3,000 requests at once" in summary
+    assert "lost 0, duplicates 0, dead letters 0, wrong vectors 0" in summary

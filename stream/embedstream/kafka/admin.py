@@ -10,6 +10,7 @@ plain bootstrap string).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, for_code
 
+from embedstream.errors import ConfigError
 from embedstream.kafka.clients import KafkaTarget, admin_for
+from embedstream.kafka.connection import as_connection
 
 # The declarations live in kafka/topics.py; these names are re-exported for callers that
 # reach everything topic-related through this module.
@@ -37,8 +40,14 @@ from embedstream.kafka.topics import parse_topic_specs as parse_topic_specs
 from embedstream.kafka.topics import plan_creation as plan_creation
 from embedstream.kafka.topics import topic_names as topic_names
 
+log = logging.getLogger(__name__)
+
 _ADMIN_TIMEOUT_MS = 15_000
 _LEADER_WAIT_S = 15.0
+# How long `embedstream run` waits for missing topics: a deployment may create them (a Job,
+# compose's one-shot service) a moment after the processors start.
+TOPICS_WAIT_S = 5.0
+_TOPICS_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,38 @@ def _has_leaders(topic: Mapping[str, Any]) -> bool:
 async def existing_topics(kafka: KafkaTarget) -> set[str]:
     async with _admin_client(kafka) as admin:
         return {str(name) for name in await admin.list_topics()}
+
+
+async def require_topics(
+    kafka: KafkaTarget, topics: Mapping[str, str], *, wait_s: float = TOPICS_WAIT_S
+) -> None:
+    """Return once every topic of ``topics`` (name -> the setting that names it, see
+    ``topics.topic_settings``) exists. Missing ones are looked for again every half second for
+    ``wait_s`` (0: once); then one :class:`ConfigError` names them, the setting of the first,
+    and what to do. Without it a client logs each missing topic at every metadata refresh,
+    then fails with a bare UnknownTopicOrPartitionError (a consumer) or a timeout (a producer,
+    after 40 s)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    async with _admin_client(kafka) as admin:
+        while True:
+            existing = set(await admin.list_topics())
+            missing = [name for name in topics if name not in existing]
+            if not missing:
+                return
+            if loop.time() >= deadline:
+                break
+            log.debug("topics %s missing; looking again until %.1fs have passed", missing, wait_s)
+            await asyncio.sleep(min(_TOPICS_POLL_S, max(0.0, deadline - loop.time())))
+    which = f"topic {missing[0]} does" if len(missing) == 1 else f"topics {', '.join(missing)} do"
+    waited = f" (waited {wait_s:g}s)" if wait_s > 0 else ""
+    setting = topics[missing[0]]
+    check = "the prefix" if setting == "topic_prefix" else "the name"
+    raise ConfigError(
+        setting,
+        f"{which} not exist at {as_connection(kafka).bootstrap_servers}{waited}; "
+        f"create the topics with `embedstream topics create` (or check {check})",
+    )
 
 
 async def list_topics(kafka: KafkaTarget, prefix: str) -> list[str]:

@@ -33,6 +33,7 @@ from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Producer, Record
 from embedstream.kafka.sink import now_ms
 from embedstream.kafka.transactions import PartitionTransactions
+from embedstream.kafka.user_errors import topics_must_exist
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import WorkItem
 from embedstream.wire import Failure
@@ -73,6 +74,8 @@ class Processor:
         self.limits: BatchLimits = parts.batcher.limits
         self._stopping = asyncio.Event()
         self._abort = asyncio.Event()  # a second stop: no more draining
+        # Set once the producer is connected: a broker probe through it means something.
+        self.clients_started = asyncio.Event()
 
     # -- what callers and the health loop read ------------------------------------------
 
@@ -142,13 +145,15 @@ class Processor:
         """Consume until `stop()`, then drain, commit and close every client."""
         p = self.parts
         await p.producer.start()
+        self.clients_started.set()
         try:
             p.consumer.subscribe(p.topics, listener=Listener(p.handoff))
-            await p.consumer.start()
             try:
+                with topics_must_exist(p.settings, p.topics):
+                    await p.consumer.start()
                 await self._run_loops()
             finally:
-                await p.consumer.stop()
+                await p.consumer.stop()  # also after a failed start: no unclosed client
         finally:
             if p.transactions is not None:
                 await p.transactions.close()

