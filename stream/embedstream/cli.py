@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -58,12 +58,16 @@ def _client_settings(ns: argparse.Namespace) -> Settings:
     return settings
 
 
-async def _check_kafka(settings: Settings) -> None:
-    """Fail in one line, naming the setting, if the cluster refuses these settings; called
-    after every local check (files, arguments), so those fail without waiting for a broker."""
-    from embedstream.kafka.clients import check_broker
+async def _check_kafka(settings: Settings, topics: Mapping[str, str] | None = None) -> None:
+    """Fail in one line, naming the setting, if the cluster refuses these settings or lacks
+    one of ``topics`` (name -> the setting naming it); called after every local check (files,
+    arguments), so those fail without waiting for a broker."""
+    from embedstream.kafka.admin import require_topics
+    from embedstream.kafka.clients import check_broker, connection_for
 
     await check_broker(settings)
+    if topics:
+        await require_topics(connection_for(settings), topics, wait_s=0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -286,6 +290,7 @@ def _reason(exc: BaseException) -> str:
 
 
 async def _produce(ns: argparse.Namespace) -> int:
+    from embedstream.kafka.topics import topic_settings
     from embedstream.tools.clients import input_size, produce_lines, read_lines
     from embedstream.tools.progress import make_progress
 
@@ -294,7 +299,9 @@ async def _produce(ns: argparse.Namespace) -> int:
         _open(ns.file, "rb", sys.stdin.buffer) as source,
         _open(ns.ids_out, "wb", None) as ids_out,
     ):
-        await _check_kafka(settings)
+        # The lane's first topic, where produce writes (a lane may list several).
+        role = "requests_high" if ns.priority == "high" else "requests_low"
+        await _check_kafka(settings, dict(list(topic_settings(settings, [role]).items())[:1]))
         progress = None if ns.quiet else make_progress(sys.stderr, input_size(source))
         sent = await produce_lines(
             settings,

@@ -162,6 +162,55 @@ async def test_consume_on_a_missing_topic_is_one_line(bootstrap: str, unique_pre
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "stdin", "missing"),
+    [
+        (["produce", "--plain"], b"a text\n", ["requests.low"]),
+        (["produce", "--priority", "high"], b'{"id": "a", "text": "b"}\n', ["requests.high"]),
+        (["verify"], b"", ["requests.high", "requests.low", "results", "dlq"]),
+    ],
+)
+async def test_produce_and_verify_on_missing_topics_are_one_line(
+    bootstrap: str, unique_prefix: str, args: list[str], stdin: bytes, missing: list[str]
+) -> None:
+    common = ["--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix]
+    code, out, err = await embedstream(*args, *common, stdin=stdin, limit_s=60)
+    assert code == 2, err
+    assert "Traceback" not in err and out == ""
+    [line] = err.splitlines()  # no aiokafka line per metadata refresh, no 40 s wait
+    names = ", ".join(unique_prefix + name for name in missing)
+    which = f"topic {names} does" if len(missing) == 1 else f"topics {names} do"
+    assert line == (
+        f"embedstream: error: setting topic_prefix (EMBEDSTREAM_TOPIC_PREFIX): {which} not "
+        f"exist at {bootstrap}; create the topics with `embedstream topics create` "
+        "(or check the prefix)"
+    )
+
+
+async def test_run_with_topics_missing_is_one_line_naming_them(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    """Without its topics, `run` looks for them for a few seconds, then says which are missing
+    and what to do, once: no aiokafka line per metadata refresh, no traceback."""
+    names = topic_names(unique_prefix)
+    code, out, err = await embedstream(
+        "run", "--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix,
+        "--group-id", unique_prefix + "group", "--metrics-port", "0",
+        "--base-url", "http://127.0.0.1:9/v1", limit_s=90,
+    )  # fmt: skip
+    assert code == 2, err
+    assert "Traceback" not in err and out == ""
+    [line] = err.splitlines()
+    missing = ", ".join(
+        [names.requests_high, names.requests_low, names.retry, names.results, names.dead_letters]
+    )
+    assert line == (
+        f"embedstream: error: setting topic_prefix (EMBEDSTREAM_TOPIC_PREFIX): topics {missing} "
+        f"do not exist at {bootstrap} (waited 5s); create the topics with "
+        "`embedstream topics create` (or check the prefix)"
+    )
+
+
 async def wait_for_count(bootstrap: str, topic: str, count: int, *, timeout_s: float) -> int:
     """Records in ``topic`` once there are at least ``count`` (AssertionError on timeout)."""
     loop = asyncio.get_running_loop()

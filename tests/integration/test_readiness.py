@@ -1,12 +1,18 @@
-"""Readiness follows the broker: not ready while it is down, ready again once it is back."""
+"""Readiness follows the broker (not ready while it is down, ready again once it is back) and
+the group (liveness answers from the start, readiness only once the member has joined)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
+from typing import Any
 
 import aiohttp
 import pytest
 from embedstream.kafka.admin import topic_names
+from embedstream.kafka.clients import ConsumerRebalanceListener, consumer_for
 from embedstream.tools.embedded import free_port
 from embedstream.tools.simulator.server import SimulatorServer
 
@@ -58,3 +64,72 @@ async def test_readyz_flips_while_the_broker_is_down(private_broker: PrivateBrok
             seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=60)
             assert set(seen) == set(ids)
             assert processor.joined
+
+
+class _HoldsTheRebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    """A group member that does not rejoin while ``release`` is unset: a rebalance (a new
+    member joining) cannot complete until it does, as with a slow member in production."""
+
+    def __init__(self) -> None:
+        self.revoking = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if self.revoking.is_set() or revoked:  # not the empty revoke of its own first join
+            self.revoking.set()
+            await self.release.wait()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        pass
+
+
+async def _get(port: int, path: str) -> tuple[int, str]:
+    url = f"http://127.0.0.1:{port}{path}"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
+
+
+async def test_healthz_answers_before_the_group_join_completes(
+    bootstrap: str, unique_prefix: str, simulator: SimulatorServer
+) -> None:
+    port = free_port()
+    settings = settings_for(bootstrap, unique_prefix, simulator.url, metrics_port=port)
+    await create_all_topics(settings)
+    names = topic_names(unique_prefix)
+    holder = _HoldsTheRebalance()
+    member = consumer_for(
+        bootstrap, group_id=settings.group_id, session_timeout_ms=30_000,
+        heartbeat_interval_ms=1000, max_poll_interval_ms=120_000,
+    )  # fmt: skip
+    member.subscribe([names.requests_high, names.requests_low, names.retry], listener=holder)
+    await member.start()
+    proc = None
+    try:
+        async with asyncio.timeout(60):
+            while not member.assignment():
+                await member.getmany(timeout_ms=200)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "embedstream", "run", "--bootstrap-servers", bootstrap,
+            "--topic-prefix", unique_prefix, "--group-id", settings.group_id,
+            "--metrics-port", str(port), "--base-url", simulator.url,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            env={k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")},
+        )  # fmt: skip
+        # The new member's join has begun a rebalance the holder will not finish.
+        await asyncio.wait_for(holder.revoking.wait(), 60)
+        for _ in range(3):  # and it stays so while the holder holds
+            assert await _get(port, "/healthz") == (200, "ok")
+            status, body = await _get(port, "/readyz")
+            assert status == 503 and '"reasons":["joined_group"]' in body, body
+            await asyncio.sleep(0.5)
+        holder.release.set()
+        await member.stop()  # leaves the group: the join completes
+        await _until(port, 200, 60)
+        assert await _get(port, "/healthz") == (200, "ok")
+    finally:
+        holder.release.set()
+        await member.stop()
+        if proc is not None and proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode == 0, err.decode()[-2000:]

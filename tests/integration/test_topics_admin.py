@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
+from embedstream.errors import ConfigError
 from embedstream.kafka.admin import (
+    all_names,
     create_topics,
     describe_drift,
     describe_topics,
     format_description,
     list_topics,
     load_topic_specs,
+    require_topics,
+    topic_names,
 )
 
 pytestmark = pytest.mark.integration
@@ -54,3 +59,48 @@ async def test_concurrent_creators_tolerate_each_other(bootstrap: str, unique_pr
     # Whoever lost the race for a topic saw TopicAlreadyExists and skipped it.
     assert sorted(first + second) == sorted(spec.name for spec in specs)
     assert len(set(first) & set(second)) == 0
+
+
+async def test_require_topics_names_every_missing_one(bootstrap: str, unique_prefix: str) -> None:
+    specs = load_topic_specs(unique_prefix)
+    await create_topics(bootstrap, [spec for spec in specs if spec.key == "results"])
+    names = all_names(topic_names(unique_prefix))
+    missing = [name for name in names if not name.endswith("results")]
+    with pytest.raises(ConfigError) as caught:
+        await require_topics(bootstrap, names, wait_s=0.5)
+    assert str(caught.value) == (
+        f"setting topic_prefix (EMBEDSTREAM_TOPIC_PREFIX): topics {', '.join(missing)} do not "
+        f"exist at {bootstrap} (waited 0.5s); create the topics with `embedstream topics create` "
+        "(or check the prefix)"
+    )
+
+
+class _Looked(logging.Handler):
+    """Set once require_topics has looked and found topics missing (its DEBUG line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.event = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "missing" in record.getMessage():
+            self.event.set()
+
+
+async def test_require_topics_waits_for_topics_created_meanwhile(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    logger = logging.getLogger("embedstream.kafka.admin")
+    looked, level = _Looked(), logger.level
+    logger.addHandler(looked)
+    logger.setLevel(logging.DEBUG)
+    try:
+        names = all_names(topic_names(unique_prefix))
+        waiting = asyncio.create_task(require_topics(bootstrap, names, wait_s=30))
+        await asyncio.wait_for(looked.event.wait(), 30)
+        assert not waiting.done()
+        await create_topics(bootstrap, load_topic_specs(unique_prefix))
+        await asyncio.wait_for(waiting, 30)  # returns without an error once they exist
+    finally:
+        logger.removeHandler(looked)
+        logger.setLevel(level)

@@ -123,11 +123,13 @@ def _one_clean_line(done: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.parametrize(
     ("args", "stdin"),
     [
+        (["run", "--metrics-port", "0"], b""),
         (["produce"], b'{"id": "a", "text": "b"}\n'),
         (["produce", "--plain", "--quiet"], b"some text\n"),
         (["topics", "create"], b""),
         (["topics", "list"], b""),
         (["consume", "--limit", "1"], b""),
+        (["verify"], b""),
     ],
 )
 def test_a_wrong_bootstrap_is_one_line_naming_the_setting(
@@ -137,6 +139,8 @@ def test_a_wrong_bootstrap_is_one_line_naming_the_setting(
     line = _one_clean_line(done)
     assert "setting bootstrap_servers (EMBEDSTREAM_BOOTSTRAP_SERVERS)" in line
     assert f"no Kafka broker answered at 127.0.0.1:{closed_port}" in line
+    # The real timeout (EMBEDSTREAM_CONNECT_TIMEOUT_S=2 here), not the default's 15 s.
+    assert "(retried for 2s, connect_timeout_s)" in line
     assert "check the address" in line
 
 

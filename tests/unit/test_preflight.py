@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 
@@ -148,3 +149,16 @@ async def test_giving_up_says_how_long_it_waited(monkeypatch: pytest.MonkeyPatch
         ConfigError, match=r"no answer \(retried for 0.05s, connect_timeout_s\); check the address"
     ):
         await check_connection(PLAIN, timeout_s=0.05, client_id="t")
+
+
+async def test_the_stated_timeout_is_the_time_spent_retrying() -> None:
+    """Against a port nothing listens on (refused at once), the message's "retried for 1s"
+    is true: the probe kept trying that long, not one attempt and a claim."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ConfigError, match=r"\(retried for 1s, connect_timeout_s\)"):
+        await check_connection(KafkaConnection(f"127.0.0.1:{port}"), timeout_s=1.0, client_id="t")
+    assert loop.time() - started >= 1.0

@@ -17,9 +17,10 @@ from typing import Any
 import orjson
 
 from embedstream.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
+from embedstream.kafka.admin import require_topics
 from embedstream.kafka.clients import KafkaTarget, check_broker, connection_for
 from embedstream.kafka.reader import TopicRecord, read_topics
-from embedstream.kafka.topics import TopicNames, configured_topics, topic_names
+from embedstream.kafka.topics import TopicNames, configured_topics, topic_names, topic_settings
 from embedstream.tools.verify.report import (
     DeadLetter,
     ExpectedVector,
@@ -201,6 +202,8 @@ async def main_from_args(ns: argparse.Namespace) -> int:
     settings = settings_from_args(ns, VERIFY_SETTINGS)
     names = configured_topics(settings)
     await check_broker(settings)
+    roles = ("requests_high", "requests_low", "results", "dead_letters")
+    await require_topics(connection_for(settings), topic_settings(settings, roles), wait_s=0)
     report = await verify(
         connection_for(settings),
         names,
