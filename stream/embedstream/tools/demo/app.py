@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -57,8 +58,13 @@ LIVE_INTERVAL_S = 1.0
 _POLL_S = 0.02  # how often the registry is asked whether a phase is done
 _JOIN_TIMEOUT_S = 60.0
 _READ_BACK_TIMEOUT_S = 60.0
+_STOP_TIMEOUT_S = 30.0
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# A phase with the registry's snapshots at its start and end and the seconds between them.
+Measured = tuple[Phase, Snapshot, Snapshot, float]
 
 
 async def run_demo_from_args(ns: argparse.Namespace) -> int:
@@ -125,9 +131,10 @@ async def run_demo(
         metrics = Metrics()
         service = build_service(settings, default_backend(settings), metrics=metrics)
         demo = _Demo(settings, service, metrics, phases, say)
-        figures, outcomes = await _with_service(
-            service, demo.run(live, out, check_vectors=not real_endpoint), timeout_s
-        )
+        measured = await _with_service(service, demo.run(live, out), timeout_s)
+        # The processor has stopped: nothing is written any more, and checking thousands of
+        # vectors (CPU-bound, seconds) cannot starve its heartbeats.
+        figures, outcomes = await demo.read_back(measured, check_vectors=not real_endpoint)
         Console(file=out, highlight=False).print(render(figures, outcomes))
         return 0 if outcomes.ok else 1
     finally:
@@ -156,8 +163,11 @@ async def _with_service(service: Service, work: Awaitable[T], timeout_s: float) 
         with contextlib.suppress(asyncio.CancelledError):
             await work_task
         service.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(run_task, 30)
+        if not run_task.done():
+            try:
+                await asyncio.wait_for(run_task, _STOP_TIMEOUT_S)
+            except Exception as exc:  # the figures are in: say so, but show them
+                log.warning("the demo's processor did not stop cleanly: %r", exc)
 
 
 class _Demo:
@@ -179,30 +189,41 @@ class _Demo:
     def snapshot(self) -> Snapshot:
         return snapshot_of(self.metrics.registry.collect())
 
-    async def run(
-        self, live: bool, out: TextIO, *, check_vectors: bool
-    ) -> tuple[list[PhaseFigures], Outcomes]:
+    async def run(self, live: bool, out: TextIO) -> list[Measured]:
+        """Both phases, with the top view on ``out`` meanwhile if ``live``."""
         top: asyncio.Task[int] | None = None
         try:
-            await asyncio.wait_for(self.service.processor.assigned.wait(), _JOIN_TIMEOUT_S)
+            try:
+                await asyncio.wait_for(self.service.processor.assigned.wait(), _JOIN_TIMEOUT_S)
+            except TimeoutError:
+                raise EmbedStreamError(
+                    f"the demo's processor was given no partitions within {_JOIN_TIMEOUT_S:g}s"
+                ) from None
             if live:
                 target = f"127.0.0.1:{self.service.metrics_port}"
                 top = asyncio.create_task(
                     run_top([target], LIVE_INTERVAL_S, None, out, clear=out.isatty())
                 )
-            measured = await self._phases()
+            return await self._phases()
         finally:
             if top is not None:
                 top.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await top
+
+    async def read_back(
+        self, measured: Sequence[Measured], *, check_vectors: bool
+    ) -> tuple[list[PhaseFigures], Outcomes]:
+        """Every request's outcome, read from the topics, and each phase's figures."""
         self.say("reading back requests, results and dead letters ...")
         found = await read_back(
             connection_for(self.settings),
             self.names,
             timeout_s=_READ_BACK_TIMEOUT_S,
         )
-        report = found.report(check_vectors=check_vectors, default_model=self.settings.model)
+        report = await asyncio.to_thread(
+            found.report, check_vectors=check_vectors, default_model=self.settings.model
+        )
         latencies = latencies_by_phase(found.results, self.phases)
         figures = [
             measure(phase, before, after, seconds, latencies[phase.name])
@@ -210,7 +231,7 @@ class _Demo:
         ]
         return figures, Outcomes.from_report(report)
 
-    async def _phases(self) -> list[tuple[Phase, Snapshot, Snapshot, float]]:
+    async def _phases(self) -> list[Measured]:
         loop = asyncio.get_running_loop()
         texts = sample_texts(sum(phase.items for phase in self.phases))
         producer = make_producer(self.settings)
