@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 from embedstream.tools.embedded import free_port
+
+from tests.tmux import Pane
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +132,28 @@ async def test_demo_live_shows_the_top_view_then_the_summary(
     assert "127.0.0.1:" in frames and "down" not in frames
     assert "burst: 3,000 requests at once" in summary
     assert "lost 0, duplicates 0, dead letters 0, wrong vectors 0" in summary
+
+
+@pytest.mark.skipif(
+    shutil.which("tmux") is None and os.environ.get("EMBEDSTREAM_REQUIRE_TOOLS") != "1",
+    reason="needs tmux (ops/test.sh installs it)",
+)
+async def test_demo_live_in_an_80_column_terminal(bootstrap: str) -> None:
+    """In a terminal, --live draws the top view in place while the phases run; when they are
+    done the screen is given back and the summary printed."""
+    del bootstrap
+    pane = Pane(80, 24, [
+        "env", "-u", "OPENAI_API_KEY", "-u", "OPENAI_BASE_URL", sys.executable, "-m",
+        "embedstream", "demo", "--live", "--items", "3000", "--sparse-items", "150",
+    ])  # fmt: skip
+    try:
+        view = await pane.wait_for(lambda t: "TOTAL" in t and "q quit" in t, timeout_s=90)
+        assert view.count("embedstream top") == 1  # one frame, redrawn in place
+        assert max(len(line) for line in view.splitlines()) <= 80, view
+        text = await pane.wait_for(lambda t: "EXITED" in t, timeout_s=180)
+        assert "EXITED 0" in text and "Traceback" not in text
+        assert "embedstream top" not in text  # the full-screen view is gone
+        assert "every request has exactly one result" in text
+        assert "burst: 3,000 requests at once, done in" in text
+    finally:
+        pane.close()
