@@ -59,6 +59,7 @@ _POLL_S = 0.02  # how often the registry is asked whether a phase is done
 _JOIN_TIMEOUT_S = 60.0
 _READ_BACK_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
+_YIELD_EVERY = 50  # burst sends between two turns of the event loop
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +274,10 @@ async def _publish(
         delay = started + phase.send_at(index) - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
+        elif index % _YIELD_EVERY == 0:
+            # A send rarely waits, so a burst would hold the loop that also runs the
+            # processor (heartbeats, /metrics) for seconds: let it in now and then.
+            await asyncio.sleep(0)
         topic = names.requests_high if lane == "high" else names.requests_low
         value = orjson.dumps({"id": rid, "text": texts[phase.first + index]})
         futures.append(await producer.send(topic, value, key=rid.encode()))
