@@ -45,7 +45,9 @@ async def test_top_shows_a_running_demo(bootstrap: str) -> None:
         await _metrics_up(port, 60)
         top = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "embedstream.cli", "top", f"127.0.0.1:{port}",
-            "--iterations", "4", "--interval", "0.5", "--no-clear",
+            # Scrapes time out after the interval (at least 1 s): the demo's processor, its
+            # broker and provider share two loaded cores, and may answer late now and then.
+            "--iterations", "4", "--interval", "2", "--no-clear",
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(top.communicate(), 60)
