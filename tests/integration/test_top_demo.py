@@ -159,3 +159,35 @@ async def test_demo_live_in_an_80_column_terminal(bootstrap: str) -> None:
         assert "burst: 3,000 requests at once, done in" in text
     finally:
         pane.close()
+
+
+async def _listening(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+async def test_a_killed_demo_takes_its_broker_with_it(bootstrap: str) -> None:
+    del bootstrap
+    demo = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "embedstream", "demo", "--sparse-items", "1000",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=_demo_env(),
+    )  # fmt: skip
+    assert demo.stderr is not None
+    try:
+        first = (await asyncio.wait_for(demo.stderr.readline(), 60)).decode()
+        found = re.search(r"embedded broker at 127\.0\.0\.1:(\d+)", first)
+        assert found, first
+        port = int(found.group(1))
+        assert await _listening(port)
+    finally:
+        demo.kill()  # no clean-up code of its own runs
+        await demo.wait()
+    for _ in range(100):  # the broker gets SIGTERM as its parent dies; give it 10 s
+        if not await _listening(port):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the demo's broker still listens on {port} after the demo died")

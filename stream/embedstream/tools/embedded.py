@@ -9,11 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 from embedstream.errors import EmbedStreamError
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """In the broker's process before it runs (Linux): a terminated or killed demo takes its
+    broker with it, rather than leaving it running and holding memory."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -56,6 +70,7 @@ class EmbeddedBroker:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
