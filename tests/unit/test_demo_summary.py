@@ -3,11 +3,14 @@ from result records, outcomes from the verify report, and the tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.demo.summary import (
+    CACHE_OFF,
+    CacheFigures,
     LaneFigures,
     Outcomes,
     Phase,
@@ -128,6 +131,18 @@ def test_registry_and_exposition_give_the_same_snapshot() -> None:
     assert snapshot(metrics) == parsed
 
 
+def test_cache_figures_are_the_phase_increase_and_absent_without_look_ups() -> None:
+    metrics = Metrics()
+    metrics.count_cache_lookups({"memory": 5}, misses=5, tokens_saved=50)  # an earlier phase
+    before = snapshot(metrics)
+    metrics.count_cache_lookups({"memory": 3, "redis": 4}, misses=13, tokens_saved=70)
+    after = snapshot(metrics)
+    figures = measure(Phase("burst", 20), before, after, 1.0, {})
+    assert figures.cache == CacheFigures(hits=7, lookups=20, tokens_saved=70)
+    assert figures.cache.describe() == "cache: 7 hits of 20 look-ups, 70 tokens saved"
+    assert measure(Phase("burst", 20), after, after, 1.0, {}).cache is None
+
+
 def test_no_call_means_no_mean_batch() -> None:
     empty = snapshot(Metrics())
     figures = measure(Phase("burst", 0), empty, empty, 1.0, {})
@@ -223,7 +238,17 @@ def test_the_summary_has_a_table_per_phase_and_the_counted_outcomes() -> None:
     assert [row[:3] for row in rows if row[:1] == ["high"]] == [["high", "40", "20"]] * 2
     assert "lost 0, duplicates 0, dead letters 0, wrong vectors 0" in text
     assert "every request has exactly one result" in text
+    assert CACHE_OFF in text  # with the hint that turns it on
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_with_a_cache_each_phase_says_what_it_saved() -> None:
+    (burst,) = plan(0, 40.0, 3000)
+    cached = CacheFigures(hits=2900, lookups=3000, tokens_saved=87_000)
+    figures = dataclasses.replace(_figures(burst, 10.0, 100.0), cache=cached)
+    text = text_of(render([figures], Outcomes(3000, 3000, 0, 0, 0, 0), cache_on=True))
+    assert "cache: 2,900 hits of 3,000 look-ups, 87,000 tokens saved" in text
+    assert CACHE_OFF not in text
 
 
 def test_the_summary_says_when_something_went_wrong() -> None:

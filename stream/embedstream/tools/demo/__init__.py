@@ -8,6 +8,7 @@ the summary, :mod:`~embedstream.tools.demo.app` runs the broker, provider and pr
 """
 
 from embedstream.tools.demo.summary import (
+    CacheFigures,
     LaneFigures,
     Outcomes,
     Phase,
@@ -21,6 +22,7 @@ from embedstream.tools.demo.summary import (
 from embedstream.tools.demo.texts import sample_texts
 
 __all__ = [
+    "CacheFigures",
     "LaneFigures",
     "Outcomes",
     "Phase",

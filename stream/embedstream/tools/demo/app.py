@@ -137,7 +137,8 @@ async def run_demo(
         # The processor has stopped: nothing is written any more, and checking thousands of
         # vectors (CPU-bound, seconds) cannot starve its heartbeats.
         figures, outcomes = await demo.read_back(measured, check_vectors=not real_endpoint)
-        Console(file=out, highlight=False).print(render(figures, outcomes))
+        summary = render(figures, outcomes, cache_on=settings.cache != "off")
+        Console(file=out, highlight=False).print(summary)
         return 0 if outcomes.ok else 1
     finally:
         if simulator is not None:

@@ -12,6 +12,7 @@ Where each figure comes from:
   ``embedstream_batch_size``), the increase between the phase's two snapshots;
 - P50/P99: each result's ``latency_ms`` (request timestamp to result written), exact per
   request rather than estimated from histogram buckets;
+- cache hits, look-ups and tokens saved: the registry (``embedstream_cache_*``);
 - lost, duplicates, dead letters, wrong vectors: the verify report of the topics read back.
 """
 
@@ -83,6 +84,21 @@ class LaneFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheFigures:
+    """The embedding cache during a phase, from the registry."""
+
+    hits: int
+    lookups: int
+    tokens_saved: int
+
+    def describe(self) -> str:
+        return (
+            f"cache: {self.hits:,} hits of {self.lookups:,} look-ups, "
+            f"{self.tokens_saved:,} tokens saved"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PhaseFigures:
     phase: Phase
     seconds: float  # first request published to last outcome acknowledged
@@ -91,6 +107,7 @@ class PhaseFigures:
     calls: int
     mean_batch: float | None  # inputs per call; None when no call was made
     dead_letters: int
+    cache: CacheFigures | None = None  # None when no text was looked up (cache off)
 
     def per_second(self, items: int) -> float:
         return items / self.seconds if self.seconds > 0 else 0.0
@@ -133,7 +150,14 @@ def measure(
         calls=round(rates.batch_size.count),
         mean_batch=rates.batch_mean,
         dead_letters=round(rates.dead_letters),
+        cache=_cache(rates.cache_hits, rates.cache_misses, rates.cache_tokens_saved),
     )
+
+
+def _cache(hits: float, misses: float, tokens_saved: float) -> CacheFigures | None:
+    if hits + misses <= 0:
+        return None
+    return CacheFigures(round(hits), round(hits + misses), round(tokens_saved))
 
 
 def latencies_by_phase(
@@ -231,11 +255,21 @@ def outcome_lines(outcomes: Outcomes) -> Text:
     return text
 
 
-def render(phases: Sequence[PhaseFigures], outcomes: Outcomes) -> RenderableType:
-    """The whole summary: a table per phase, then the outcomes."""
+CACHE_OFF = "cache: off (EMBEDSTREAM_CACHE=memory or redis turns it on)"
+
+
+def render(
+    phases: Sequence[PhaseFigures], outcomes: Outcomes, *, cache_on: bool = False
+) -> RenderableType:
+    """The whole summary: a table per phase (and its cache line), then the outcomes."""
     parts: list[RenderableType] = []
     for figures in phases:
-        parts.extend([phase_table(figures), Text()])
+        parts.append(phase_table(figures))
+        if figures.cache is not None:
+            parts.append(Text(figures.cache.describe()))
+        parts.append(Text())
+    if not cache_on:
+        parts.append(Text(CACHE_OFF))
     parts.append(
         Text("items, calls, mean batch: the processor's metrics; P50/P99: results' latency_ms")
     )
