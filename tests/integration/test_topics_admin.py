@@ -6,9 +6,9 @@ import asyncio
 import logging
 
 import pytest
+from embedstream.config import load_settings
 from embedstream.errors import ConfigError
 from embedstream.kafka.admin import (
-    all_names,
     create_topics,
     describe_drift,
     describe_topics,
@@ -16,8 +16,8 @@ from embedstream.kafka.admin import (
     list_topics,
     load_topic_specs,
     require_topics,
-    topic_names,
 )
+from embedstream.kafka.topics import topic_settings
 
 pytestmark = pytest.mark.integration
 
@@ -64,14 +64,29 @@ async def test_concurrent_creators_tolerate_each_other(bootstrap: str, unique_pr
 async def test_require_topics_names_every_missing_one(bootstrap: str, unique_prefix: str) -> None:
     specs = load_topic_specs(unique_prefix)
     await create_topics(bootstrap, [spec for spec in specs if spec.key == "results"])
-    names = all_names(topic_names(unique_prefix))
-    missing = [name for name in names if not name.endswith("results")]
+    topics = topic_settings(load_settings(env={}, overrides={"topic_prefix": unique_prefix}))
+    missing = [name for name in topics if not name.endswith("results")]
     with pytest.raises(ConfigError) as caught:
-        await require_topics(bootstrap, names, wait_s=0.5)
+        await require_topics(bootstrap, topics, wait_s=0.5)
     assert str(caught.value) == (
         f"setting topic_prefix (EMBEDSTREAM_TOPIC_PREFIX): topics {', '.join(missing)} do not "
         f"exist at {bootstrap} (waited 0.5s); create the topics with `embedstream topics create` "
         "(or check the prefix)"
+    )
+
+
+async def test_a_missing_topic_named_by_its_setting_names_that_setting(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    settings = load_settings(
+        env={}, overrides={"topic_prefix": unique_prefix, "topic_results": unique_prefix + "out"}
+    )
+    with pytest.raises(ConfigError) as caught:
+        await require_topics(bootstrap, topic_settings(settings, ["results"]), wait_s=0)
+    assert str(caught.value) == (
+        f"setting topic_results (EMBEDSTREAM_TOPIC_RESULTS): topic {unique_prefix}out does not "
+        f"exist at {bootstrap}; create the topics with `embedstream topics create` "
+        "(or check the name)"
     )
 
 
@@ -95,8 +110,9 @@ async def test_require_topics_waits_for_topics_created_meanwhile(
     logger.addHandler(looked)
     logger.setLevel(logging.DEBUG)
     try:
-        names = all_names(topic_names(unique_prefix))
-        waiting = asyncio.create_task(require_topics(bootstrap, names, wait_s=30))
+        settings = load_settings(env={}, overrides={"topic_prefix": unique_prefix})
+        topics = topic_settings(settings)
+        waiting = asyncio.create_task(require_topics(bootstrap, topics, wait_s=30))
         await asyncio.wait_for(looked.event.wait(), 30)
         assert not waiting.done()
         await create_topics(bootstrap, load_topic_specs(unique_prefix))

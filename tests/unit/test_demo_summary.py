@@ -126,7 +126,7 @@ def test_registry_and_exposition_give_the_same_snapshot() -> None:
     metrics = Metrics(CollectorRegistry())
     metrics.observe_flush("low", "size", 64, 640, [0.02] * 64)
     metrics.observe_result("high", 0.1)
-    metrics.set_lag("embed.requests.low", 3, 17)
+    metrics.set_lag("embed.requests.low", 3, "low", 17)
     parsed = parse_exposition(generate_latest(metrics.registry).decode())
     assert snapshot(metrics) == parsed
 

@@ -14,6 +14,7 @@ from aiokafka.errors import (
 
 from embedstream.config import Settings
 from embedstream.errors import ConfigError, EmbedStreamError
+from embedstream.kafka.topics import topic_settings
 
 
 @contextmanager
@@ -49,12 +50,16 @@ def _why(exc: BaseException) -> str:
 @contextmanager
 def topics_must_exist(settings: Settings, topics: Sequence[str]) -> Iterator[None]:
     """A topic that vanished after the start-up check (see ``admin.require_topics``) ends the
-    consumer's start with a bare UnknownTopicOrPartitionError: say which topics and what to do."""
+    consumer's start with a bare UnknownTopicOrPartitionError: say which topics and what to do
+    (which one is gone, aiokafka does not say)."""
     try:
         yield
     except UnknownTopicOrPartitionError as exc:
+        naming = topic_settings(settings, ("requests_high", "requests_low", "retry"))
+        setting = naming.get(topics[0], "topic_prefix") if topics else "topic_prefix"
+        check = "the prefix" if setting == "topic_prefix" else "the names"
         raise ConfigError(
-            "topic_prefix",
+            setting,
             f"a topic of {', '.join(topics)} does not exist at {settings.bootstrap_servers}; "
-            "create the topics with `embedstream topics create` (or check the prefix)",
+            f"create the topics with `embedstream topics create` (or check {check})",
         ) from exc
