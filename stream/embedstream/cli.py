@@ -164,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_top_arguments(command("top", "live view of processors' /metrics"))
     add_verify_arguments(command("verify", "check every request got exactly one outcome"))
 
+    from embedstream.tools.bench.options import add_cli_arguments as add_bench_arguments
+
+    add_bench_arguments(
+        command("bench", "measure the engine and the Kafka path against the provider's bound")
+    )
+
     from embedstream.tools.demo.options import add_cli_arguments as add_demo_arguments
 
     add_demo_arguments(
@@ -232,6 +238,10 @@ async def _dispatch(ns: argparse.Namespace) -> int:
         from embedstream.tools.verify.app import main_from_args
 
         return await main_from_args(ns)
+    if command == "bench":
+        from embedstream.tools.bench.app import run_bench_from_args
+
+        return await run_bench_from_args(ns)
     if command == "demo":
         from embedstream.tools.demo.app import run_demo_from_args
 

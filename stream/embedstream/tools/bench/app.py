@@ -1,0 +1,304 @@
+"""`embedstream bench`: start the simulated provider, run the chosen scenarios, print the
+table and the recommended settings, and write the JSON and plots asked for.
+
+Every check that can fail without measuring (a missing extra, an unwritable output, a bad
+setting, a broker that does not answer) runs first, so a mistake costs one line, not a run.
+A scenario that fails is reported and the others still run (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+from rich.console import Console
+
+from embedstream.config import Settings, load_settings, validate
+from embedstream.ops.logs import setup_logging
+from embedstream.tools.bench import BenchError
+from embedstream.tools.bench.context import BenchContext, ScenarioResult
+from embedstream.tools.bench.extras import EXTRA_SCENARIOS
+from embedstream.tools.bench.kafka_scenarios import KafkaBroker, kafka_backlog, kafka_poisson
+from embedstream.tools.bench.model import (
+    PROVIDER_MAX_INPUTS,
+    PROVIDER_MAX_TOKENS,
+    LatencyModel,
+    LineFit,
+    Recommendation,
+    ScaleOutRow,
+    call_overhead_ms,
+    fit_call_latency,
+    recommend,
+)
+from embedstream.tools.bench.options import BENCH_SETTINGS, Sizes, sizes_from_args
+from embedstream.tools.bench.plots import require_matplotlib, write_plots
+from embedstream.tools.bench.processes import SimulatorProcess
+from embedstream.tools.bench.report import (
+    bounds_lines,
+    fit_line,
+    print_report,
+    recommendation_lines,
+    report_document,
+)
+from embedstream.tools.bench.scaleout import scale_out
+from embedstream.tools.bench.scenarios import backlog, closed_loop, endpoint, open_loop
+from embedstream.tools.embedded import EmbeddedBroker
+from embedstream.tools.progress import make_step_progress
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+REPORT_WIDTH = 160  # when stdout is no terminal: wide enough for the table's ten columns
+
+
+def latency_model(ns: argparse.Namespace) -> LatencyModel:
+    try:
+        return LatencyModel(
+            ns.base_ms, ns.per_token_ms, ns.per_input_ms, ns.capacity, ns.rpm, ns.tpm
+        )
+    except ValueError as exc:
+        raise BenchError(f"latency model: {exc}") from exc
+
+
+def engine_settings(ns: argparse.Namespace, model: LatencyModel) -> Settings:
+    """The engine's settings: the library's defaults, then the bench's (what reaching the
+    bound takes: the provider's largest batch, one call per provider slot, room to buffer a
+    full batch for every slot), then --config, then the flags. The environment is not read:
+    a run is reproducible from its command line."""
+    bench_defaults: dict[str, Any] = {
+        "max_batch_size": PROVIDER_MAX_INPUTS,
+        "max_batch_tokens": PROVIDER_MAX_TOKENS,
+        "max_concurrency": model.capacity,
+        "max_buffered_items": model.capacity * PROVIDER_MAX_INPUTS,
+        "log_level": "WARNING",
+    }
+    in_file = _file_keys(ns.config)
+    overrides = {k: v for k, v in bench_defaults.items() if k not in in_file}
+    for name in BENCH_SETTINGS:
+        if getattr(ns, name, None) is not None:
+            overrides[name] = getattr(ns, name)
+    return load_settings(env={}, file=ns.config, overrides=overrides)
+
+
+def _file_keys(path: Path | None) -> set[str]:
+    if path is None:
+        return set()
+    with contextlib.suppress(OSError, tomllib.TOMLDecodeError):
+        return set(tomllib.loads(path.read_text(encoding="utf-8")))
+    return set()  # load_settings reports the unreadable file, naming it
+
+
+def _check_outputs(ns: argparse.Namespace) -> None:
+    if ns.plots is not None:
+        require_matplotlib()
+    if ns.json is not None and not ns.json.parent.is_dir():
+        raise BenchError(f"--json {ns.json}: no directory {ns.json.parent}")
+
+
+def _wants_kafka(ns: argparse.Namespace) -> bool:
+    kafka = any(name.startswith("kafka") for name in ns.scenarios) or ns.scale_out
+    return kafka or any(e.wanted(ns) and e.needs_kafka(ns) for e in EXTRA_SCENARIOS)
+
+
+@contextlib.asynccontextmanager
+async def kafka_broker(ns: argparse.Namespace, settings: Settings) -> AsyncIterator[KafkaBroker]:
+    """The broker of the Kafka scenarios: --bootstrap (checked now) or an embedded one."""
+    if ns.bootstrap:
+        from embedstream.kafka.clients import check_broker
+
+        await check_broker(dataclasses.replace(settings, bootstrap_servers=ns.bootstrap))
+        yield KafkaBroker(ns.bootstrap, embedded=False)
+        return
+    embedded = EmbeddedBroker()
+    try:
+        await embedded.start()
+    except RuntimeError as exc:
+        raise BenchError(
+            f"{exc}; or pass --bootstrap HOST:PORT of an Apache Kafka broker, or leave the "
+            "Kafka scenarios out (--scenarios in-process)"
+        ) from exc
+    try:
+        yield KafkaBroker(embedded.bootstrap, embedded=True)
+    finally:
+        embedded.stop()
+
+
+async def run_bench_from_args(ns: argparse.Namespace) -> int:
+    setup_logging("WARNING", "plain")
+    model = latency_model(ns)
+    settings = engine_settings(ns, model)
+    sizes = sizes_from_args(ns)
+    _check_outputs(ns)
+    api_key = ns.api_key or os.environ.get("OPENAI_API_KEY")
+    log_dir = Path(tempfile.mkdtemp(prefix="embedstream-bench-"))
+    progress = make_step_progress(sys.stderr)
+    started = time.perf_counter()
+    runner = _Runner()
+    simulator = SimulatorProcess(
+        model, dimensions=ns.dimensions, burst_s=ns.burst_s, log_dir=log_dir
+    )
+    simulated = bool(ns.scenarios) or ns.scale_out or any(e.wanted(ns) for e in EXTRA_SCENARIOS)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            broker = None
+            if _wants_kafka(ns):
+                broker = await stack.enter_async_context(kafka_broker(ns, settings))
+            ctx = BenchContext(
+                settings, model, ns.tokens, ns.seed, progress, log_dir, provider=simulator
+            )
+            if simulated:
+                await simulator.start()
+                stack.callback(simulator.stop)
+                ctx.settings = _with_provider(settings, simulator.base_url, None)
+                await _simulated(ns, ctx, sizes, broker, runner)
+            if ns.endpoint:
+                real = BenchContext(
+                    _with_provider(settings, ns.endpoint, api_key),
+                    None, ns.tokens, ns.seed, progress, log_dir,
+                )  # fmt: skip
+                measured = await runner.attempt(
+                    "endpoint", lambda: endpoint(real, sizes.callers, ns.budget)
+                )
+                runner.results += measured or []
+    finally:
+        progress.close()
+    wall_s = time.perf_counter() - started
+    return _finish(ns, model, settings, sizes, runner, log_dir, wall_s)
+
+
+def _with_provider(settings: Settings, base_url: str, api_key: str | None) -> Settings:
+    changed = dataclasses.replace(settings, base_url=base_url, api_key=api_key)
+    validate(changed)
+    return changed
+
+
+async def _simulated(
+    ns: argparse.Namespace,
+    ctx: BenchContext,
+    sizes: Sizes,
+    broker: KafkaBroker | None,
+    runner: _Runner,
+) -> None:
+    steps: list[tuple[str, Callable[[], Awaitable[ScenarioResult]]]] = []
+    chosen = ns.scenarios
+    if "closed" in chosen:
+        steps.append(("closed", lambda: closed_loop(ctx, sizes.callers, seconds=sizes.seconds)))
+    if "backlog" in chosen:
+        steps.append(("backlog", lambda: backlog(ctx, sizes.backlog_items)))
+    if "open" in chosen:
+        for rate in sizes.rates:
+            steps.append(
+                (f"open {rate:g}/s", functools.partial(open_loop, ctx, rate, sizes.seconds))
+            )
+    if broker is not None and "kafka-backlog" in chosen:
+        steps.append(("kafka backlog", lambda: kafka_backlog(ctx, broker, sizes.kafka_items)))
+    if broker is not None and "kafka-poisson" in chosen:
+        rate, seconds = sizes.kafka_rate, sizes.kafka_seconds
+        steps.append(("kafka poisson", lambda: kafka_poisson(ctx, broker, rate, seconds)))
+    for label, step in steps:
+        result = await runner.attempt(label, step)
+        if result is not None:
+            runner.results.append(result)
+    if ns.scale_out and broker is not None:
+        items = sizes.scale_out_items
+        rows = await runner.attempt(
+            "scale-out", lambda: scale_out(ctx, broker, ns.processors, items)
+        )
+        runner.scale_rows += rows or []
+    for extra in EXTRA_SCENARIOS:
+        if extra.wanted(ns):
+            run_extra = functools.partial(extra.run, ns, ctx, broker)
+            runner.results += await runner.attempt(extra.name, run_extra) or []
+
+
+class _Runner:
+    """Runs scenarios one by one, keeping what each gave and why any failed."""
+
+    def __init__(self) -> None:
+        self.results: list[ScenarioResult] = []
+        self.scale_rows: list[ScaleOutRow] = []
+        self.failures: list[str] = []
+
+    async def attempt(self, label: str, step: Callable[[], Awaitable[T]]) -> T | None:
+        try:
+            return await step()
+        except Exception as exc:  # one scenario's failure must not lose the others' figures
+            log.debug("scenario %s failed", label, exc_info=True)
+            self.failures.append(f"{label} FAILED: {type(exc).__name__}: {exc}")
+            return None
+
+
+def _finish(
+    ns: argparse.Namespace,
+    model: LatencyModel,
+    settings: Settings,
+    sizes: Sizes,
+    runner: _Runner,
+    log_dir: Path,
+    wall_s: float,
+) -> int:
+    rows = [r.row for r in runner.results]
+    simulated_rows = [r for r in runner.results if not r.row.kind.startswith("endpoint")]
+    recommendations: dict[str, Recommendation] = {}
+    notes = bounds_lines(model, ns.tokens, sizes.callers) if simulated_rows else []
+    simulated_calls = [c for r in simulated_rows for c in r.calls]
+    overhead = call_overhead_ms(simulated_calls, model, ns.tokens)
+    recommendations["simulated"] = recommend(model, ns.target_p99_ms, ns.tokens, overhead)
+    notes += recommendation_lines("recommended on this latency model", recommendations["simulated"])
+    fit: LineFit | None = None
+    endpoint_calls = [
+        c for r in runner.results if r.row.kind.startswith("endpoint") for c in r.calls
+    ]
+    if endpoint_calls:
+        fit = fit_call_latency(endpoint_calls)
+    if fit is not None:
+        fitted = LatencyModel(fit.base_ms, 0.0, fit.per_item_ms, ns.capacity)
+        recommendations["endpoint"] = recommend(fitted, ns.target_p99_ms, ns.tokens)
+        notes.append(fit_line(fit))
+        notes += recommendation_lines(
+            f"recommended for the endpoint (its capacity taken as --capacity {ns.capacity})",
+            recommendations["endpoint"],
+        )
+    notes += runner.failures
+    if ns.json is not None:
+        document = report_document(
+            args=_args_json(ns), settings={n: getattr(settings, n) for n in BENCH_SETTINGS},
+            model=model, tokens=ns.tokens, callers=sizes.callers, results=runner.results,
+            scale_rows=runner.scale_rows, recommendations=recommendations,
+            endpoint_fit=fit, wall_s=wall_s,
+        )  # fmt: skip
+        ns.json.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+        notes.append(f"figures written to {ns.json}")
+    if ns.plots is not None:
+        written = write_plots(ns.plots, runner.results)
+        notes.append(f"plots written: {', '.join(str(p) for p in written) or 'none (no data)'}")
+    if runner.failures:
+        notes.append(f"logs of the child processes kept in {log_dir}")
+    else:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    notes.append(f"wall time {wall_s:.0f} s on {os.cpu_count()} CPUs")
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else REPORT_WIDTH)
+    print_report(console, rows, runner.scale_rows, notes)
+    return 1 if runner.failures else 0
+
+
+def _args_json(ns: argparse.Namespace) -> dict[str, Any]:
+    """The command's options as given, the API key masked."""
+    doc: dict[str, Any] = {}
+    for key, value in vars(ns).items():
+        if key == "api_key":
+            value = "***" if value else None
+        doc[key] = str(value) if isinstance(value, Path) else value
+    return doc

@@ -1,0 +1,62 @@
+"""What every scenario of `embedstream bench` is given, and what each gives back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from embedstream.config import Settings
+from embedstream.tools.bench.model import LatencyModel, Row
+from embedstream.tools.bench.processes import SimulatorProcess
+from embedstream.tools.progress import StepProgress
+
+PROGRESS_INTERVAL_S = 0.25
+
+
+@dataclass
+class BenchContext:
+    settings: Settings  # the engine's settings; base_url is the provider under test
+    model: LatencyModel | None  # the simulator's model; None for a real endpoint
+    tokens: int  # simulator tokens per text
+    seed: int
+    progress: StepProgress
+    log_dir: Path
+    provider: SimulatorProcess | None = None  # None for a real endpoint
+
+    def provider_cpu(self) -> Callable[[], float | None] | None:
+        return self.provider.cpu_s if self.provider is not None else None
+
+    async def reset_provider_stats(self) -> None:
+        if self.provider is not None:
+            await self.provider.reset_stats()
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    row: Row
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (s, inputs) per call
+    calls: list[tuple[int, float]] = field(default_factory=list)  # (inputs, ms) per ok call
+
+
+@contextlib.asynccontextmanager
+async def reporting(
+    progress: StepProgress, label: str, total: float | None, unit: str, done: Callable[[], float]
+) -> AsyncIterator[None]:
+    """A progress step for the block, updated from ``done()`` a few times a second."""
+    progress.begin(label, total, unit)
+
+    async def tick() -> None:
+        while True:
+            progress.update(done())
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        yield
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker

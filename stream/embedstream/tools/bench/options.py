@@ -1,0 +1,229 @@
+"""The options of `embedstream bench`, and the engine settings it runs with.
+
+Kept apart from the scenarios so that building the command line imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from embedstream.flags import add_settings_flags
+from embedstream.tools.bench.extras import EXTRA_SCENARIOS
+
+# The scenarios, in the order they run.
+SCENARIOS = ("closed", "backlog", "open", "kafka-backlog", "kafka-poisson")
+ALIASES = {"all": SCENARIOS, "in-process": SCENARIOS[:3], "kafka": SCENARIOS[3:], "none": ()}
+
+# Engine settings a run may set (flags or --config); the rest keep the library's defaults.
+BENCH_SETTINGS = (
+    "model",
+    "encoding_format",
+    "max_batch_size",
+    "max_batch_tokens",
+    "max_wait_ms",
+    "scale_factor",
+    "min_low_share",
+    "max_concurrency",
+    "concurrency_mode",
+    "target_latency_ms",
+    "rate_limit_rpm",
+    "rate_limit_tpm",
+    "max_buffered_items",
+    "compression_type",
+    "request_timeout_s",
+)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each scenario does: the issue's sizes, or small ones with --quick."""
+
+    callers: int
+    seconds: float
+    backlog_items: int
+    rates: tuple[float, ...]
+    kafka_items: int
+    kafka_rate: float
+    kafka_seconds: float
+    scale_out_items: int
+
+
+FULL = Sizes(50, 10.0, 100_000, (1000.0, 3000.0), 100_000, 2000.0, 10.0, 100_000)
+QUICK = Sizes(50, 2.0, 5_000, (1000.0, 3000.0), 5_000, 2000.0, 3.0, 20_000)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def _scenarios(text: str) -> tuple[str, ...]:
+    chosen: list[str] = []
+    for name in filter(None, (part.strip() for part in text.split(","))):
+        if name in ALIASES:
+            chosen += ALIASES[name]
+        elif name in SCENARIOS:
+            chosen.append(name)
+        else:
+            known = ", ".join((*SCENARIOS, *ALIASES))
+            raise argparse.ArgumentTypeError(f"unknown scenario {name!r}; known: {known}")
+    return tuple(s for s in SCENARIOS if s in chosen)
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `embedstream bench`; pair with :func:`embedstream.tools.bench.app.run_bench`."""
+    add = parser.add_argument
+    add(
+        "--scenarios",
+        type=_scenarios,
+        default=SCENARIOS,
+        metavar="LIST",
+        help="comma-separated: closed, backlog, open, kafka-backlog, kafka-poisson, or the "
+        "groups in-process, kafka, all, none (e.g. with --endpoint) (default: all)",
+    )
+    add("--quick", action="store_true", help="small sizes: a check that everything runs")
+    model = parser.add_argument_group("simulated provider (the latency model)")
+    model.add_argument("--base-ms", type=_non_negative_float, default=40.0, help="ms per call")
+    model.add_argument(
+        "--per-token-ms", type=_non_negative_float, default=0.02, help="extra ms per token"
+    )
+    model.add_argument(
+        "--per-input-ms", type=_non_negative_float, default=0.0, help="extra ms per input"
+    )
+    model.add_argument("--capacity", type=_positive_int, default=8, help="calls served at once")
+    model.add_argument(
+        "--rpm", type=_non_negative_float, default=0.0, help="announced requests/min; 0 = none"
+    )
+    model.add_argument(
+        "--tpm", type=_non_negative_float, default=0.0, help="announced tokens/min; 0 = none"
+    )
+    model.add_argument(
+        "--burst-s",
+        type=_positive_float,
+        default=1.0,
+        help="seconds of refill the rpm/tpm budgets hold (short, so a short run meets them)",
+    )
+    model.add_argument("--dimensions", type=_positive_int, default=256, help="vector length")
+    model.add_argument(
+        "--tokens", type=_positive_int, default=30, help="tokens per text (about 4 chars each)"
+    )
+    sizes = parser.add_argument_group("sizes (defaults: the issue's; --quick: smaller)")
+    sizes.add_argument("--callers", type=_positive_int, default=None, help="closed loop (50)")
+    sizes.add_argument(
+        "--seconds", type=_positive_float, default=None, help="closed and open loop (10; 2)"
+    )
+    sizes.add_argument(
+        "--backlog-items", type=_positive_int, default=None, help="backlog (100,000; 5,000)"
+    )
+    sizes.add_argument(
+        "--rates",
+        type=_positive_float,
+        nargs="+",
+        default=None,
+        metavar="R",
+        help="open loop arrival rates per second (1000 3000)",
+    )
+    sizes.add_argument(
+        "--kafka-items", type=_positive_int, default=None, help="Kafka backlog (100,000; 5,000)"
+    )
+    sizes.add_argument(
+        "--kafka-rate", type=_positive_float, default=None, help="Kafka Poisson rate/s (2000)"
+    )
+    sizes.add_argument(
+        "--kafka-seconds", type=_positive_float, default=None, help="Kafka Poisson (10; 3)"
+    )
+    kafka = parser.add_argument_group("Kafka")
+    kafka.add_argument(
+        "--bootstrap",
+        default=None,
+        metavar="HOST:PORT",
+        help="an Apache Kafka broker (PLAINTEXT) for the Kafka scenarios and --scale-out "
+        "(default: the embedded broker of the 'embedded' extra)",
+    )
+    kafka.add_argument(
+        "--scale-out",
+        action="store_true",
+        help="also drain a backlog with 1, 2 and 3 `embedstream run` processes in one group",
+    )
+    kafka.add_argument(
+        "--processors",
+        type=_positive_int,
+        nargs="+",
+        default=[1, 2, 3],
+        metavar="N",
+        help="group sizes of --scale-out",
+    )
+    kafka.add_argument(
+        "--scale-out-items", type=_positive_int, default=None, help="(100,000; 20,000)"
+    )
+    real = parser.add_argument_group("a real endpoint (optional)")
+    real.add_argument(
+        "--endpoint",
+        default=None,
+        metavar="URL",
+        help="also measure this OpenAI-compatible base URL (ending in /v1)",
+    )
+    real.add_argument(
+        "--api-key",
+        default=None,
+        help="its key (default: $OPENAI_API_KEY; visible to other local users as a flag)",
+    )
+    real.add_argument(
+        "--budget",
+        type=_positive_int,
+        default=200,
+        metavar="N",
+        help="most texts sent to the endpoint, warm-up included",
+    )
+    out = parser.add_argument_group("results")
+    out.add_argument(
+        "--target-p99-ms",
+        type=_positive_float,
+        default=100.0,
+        help="your latency target, for the recommended settings",
+    )
+    out.add_argument("--json", type=Path, default=None, metavar="FILE", help="every figure")
+    out.add_argument(
+        "--plots",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="PNG plots (needs the 'bench' extra: matplotlib)",
+    )
+    out.add_argument("--seed", type=int, default=1, help="seed of texts and arrivals")
+    for extra in EXTRA_SCENARIOS:
+        extra.add_arguments(parser)
+    add_settings_flags(parser, BENCH_SETTINGS)
+
+
+def sizes_from_args(ns: argparse.Namespace) -> Sizes:
+    base = QUICK if ns.quick else FULL
+    return Sizes(
+        callers=ns.callers or base.callers,
+        seconds=ns.seconds or base.seconds,
+        backlog_items=ns.backlog_items or base.backlog_items,
+        rates=tuple(ns.rates or base.rates),
+        kafka_items=ns.kafka_items or base.kafka_items,
+        kafka_rate=ns.kafka_rate or base.kafka_rate,
+        kafka_seconds=ns.kafka_seconds or base.kafka_seconds,
+        scale_out_items=ns.scale_out_items or base.scale_out_items,
+    )
