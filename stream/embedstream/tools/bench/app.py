@@ -255,8 +255,11 @@ def _finish(
     notes = bounds_lines(model, ns.tokens, sizes.callers) if simulated_rows else []
     simulated_calls = [c for r in simulated_rows for c in r.calls]
     overhead = call_overhead_ms(simulated_calls, model, ns.tokens)
-    recommendations["simulated"] = recommend(model, ns.target_p99_ms, ns.tokens, overhead)
-    notes += recommendation_lines("recommended on this latency model", recommendations["simulated"])
+    if simulated_rows or runner.scale_rows or not rows:
+        recommendations["simulated"] = recommend(model, ns.target_p99_ms, ns.tokens, overhead)
+        notes += recommendation_lines(
+            "recommended on this latency model", recommendations["simulated"]
+        )
     fit: LineFit | None = None
     endpoint_calls = [
         c for r in runner.results if r.row.kind.startswith("endpoint") for c in r.calls

@@ -53,8 +53,9 @@ class LatencyModel:
 
     def largest_batch(self, tokens_per_item: float) -> int:
         """B: the most inputs of this size one call may carry (inputs or tokens per call)."""
-        by_tokens = math.floor(self.max_tokens / tokens_per_item) if tokens_per_item > 0 else None
-        return max(1, min(self.max_inputs, by_tokens or self.max_inputs))
+        if tokens_per_item <= 0:
+            return self.max_inputs
+        return max(1, min(self.max_inputs, math.floor(self.max_tokens / tokens_per_item)))
 
     def budget_bound(self, tokens_per_item: float, batch: int) -> float:
         """Items/s the announced budgets allow with calls of ``batch`` inputs (inf: none)."""
@@ -234,8 +235,14 @@ def recommend(
         f"max_wait_ms {wait:g}: target {target_p99_ms:g} ms - L(1) {lone:.1f} ms"
         + (f" - client overhead per call {overhead_ms:.1f} ms" if overhead_ms > 0 else "")
         + ("" if reachable else "; the target is below one lone call: unreachable"),
-        f"scale_factor {scale:g}: {model.capacity} slots x {scale / model.capacity:.0f} items, "
-        f"the call that spends as long on its inputs as on its {model.base_ms:g} ms fixed cost",
+        f"scale_factor {scale:g}: "
+        + (
+            f"{model.capacity} slots x {scale / model.capacity:.0f} items, the call that spends "
+            f"as long on its inputs as on its {model.base_ms:.4g} ms fixed cost"
+            if model.per_item_ms(tokens_per_item) > 0
+            else f"inputs cost nothing, so waiting pays only for the largest calls "
+            f"({model.capacity} slots x {model.largest_batch(tokens_per_item)})"
+        ),
     )
     return Recommendation(target_p99_ms, concurrency, wait, scale, reachable, reasons)
 
@@ -288,18 +295,18 @@ def fit_call_latency(samples: Sequence[tuple[int, float]]) -> LineFit | None:
 
 @dataclass(frozen=True, slots=True)
 class ScaleOutRow:
-    """N processors in one group draining a backlog, measured once the group has settled."""
+    """N processors in one group draining a backlog published once the group has settled."""
 
     processors: int
-    items: int  # results in the measured window
-    before_window: int  # results before every member held its partitions (not counted)
-    seconds: float
+    items: int  # the backlog, published once the group has settled
+    seconds: float  # from the first event published to the last result
     processor_cpu_s: float  # all members together, in the window
     provider_cpu_s: float | None
     calls: int
     inputs: int
     bound_per_s: float | None
     settle_s: float = 0.0  # from every member answering /healthz to a settled group
+    publish_s: float = 0.0  # how long publishing the backlog took, inside ``seconds``
     note: str = ""
 
     @property

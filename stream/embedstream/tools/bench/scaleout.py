@@ -1,13 +1,15 @@
 """The scale-out figure: 1, 2, 3... `embedstream run` processes in one consumer group, on the
 same simulated provider, draining one Kafka backlog.
 
-A backlog is published first; then N processors start together. A group takes a while to
-settle (each join makes the members rebalance), and the first member drains alone
-meanwhile, so the window is measured only once every member is ready and holds its share
-of the partitions: items/s and CPU seconds per 1,000 items (from /proc of each member) over
-the rest of the backlog. The low-priority topic gets 12 partitions, which 1, 2, 3, 4 and 6
-members share evenly (with the default 4, three members would split them 2/1/1 and the tail
-would be one member's).
+N processors start on empty topics and the bench waits until the group has settled (every
+member ready, holding its share of the partitions); only then is the backlog published, as
+fast as the producer goes, and the window runs from its first event to its last result:
+items/s and CPU seconds per 1,000 items (from /proc of each member). Publishing first would
+put rebalances in the window: a member hands a revoked partition over only after finishing
+what it had read from it (up to `drain_timeout_s`), which with a full buffer takes longer than
+the whole drain. The low-priority topic gets 12 partitions, which 1, 2, 3, 4 and 6 members
+share evenly (with the default 4, three members would split them 2/1/1 and the tail would be
+one member's).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -100,16 +103,19 @@ async def _one_group(ctx: BenchContext, broker: KafkaBroker, n: int, items: int)
     ]
     texts = make_texts(items, tokens=ctx.tokens, seed=ctx.seed)
     async with scenario_topics(settings, specs) as names:
-        ctx.progress.begin(f"scale-out {n} publish", None, "events")
-        await publish(settings, names.requests_low, texts, f"scale{n}-")
-        ctx.progress.end(f"{items:,} events on {PARTITIONS} partitions")
         env = member_environment(settings)
         members = [ProcessorProcess(f"scale{n}-member{k}", env, ctx.log_dir) for k in range(n)]
         try:
             for member in members:
                 member.start_nowait()
             await asyncio.gather(*(member.wait_started() for member in members))
-            return await _measure(ctx, broker, members, names.requests_low, items)
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
+                group = _Group(session, members)
+                settle_s = await _settle(ctx, group, names.requests_low)
+                return await _measure(
+                    ctx, broker, group, settle_s, items,
+                    publish(settings, names.requests_low, texts, f"scale{n}-"),
+                )  # fmt: skip
         finally:
             for member in members:
                 member.terminate()
@@ -146,40 +152,56 @@ class _Group:
         return sum(m.cpu_s() or 0.0 for m in self.members)
 
 
+async def _settle(ctx: BenchContext, group: _Group, topic: str) -> float:
+    """Seconds until every member is ready and holds its share of ``topic``."""
+    n = len(group.members)
+    ctx.progress.begin(f"scale-out {n} join", None, "s")
+    started = time.perf_counter()
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    await group.poll()
+    while not settled(group.snapshots, topic, PARTITIONS):
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"{n} processors did not settle into one group in {SETTLE_TIMEOUT_S:g} s"
+            )
+        await asyncio.sleep(POLL_S)
+        await group.poll()
+    settle_s = time.perf_counter() - started
+    ctx.progress.end(f"settled in {settle_s:.1f} s")
+    return settle_s
+
+
 async def _measure(
     ctx: BenchContext,
     broker: KafkaBroker,
-    members: list[ProcessorProcess],
-    topic: str,
+    group: _Group,
+    settle_s: float,
     items: int,
+    publishing: Coroutine[Any, Any, None],
 ) -> ScaleOutRow:
+    """From the first event published to the last result: the group drains as the backlog
+    arrives (publishing is much faster than draining), with no rebalance in the window."""
     assert ctx.provider is not None
-    n = len(members)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as session:
-        group = _Group(session, members)
-        async with reporting(ctx.progress, f"scale-out {n}", items, "items", lambda: group.results):
-            began = time.perf_counter()
-            deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    n = len(group.members)
+    async with reporting(ctx.progress, f"scale-out {n}", items, "items", lambda: group.results):
+        before, cpu_before, batches_before = group.results, group.cpu_s(), group.batches()
+        provider_before = ctx.provider.cpu_s()
+        published: list[float] = []
+        start = time.perf_counter()
+        publisher = asyncio.create_task(publishing)
+        publisher.add_done_callback(lambda _: published.append(time.perf_counter() - start))
+        deadline = time.monotonic() + DRAIN_GRACE_S + items / 500.0
+        while group.results - before < items:
+            if publisher.done():
+                publisher.result()  # a failed publication: say why
+            if time.monotonic() > deadline:
+                raise BenchError(f"{n} processors did not drain {items:,} items in time")
+            await asyncio.sleep(POLL_S / 5)
             await group.poll()
-            while not settled(group.snapshots, topic, PARTITIONS) and group.results < items:
-                if time.monotonic() > deadline:
-                    raise BenchError(
-                        f"{n} processors did not settle into one group in {SETTLE_TIMEOUT_S:g} s"
-                    )
-                await asyncio.sleep(POLL_S)
-                await group.poll()
-            start = time.perf_counter()
-            before, cpu_before, batches_before = group.results, group.cpu_s(), group.batches()
-            provider_before = ctx.provider.cpu_s()
-            deadline = time.monotonic() + DRAIN_GRACE_S + items / 500.0
-            while group.results < items:
-                if time.monotonic() > deadline:
-                    raise BenchError(f"{n} processors did not drain {items:,} items in time")
-                await asyncio.sleep(POLL_S / 5)
-                await group.poll()
-            seconds = time.perf_counter() - start
-            cpu_after, batches_after = group.cpu_s(), group.batches()
-            provider_after = ctx.provider.cpu_s()
+        seconds = time.perf_counter() - start
+        await publisher
+        cpu_after, batches_after = group.cpu_s(), group.batches()
+        provider_after = ctx.provider.cpu_s()
     provider_cpu = (
         provider_after - provider_before
         if provider_after is not None and provider_before is not None
@@ -187,17 +209,16 @@ async def _measure(
     )
     row = ScaleOutRow(
         processors=n,
-        items=max(0, int(items - before)),
-        before_window=int(before),
+        items=items,
         seconds=seconds,
         processor_cpu_s=cpu_after - cpu_before,
         provider_cpu_s=provider_cpu,
         calls=int(batches_after[0] - batches_before[0]),
         inputs=int(batches_after[1] - batches_before[1]),
         bound_per_s=ctx.model.physical_bound(ctx.tokens) if ctx.model else None,
-        settle_s=start - began,
-        note=broker.name
-        + ("; drained before the group settled: use more items" if before >= items else ""),
+        settle_s=settle_s,
+        publish_s=published[0] if published else seconds,
+        note=f"{broker.name}, {PARTITIONS} partitions; first event published to last result",
     )
     per_1000 = f"{row.cpu_s_per_1000:.2f}" if row.cpu_s_per_1000 is not None else "-"
     ctx.progress.end(f"{row.items_per_s:,.0f} items/s, {per_1000} CPU s per 1,000 items")

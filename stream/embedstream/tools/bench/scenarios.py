@@ -169,7 +169,7 @@ async def closed_loop(
     bound = model.closed_loop_bound(callers, ctx.tokens) if model else None
     row = run.row(
         scenario=f"{kind} {callers} callers",
-        kind=kind,
+        kind=kind.replace(" ", "-"),
         items=len(latencies),
         seconds=elapsed,
         bound_per_s=bound,
@@ -202,7 +202,7 @@ async def backlog(
     bound = ctx.model.physical_bound(ctx.tokens) if ctx.model else None
     row = run.row(
         scenario=f"{kind} {items:,} at once",
-        kind=kind,
+        kind=kind.replace(" ", "-"),
         items=len(tracker.latencies),
         seconds=elapsed,
         bound_per_s=bound,
