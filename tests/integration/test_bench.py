@@ -1,0 +1,61 @@
+"""`embedstream bench`'s Kafka scenarios and scale-out on Apache Kafka, small and bounded:
+every event gets its result and the figures add up. Nothing here asserts a speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from embedstream.kafka.admin import list_topics
+
+pytestmark = pytest.mark.integration
+
+STREAM = Path(__file__).resolve().parents[2] / "stream"
+
+
+def bench(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDSTREAM_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STREAM), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "embedstream", "bench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+async def test_kafka_scenarios_and_scale_out_on_apache_kafka(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "bench.json"
+    done = bench(
+        "--scenarios", "kafka", "--bootstrap", bootstrap,
+        "--kafka-items", "400", "--kafka-rate", "200", "--kafka-seconds", "1",
+        "--scale-out", "--processors", "1", "2", "--scale-out-items", "400",
+        "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    backlog, poisson = report["rows"]
+    assert backlog["kind"] == "kafka-backlog"
+    assert (backlog["items"], backlog["failed"]) == (400, 0)
+    assert backlog["inputs"] >= 400 and backlog["calls"] >= 1  # every event was embedded
+    assert backlog["latency"] is None  # a drain has no per-item latency
+    assert poisson["kind"] == "kafka-poisson" and poisson["offered_per_s"] == 200
+    assert poisson["failed"] == 0 and poisson["items"] > 0
+    assert poisson["latency"]["p50_ms"] <= poisson["latency"]["p99_ms"]
+    one, two = report["scale_out"]
+    assert (one["processors"], two["processors"]) == (1, 2)
+    for row in (one, two):
+        assert row["items"] == 400 and row["seconds"] > 0
+        assert row["processor_cpu_s"] > 0 and row["cpu_s_per_1000"] > 0
+        assert row["inputs"] >= 400  # the members' own batch histograms, in the window
+    assert "scale-out: one group draining a backlog" in done.stdout
+    # Every scenario deleted its topics.
+    assert await list_topics(bootstrap, "bench.") == []
