@@ -58,11 +58,17 @@ class KafkaBroker:
         return "embedded broker" if self.embedded else f"Kafka at {self.bootstrap}"
 
     def settings(self, base: Settings, prefix: str) -> Settings:
-        """``base`` pointed at this broker, with topics and group of its own."""
+        """``base`` pointed at this broker, with topics and group of its own: topics named by
+        a --config file are never used (the bench creates and deletes its topics)."""
         settings = dataclasses.replace(
             base,
             bootstrap_servers=self.bootstrap,
             topic_prefix=prefix,
+            topic_requests_high=None,
+            topic_requests_low=None,
+            topic_retry=None,
+            topic_results=None,
+            topic_dlq=None,
             group_id=prefix + "group",
             metrics_port=0,
             heartbeat_interval_ms=1000,
