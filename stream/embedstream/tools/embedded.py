@@ -21,9 +21,10 @@ from embedstream.errors import EmbedStreamError
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _die_with_parent() -> None:
-    """In the broker's process before it runs (Linux): a terminated or killed demo takes its
-    broker with it, rather than leaving it running and holding memory."""
+def die_with_parent() -> None:
+    """In a child's process before it runs (Linux): a terminated or killed demo or bench takes
+    its broker (and the bench its simulator and processors) with it, rather than leaving them
+    running and holding memory."""
     if sys.platform != "linux":
         return
     with contextlib.suppress(OSError, AttributeError):
@@ -70,7 +71,7 @@ class EmbeddedBroker:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

@@ -27,6 +27,7 @@ import orjson
 from rich.console import Console
 
 from embedstream.config import Settings, load_settings, validate
+from embedstream.errors import EmbedStreamError
 from embedstream.ops.logs import setup_logging
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, ScenarioResult
@@ -124,7 +125,7 @@ async def kafka_broker(ns: argparse.Namespace, settings: Settings) -> AsyncItera
     embedded = EmbeddedBroker()
     try:
         await embedded.start()
-    except RuntimeError as exc:
+    except EmbedStreamError as exc:
         raise BenchError(
             f"{exc}; or pass --bootstrap HOST:PORT of an Apache Kafka broker, or leave the "
             "Kafka scenarios out (--scenarios in-process)"
@@ -136,9 +137,9 @@ async def kafka_broker(ns: argparse.Namespace, settings: Settings) -> AsyncItera
 
 
 async def run_bench_from_args(ns: argparse.Namespace) -> int:
-    setup_logging("WARNING", "plain")
     model = latency_model(ns)
     settings = engine_settings(ns, model)
+    setup_logging(settings.log_level, settings.log_format)
     sizes = sizes_from_args(ns)
     _check_outputs(ns)
     api_key = ns.api_key or os.environ.get("OPENAI_API_KEY")

@@ -34,6 +34,7 @@ BENCH_SETTINGS = (
     "max_buffered_items",
     "compression_type",
     "request_timeout_s",
+    "log_level",
 )
 
 

@@ -21,7 +21,7 @@ import aiohttp
 
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.model import LatencyModel
-from embedstream.tools.embedded import free_port
+from embedstream.tools.embedded import die_with_parent, free_port
 
 START_TIMEOUT_S = 30.0
 
@@ -69,6 +69,7 @@ class Child:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=self._env,
+                preexec_fn=die_with_parent,
             )
 
     def exited(self) -> bool:
