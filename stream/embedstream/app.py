@@ -13,6 +13,8 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable
+from typing import Any
 
 from embedstream.config import Settings
 from embedstream.core import configured
@@ -99,9 +101,11 @@ def build_service(
     token_counter: TokenCounter = estimate_tokens,
     consumer: Consumer | None = None,
     producer: Producer | None = None,
+    transactional_producer: Callable[[str], Any] | None = None,
 ) -> Service:
-    """Every part of one processor. `consumer` and `producer` default to aiokafka clients
-    for `settings`; unit tests pass the in-memory fakes of `embedstream.kafka.fakes`."""
+    """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
+    transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
+    pass the in-memory fakes of `embedstream.kafka.fakes`."""
     metrics = metrics or Metrics()
     backend = backend or default_backend(settings)
     names = configured_topics(settings)  # ConfigError if a topic has two roles
@@ -113,8 +117,11 @@ def build_service(
     if settings.delivery == "exactly_once":
         transactions = PartitionTransactions(
             settings.group_id,
-            lambda txn_id: make_producer(
-                settings, transactional_id=txn_id, enable_idempotence=True
+            transactional_producer
+            or (
+                lambda txn_id: make_producer(
+                    settings, transactional_id=txn_id, enable_idempotence=True
+                )
             ),
         )
         writer = transactions

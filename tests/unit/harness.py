@@ -15,7 +15,13 @@ from embedstream.app import Service, build_service
 from embedstream.config import load_settings
 from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.kafka.admin import topic_names
-from embedstream.kafka.fakes import FakeCluster, FakeConsumer, FakeProducer, FakeRecord
+from embedstream.kafka.fakes import (
+    FakeCluster,
+    FakeConsumer,
+    FakeProducer,
+    FakeRecord,
+    FakeTransactionalProducer,
+)
 from embedstream.testing import vector_for
 
 NAMES = topic_names("t.")
@@ -65,22 +71,39 @@ class Harness:
         return [orjson.loads(r.value or b"")["id"] for r in self.cluster.records(NAMES.results)]
 
     def committed(self, tp: TopicPartition) -> int:
-        return self.consumer.committed_offsets.get(tp, 0)
+        return self.cluster.group_offsets.get(tp, 0)
 
 
-@asynccontextmanager
-async def running(backend: EmbeddingBackend, **settings: Any) -> AsyncIterator[Harness]:
-    cluster = FakeCluster(
+def fake_cluster() -> FakeCluster:
+    return FakeCluster(
         {NAMES.requests_high: 1, NAMES.requests_low: 1, NAMES.retry: 1, NAMES.results: 2,
          NAMES.dead_letters: 1}
     )  # fmt: skip
+
+
+@asynccontextmanager
+async def running(
+    backend: EmbeddingBackend,
+    *,
+    cluster: FakeCluster | None = None,
+    transactional: Callable[[str], FakeTransactionalProducer] | None = None,
+    **settings: Any,
+) -> AsyncIterator[Harness]:
+    """A processor on the fakes; with `transactional` (by transactional id), exactly-once."""
+    cluster = cluster or fake_cluster()
+    if transactional is not None:
+        settings["delivery"] = "exactly_once"
     values: dict[str, Any] = {
         "topic_prefix": "t.", "metrics_port": 0, "commit_interval_ms": 10, "max_wait_ms": 0,
         "max_batch_size": 1, "max_buffered_items": 100, **settings,
     }  # fmt: skip
     consumer, producer = FakeConsumer(cluster), FakeProducer(cluster)
     service = build_service(
-        load_settings(env={}, overrides=values), backend, consumer=consumer, producer=producer
+        load_settings(env={}, overrides=values),
+        backend,
+        consumer=consumer,
+        producer=producer,
+        transactional_producer=transactional,
     )
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(service.processor.assigned.wait(), 5)

@@ -59,7 +59,7 @@ class OffsetCommitter:
             try:
                 committed = await transactions.commit(tp, offset)
             except Fenced as exc:
-                log.error("lost %s to another member (%s); dropping its work", tp, exc)
+                log.error("giving up %s (%s); dropping its work", tp, exc)
                 await self._on_lost(tp)
                 continue
             except (KafkaError, TimeoutError, OSError):

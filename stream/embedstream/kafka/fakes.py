@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, ProducerFenced
+from aiokafka.producer.transaction_manager import TransactionState
 
 from embedstream.kafka.protocols import RebalanceListener, RecordHeaders
 
@@ -38,6 +39,37 @@ class FakeCluster:
             TopicPartition(topic, p): [] for topic, count in topics.items() for p in range(count)
         }
         self.arrived = asyncio.Event()
+        self.group_offsets: dict[TopicPartition, int] = {}  # the group's committed offsets
+        # Transactions: the current epoch of each transactional id, and committed transactions
+        # whose markers are not written yet (only while `hold_markers`): their records and
+        # offsets appear when the id is initialised again, as the broker completes a pending
+        # transaction before it answers InitProducerId.
+        self.txn_epochs: dict[str, int] = {}
+        self.hold_markers = False
+        self._incomplete: dict[str, list[Callable[[], None]]] = {}
+
+    def init_transactions(self, transactional_id: str) -> int:
+        for complete in self._incomplete.pop(transactional_id, []):
+            complete()
+        epoch = self.txn_epochs.get(transactional_id, -1) + 1
+        self.txn_epochs[transactional_id] = epoch
+        return epoch
+
+    def commit_transaction(
+        self,
+        transactional_id: str,
+        records: Sequence[tuple[str, bytes | None, bytes | None, RecordHeaders]],
+        offsets: Mapping[TopicPartition, int],
+    ) -> None:
+        def complete() -> None:
+            for topic, value, key, headers in records:
+                self.produce(topic, value, key, headers)
+            self.group_offsets.update(offsets)
+
+        if self.hold_markers:
+            self._incomplete.setdefault(transactional_id, []).append(complete)
+        else:
+            complete()
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.logs if tp.topic == topic)
@@ -78,7 +110,6 @@ class FakeConsumer:
         self.assigned: set[TopicPartition] = set()
         self.paused: set[TopicPartition] = set()
         self.positions: dict[TopicPartition, int] = {}
-        self.committed_offsets: dict[TopicPartition, int] = {}
         self.commits: list[dict[TopicPartition, int]] = []
         self.stopped = False
         self.rejoins_requested = 0
@@ -97,8 +128,8 @@ class FakeConsumer:
 
     async def assign(self, tps: set[TopicPartition]) -> None:
         self.assigned |= tps
-        for tp in tps:
-            self.positions[tp] = self.committed_offsets.get(tp, 0)
+        for tp in tps:  # read at assignment, as aiokafka does before any listener runs
+            self.positions[tp] = self.cluster.group_offsets.get(tp, 0)
         if self.listener is not None:
             await self.listener.on_partitions_assigned(set(tps))
 
@@ -155,12 +186,17 @@ class FakeConsumer:
     async def position(self, partition: TopicPartition) -> int:
         return self.positions[partition]
 
+    @property
+    def committed_offsets(self) -> dict[TopicPartition, int]:
+        """The group's committed offsets (kept by the cluster: transactions commit them too)."""
+        return self.cluster.group_offsets
+
     async def committed(self, partition: TopicPartition) -> int | None:
-        return self.committed_offsets.get(partition)
+        return self.cluster.group_offsets.get(partition)
 
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         self.commits.append(dict(offsets))
-        self.committed_offsets.update(offsets)
+        self.cluster.group_offsets.update(offsets)
 
 
 @dataclass
@@ -255,3 +291,99 @@ class FakeProducer:
         record = self.cluster.produce(topic, value, key, tuple(headers or ()), partition=partition)
         self.sent.append(record)
         return record
+
+
+class FakeTransactionManager:
+    """What embedstream reads of aiokafka's transaction manager: its state."""
+
+    def __init__(self) -> None:
+        self.state = TransactionState.UNINITIALIZED
+
+    def to(self, target: TransactionState) -> None:
+        if target is TransactionState.IN_TRANSACTION and self.state is not TransactionState.READY:
+            # aiokafka asserts the same; begin_transaction from a broken state trips it.
+            raise AssertionError(f"Invalid state transition {self.state} -> {target}")
+        self.state = target
+
+
+@dataclass
+class FakeTransactionalProducer:
+    """A transactional producer on the fake cluster: its records and offsets appear together
+    at commit; a newer producer of the same transactional id fences it (FATAL_ERROR, as
+    aiokafka). `start_gate` holds `start` (a slow init_transactions); `stall_commits`
+    commits time out, leaving it COMMITTING_TRANSACTION."""
+
+    cluster: FakeCluster
+    transactional_id: str
+    start_gate: asyncio.Event | None = None
+    stall_commits: int = 0
+    started: bool = False
+    stopped: bool = False
+    committed_transactions: int = 0
+    epoch: int = -1
+    _txn_manager: FakeTransactionManager = field(default_factory=FakeTransactionManager)
+    _records: list[tuple[str, bytes | None, bytes | None, RecordHeaders]] = field(
+        default_factory=list
+    )
+    _offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+    @property
+    def state(self) -> TransactionState:
+        return self._txn_manager.state
+
+    async def start(self) -> None:
+        if self.start_gate is not None:
+            await self.start_gate.wait()
+        self.epoch = self.cluster.init_transactions(self.transactional_id)
+        self._txn_manager.to(TransactionState.READY)
+        self.started = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    def _check_epoch(self) -> None:
+        if self.cluster.txn_epochs.get(self.transactional_id) != self.epoch:
+            self._txn_manager.to(TransactionState.FATAL_ERROR)
+            raise ProducerFenced()
+
+    async def begin_transaction(self) -> None:
+        self._txn_manager.to(TransactionState.IN_TRANSACTION)
+        self._records, self._offsets = [], {}
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        headers: RecordHeaders | None = None,
+    ) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            self._check_epoch()
+        except ProducerFenced as exc:
+            future.set_exception(exc)
+        else:
+            self._records.append((topic, value, key, tuple(headers or ())))
+            future.set_result(None)
+        return future
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_id: str
+    ) -> None:
+        self._check_epoch()
+        self._offsets.update(offsets)
+
+    async def commit_transaction(self) -> None:
+        self._check_epoch()
+        self._txn_manager.to(TransactionState.COMMITTING_TRANSACTION)
+        if self.stall_commits:
+            self.stall_commits -= 1
+            raise TimeoutError("no answer to EndTxn (fake)")
+        self.cluster.commit_transaction(self.transactional_id, self._records, self._offsets)
+        self.committed_transactions += 1
+        self._txn_manager.to(TransactionState.READY)
+
+    async def abort_transaction(self) -> None:
+        self._records, self._offsets = [], {}
+        self._txn_manager.to(TransactionState.READY)

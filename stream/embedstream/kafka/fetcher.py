@@ -95,7 +95,7 @@ class Fetcher:
         later rather than let the fetch position move past them."""
         if tp in self._consumer.assignment():
             self._consumer.seek(tp, offset)
-            log.info("rewound %s to %d: records arrived before it was tracked", tp, offset)
+            log.debug("rewound %s to %d: records arrived while it was not tracked", tp, offset)
 
     def update_lag(self, state: PartitionState, position: int) -> None:
         highwater = self._consumer.highwater(state.tp)
@@ -117,12 +117,14 @@ class Fetcher:
     def apply_backpressure(self, *, provider_blocked: bool) -> None:
         states = {s.tp: s for s in self._assignment}
         paused = {tp for tp, s in states.items() if s.paused}
-        wanted = partitions_to_pause(
+        # Paused until fenced (exactly-once): fetching them would only be read again later.
+        fencing = self._assignment.fencing()
+        wanted = fencing | partitions_to_pause(
             held=self.pressure,
             limit=self._limit,
             provider_blocked=provider_blocked,
-            assigned=states,
-            paused=paused,
+            assigned=set(states) - fencing,
+            paused=paused - fencing,
             is_high=lambda tp: states[tp].lane is Priority.HIGH,
         )
         to_pause, to_resume = wanted - paused, paused - wanted

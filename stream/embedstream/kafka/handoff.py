@@ -4,6 +4,12 @@ On revoke the member finishes what it read from the revoked partitions (buffered
 now, retries not yet due go back to the retry topic), commits, then lets go, so the next owner
 repeats nothing. Work still unfinished after `drain_timeout_s` is abandoned: at-least-once, the
 next owner re-reads it from the last commit.
+
+In exactly-once mode a newly assigned partition is fenced in the background: the listener
+returns at once, because aiokafka sends no heartbeats while `on_partitions_assigned` runs, and
+starting a producer per partition one after another there cost members their session (and
+the group a rebalance storm). The partition stays paused, nothing of it admitted, until its
+producer has fenced the previous owner and the committed offset read after that is its floor.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from embedstream.kafka.work import WorkItem
 
 log = logging.getLogger(__name__)
 
+# Reading a partition's committed offset after fencing it in (aiokafka retries it for ever).
+FLOOR_TIMEOUT_S = 30.0
+
 
 class Handoff:
     def __init__(
@@ -49,6 +58,7 @@ class Handoff:
         self._transactions = transactions
         self._drain_timeout_s = drain_timeout_s
         self._consumer = consumer
+        self._fencing: dict[TopicPartition, asyncio.Task[None]] = {}
         self.assigned = asyncio.Event()  # set at the first assignment
         self.joined = False
 
@@ -59,15 +69,23 @@ class Handoff:
         for tp in assigned:
             state = self._assignment.add(tp)
             if self._transactions is not None:
-                state.floor = None  # known once the fence is up (below)
+                state.floor = None  # known once the fence is up (in the background)
                 self._transactions.open(tp, state)
-        if self._transactions is not None:
-            for tp in assigned:
-                await self._transactions.assign(tp)  # fences the previous owner first
-                await self._read_floor(tp)
+                self._fencing[tp] = asyncio.create_task(self._fence_in(tp))
         if assigned:
             self.assigned.set()
         log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
+
+    async def _fence_in(self, tp: TopicPartition) -> None:
+        assert self._transactions is not None
+        try:
+            if await self._transactions.assign(tp):  # fences the previous owner first
+                await self._read_floor(tp)
+            elif tp in self._assignment:  # did not start: give it up, the group reassigns it
+                await self.lost(tp)
+        finally:
+            if self._fencing.get(tp) is asyncio.current_task():
+                del self._fencing[tp]
 
     async def _read_floor(self, tp: TopicPartition) -> None:
         """The committed offset, read after the fence: final, since the previous owner can
@@ -76,8 +94,8 @@ class Handoff:
         if state is None:
             return
         try:
-            committed = await self._consumer.committed(tp)
-        except Exception as exc:  # nothing may escape a rebalance callback
+            committed = await asyncio.wait_for(self._consumer.committed(tp), FLOOR_TIMEOUT_S)
+        except Exception as exc:
             # Without it the partition must not be read: give it up, the group reassigns it.
             log.warning("could not read the committed offset of %s (%r)", tp, exc)
             await self.lost(tp)
@@ -85,6 +103,7 @@ class Handoff:
         state.floor = committed or 0
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._stop_fencing(revoked)
         for tp in revoked:
             state = self._assignment.get(tp)
             if state is not None:
@@ -121,11 +140,26 @@ class Handoff:
 
     async def forget(self, tp: TopicPartition) -> None:
         """Stop tracking a partition: work read from it is dropped, its completions ignored."""
+        await self._stop_fencing({tp})
         self._assignment.remove(tp)
         self._batcher.drop_where(lambda item: not item.current)
         self._waiting.forget_stale()
         if self._transactions is not None:
             await self._transactions.release(tp)
+
+    async def close(self) -> None:
+        """At shutdown: stop taking partitions on."""
+        await self._stop_fencing(set(self._fencing))
+
+    async def _stop_fencing(self, tps: set[TopicPartition]) -> None:
+        current = asyncio.current_task()
+        for tp in tps:
+            task = self._fencing.get(tp)
+            if task is not None and task is not current:
+                del self._fencing[tp]
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 class Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -103,6 +103,10 @@ class Assignment:
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, state in self._states.items() if state.paused}
 
+    def fencing(self) -> set[TopicPartition]:
+        """Exactly-once partitions whose floor is not known yet (their fence is going up)."""
+        return {tp for tp, state in self._states.items() if state.floor is None}
+
 
 class _OffsetsView(Mapping[TopicPartition, PartitionOffsets]):
     def __init__(self, states: Mapping[TopicPartition, PartitionState]) -> None:

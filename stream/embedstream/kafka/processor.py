@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 # After the drain deadline, held-back batches are abandoned; calls still running then get this
 # long before they are cancelled (their items stay uncommitted and are read again).
 ABANDON_GRACE_S = 2.0
+# The last commit at shutdown (and a periodic one still running then) gets this long; what it
+# does not commit is read again by the next owner.
+FINAL_COMMIT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,7 @@ class Processor:
             finally:
                 await p.consumer.stop()  # also after a failed start: no unclosed client
         finally:
+            await p.handoff.close()
             if p.transactions is not None:
                 await p.transactions.close()
             await p.producer.stop()
@@ -165,15 +169,22 @@ class Processor:
         p = self.parts
         batcher_task = asyncio.create_task(p.batcher.run())
         waiting_task = asyncio.create_task(p.waiting.run())
-        commit_task = asyncio.create_task(self._commit_periodically())
+        stop_commits = asyncio.Event()
+        commit_task = asyncio.create_task(self._commit_periodically(stop_commits))
         try:
             await self._fetch_until_stopped()
         finally:
             await _cancel(waiting_task)
             await p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.sink)
             await self._drain(batcher_task)
-            await _cancel(commit_task)
-            await p.committer.commit(list(p.assignment.offsets()))
+            stop_commits.set()  # let a commit in progress finish rather than cut it short
+            if not await _within(commit_task, FINAL_COMMIT_TIMEOUT_S, self._abort):
+                await _cancel(commit_task)
+            try:
+                await asyncio.wait_for(self._commit_all(), FINAL_COMMIT_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("final commit not done within %.0fs; the next owner re-reads the "
+                            "rest", FINAL_COMMIT_TIMEOUT_S)  # fmt: skip
 
     async def _drain(self, batcher_task: asyncio.Task[None]) -> None:
         """Finish what was handed to the engine and write its outcomes, within
@@ -250,11 +261,20 @@ class Processor:
         # waits for them with the other results).
         p.outcomes.cached([hit for hit in hits if hit.job.current])
 
-    async def _commit_periodically(self) -> None:
+    async def _commit_periodically(self, stop: asyncio.Event) -> None:
+        interval_s = self.parts.settings.commit_interval_ms / 1000.0
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+            try:
+                await self._commit_all()
+            except Exception:
+                # Never the end of committing: the next round tries again.
+                log.exception("commit failed; retrying in %.1fs", interval_s)
+
+    async def _commit_all(self) -> None:
         p = self.parts
-        while True:
-            await asyncio.sleep(p.settings.commit_interval_ms / 1000.0)
-            await p.committer.commit(list(p.assignment.offsets()))
+        await p.committer.commit(list(p.assignment.offsets()))
 
 
 def _bucket_key(item: WorkItem) -> BucketKey:

@@ -32,6 +32,8 @@ from embedstream.kafka.sink import Output
 log = logging.getLogger(__name__)
 
 TXN_TIMEOUT_S = 30.0
+ABORT_TIMEOUT_S = 5.0
+STOP_TIMEOUT_S = 5.0
 # Answers that mean a newer producer holds this transactional id.
 FENCING_ERRORS = (ProducerFenced, InvalidProducerEpoch)
 
@@ -105,18 +107,25 @@ class PartitionTransactions:
         self._starting.add(tp)
         self._locks.setdefault(tp, asyncio.Lock())
 
-    async def assign(self, tp: Any) -> None:
-        """Start the partition's producer, which fences the previous owner's transactions.
+    async def assign(self, tp: Any) -> bool:
+        """Start the partition's producer, which fences the previous owner's transactions;
+        False if it did not start (the caller gives the partition up) or the partition was
+        released meanwhile.
 
         Commits wait for it (same lock), so nothing is committed before the fence is up."""
+        owner = self._owners.get(tp)
         async with self._locks[tp]:
             try:
                 if tp not in self._producers:
-                    await self._start_producer(tp)
+                    producer = await self._start_producer(tp)
+                    if tp not in self._outboxes or self._owners.get(tp) is not owner:
+                        # Released (or assigned anew) while it started: not this one's.
+                        await _stop(self._producers.pop(tp, producer))
+                        return False
+                return True
             except (KafkaError, TimeoutError, OSError) as exc:
-                # Nothing raised out of a rebalance callback: the next commit gives the
-                # partition up and asks for a rebalance, which brings a new attempt.
                 log.error("transactional producer for %s did not start (%r)", tp, exc)
+                return False
             finally:
                 self._starting.discard(tp)
 
@@ -124,10 +133,11 @@ class PartitionTransactions:
         self._outboxes.pop(tp, None)
         self._owners.pop(tp, None)
         self._starting.discard(tp)
-        producer = self._producers.pop(tp, None)
-        if producer is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), TXN_TIMEOUT_S)
+        async with self._locks.setdefault(tp, asyncio.Lock()):
+            # After a transaction in progress: a producer is never stopped in its middle.
+            producer = self._producers.pop(tp, None)
+            if producer is not None:
+                await _stop(producer)
 
     async def close(self) -> None:
         """Stop every partition's producer (at shutdown)."""
@@ -184,28 +194,73 @@ class PartitionTransactions:
             await producer.send_offsets_to_transaction(offsets, self._group_id)
             await producer.commit_transaction()
         except BaseException:
-            # Retrieve every send's outcome (none left to log "never retrieved"), then abort.
-            await asyncio.gather(*sends, return_exceptions=True)
-            if not _is_fatal(producer):
+            # Every send's outcome is retrieved when it comes (none left to be logged as
+            # "never retrieved"), without waiting here for sends the broker may never answer:
+            # that wait ran past TXN_TIMEOUT_S while the broker was down.
+            for send in sends:
+                send.add_done_callback(_retrieve)
+            if not _is_fatal(producer):  # (mid-commit, aiokafka refuses: suppressed)
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(producer.abort_transaction(), 5)
+                    await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
             raise
 
     async def _start_producer(self, tp: Any) -> Any:
         producer = self._make_producer(transactional_id(self._group_id, tp.topic, tp.partition))
-        await asyncio.wait_for(producer.start(), TXN_TIMEOUT_S)  # init_transactions fences
+        try:
+            await asyncio.wait_for(producer.start(), TXN_TIMEOUT_S)  # init_transactions fences
+        except BaseException:
+            await _stop(producer)  # no "Unclosed AIOKafkaProducer" for one that never started
+            raise
         self._producers[tp] = producer
         return producer
 
     async def _drop_producer(self, tp: Any) -> None:
         producer = self._producers.pop(tp, None)
         if producer is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(producer.stop(), 5)
+            await _stop(producer)
 
 
 def _is_fatal(producer: Any) -> bool:
     """aiokafka's transaction manager went to FATAL_ERROR: the producer can do nothing more
     (and begin_transaction would trip an assertion)."""
+    return transaction_state(producer) == "FATAL_ERROR"
+
+
+def transaction_state(producer: Any) -> str:
+    """The name of aiokafka's transaction state (READY between transactions, FATAL_ERROR once
+    fenced or failed for good). A producer without a transaction manager counts as READY."""
     manager = getattr(producer, "_txn_manager", None)
-    return bool(manager is not None and manager.is_fatal_error())
+    state = getattr(manager, "state", None)
+    if state is None and manager is not None and manager.is_fatal_error():
+        return "FATAL_ERROR"  # a fake that only says whether it is fatal
+    return str(getattr(state, "name", "READY"))
+
+
+async def _stop(producer: Any) -> None:
+    _retrieve_internal_failures(producer)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S)
+    _retrieve_internal_failures(producer)
+
+
+def _retrieve_internal_failures(producer: Any) -> None:
+    """aiokafka parks a fatal error (ProducerFenced) on futures nobody awaits once no commit
+    is in progress: its transaction waiter, and the drain waiter of every batch its sender
+    failed. Each would be logged as "Future exception was never retrieved" when collected (a
+    fenced zombie logged hundreds). The error is handled here (the producer is dropped), so
+    mark them retrieved."""
+    manager = getattr(producer, "_txn_manager", None)
+    futures = [getattr(manager, "_transaction_waiter", None)]
+    accumulator = getattr(producer, "_message_accumulator", None)
+    batches = [b for queue in getattr(accumulator, "_batches", {}).values() for b in queue]
+    batches += list(getattr(accumulator, "_pending_batches", ()))
+    for batch in batches:
+        futures += [getattr(batch, "_drain_waiter", None), getattr(batch, "future", None)]
+    for future in futures:
+        if isinstance(future, asyncio.Future):
+            _retrieve(future)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if future.done() and not future.cancelled():
+        future.exception()
