@@ -173,16 +173,24 @@ class ProcessorProcess:
     async def sigterm(self, timeout_s: float = 60.0) -> int:
         """SIGTERM, then wait (bounded) for the exit code. A process still running after
         `timeout_s` is SIGKILLed and the test fails."""
-        proc = self._signal(signal.SIGTERM)
+        return await self.stop_with(signal.SIGTERM, timeout_s)
+
+    async def stop_with(self, sig: signal.Signals, timeout_s: float = 60.0) -> int:
+        """Send `sig`, then wait (bounded) for the exit code, as `sigterm`."""
+        proc = self._signal(sig)
         try:
             code = await asyncio.wait_for(proc.wait(), timeout_s)
         except TimeoutError:
             await self.sigkill()
             raise AssertionError(
-                f"{self.name} did not exit within {timeout_s:g}s of SIGTERM\n{self.log_tail()}"
+                f"{self.name} did not exit within {timeout_s:g}s of {sig.name}\n{self.log_tail()}"
             ) from None
         self.exit_codes.append(code)
         return code
+
+    def send_signal(self, sig: signal.Signals) -> None:
+        """Send `sig` and return at once."""
+        self._signal(sig)
 
     def sigstop(self) -> None:
         self._signal(signal.SIGSTOP)

@@ -6,8 +6,11 @@ import asyncio
 
 import pytest
 from embedstream.engine.client import BatchingClient
-from embedstream.errors import PermanentItemError
+from embedstream.engine.embedder import BatchCall, BatchOutcome
+from embedstream.errors import PermanentItemError, Reason, TransientError
 from embedstream.testing import RecordingBackend, reject_texts_containing, vector_for
+
+from tests.unit.harness import eventually
 
 
 async def test_concurrent_callers_are_batched_and_each_gets_its_own_vector() -> None:
@@ -85,3 +88,50 @@ async def test_using_it_unstarted_is_an_error() -> None:
     client = BatchingClient(RecordingBackend())
     with pytest.raises(RuntimeError, match="not started"):
         client.submit("x")
+
+
+class Unreachable(RecordingBackend):
+    """A provider that refuses every connection, or (`hang`) accepts and never answers."""
+
+    def __init__(self, *, hang: bool = False) -> None:
+        super().__init__()
+        self.hang = hang
+
+    async def embed(self, call: BatchCall) -> BatchOutcome:
+        self.calls.append(call)
+        if self.hang:
+            await asyncio.Event().wait()
+        raise TransientError(Reason.CONNECTION, "connection refused")
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["refusing", "hanging"])
+async def test_close_with_a_timeout_returns_whatever_the_provider_does(hang: bool) -> None:
+    """Outage batches are held, not failed, so without a timeout close() waits for the
+    provider; with one, the callers still waiting get a TransientError and close returns."""
+    backend = Unreachable(hang=hang)
+    client = BatchingClient(backend, max_attempts=2, retry_backoff_base_ms=50)
+    client.start()
+    waiting = [asyncio.ensure_future(client.embed(f"text {i}")) for i in range(20)]
+    await eventually(lambda: bool(backend.calls))
+    await asyncio.sleep(0.2)
+    assert not any(w.done() for w in waiting)  # held through the outage, not failed
+    await asyncio.wait_for(client.close(timeout_s=0.3), 10)  # the 10 s only catches a hang
+    results = await asyncio.gather(*waiting, return_exceptions=True)
+    assert all(isinstance(r, TransientError) for r in results), results
+    assert all("client closed" in str(r) for r in results)
+
+
+async def test_close_with_a_timeout_fails_retries_still_waiting_for_their_delay() -> None:
+    def flaky(call: BatchCall) -> TransientError | None:
+        return TransientError(Reason.TIMEOUT, "slow") if "FLAKY" in call.texts[0] else None
+
+    backend = RecordingBackend(fail=flaky)
+    client = BatchingClient(backend, max_attempts=5, retry_backoff_base_ms=20_000)
+    client.start()
+    ok = await client.embed("fine")  # the provider serves others: FLAKY's failure is its own
+    retried = asyncio.ensure_future(client.embed("FLAKY text"))
+    await eventually(lambda: len(backend.calls) >= 2)
+    await asyncio.wait_for(client.close(timeout_s=0.2), 10)
+    assert ok == vector_for("fine")
+    with pytest.raises(TransientError):
+        await retried

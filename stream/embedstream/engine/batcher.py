@@ -65,7 +65,7 @@ class Batcher(Generic[T]):
         self._buckets: dict[BucketKey, Bucket[T]] = {}
         self._buffered = 0
         self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
-        self._in_flight: set[asyncio.Task[None]] = set()
+        self._in_flight: dict[asyncio.Task[None], list[Pending[T]]] = {}  # calls and their items
         self._wake = asyncio.Event()
         self._draining = False
         self._abandoned = False
@@ -138,12 +138,14 @@ class Batcher(Generic[T]):
 
     def abandon(self) -> list[T]:
         """Give up (a bounded shutdown): cancel running calls, drop what is buffered and let
-        `run` return. Their items stay unfinished; the buffered ones are returned."""
+        `run` return. Their items stay unfinished; all of them, buffered or in a cancelled
+        call, are returned."""
         self._abandoned = True
+        cancelled = [p.payload for items in self._in_flight.values() for p in items]
         for task in self._in_flight:
             task.cancel()
         self._wake.set()
-        return self.drop_where(lambda payload: True)
+        return cancelled + self.drop_where(lambda payload: True)
 
     def poke(self) -> None:
         """Re-evaluate now (e.g. the governor's gate or limits changed from outside)."""
@@ -161,7 +163,7 @@ class Batcher(Generic[T]):
                     await asyncio.wait_for(self._wake.wait(), timeout)
         finally:
             if self._in_flight:
-                await asyncio.gather(*self._in_flight, return_exceptions=True)
+                await asyncio.gather(*list(self._in_flight), return_exceptions=True)
 
     def launch_due(self) -> float | None:
         """Launch every due batch the governor admits; return when to look again (None: on
@@ -250,7 +252,7 @@ class Batcher(Generic[T]):
         self.governor.started(lane)
         delay = self.governor.reserve(tokens)
         task = asyncio.create_task(self._call(bucket.key, items, reason, delay))
-        self._in_flight.add(task)
+        self._in_flight[task] = items
 
     async def _call(
         self, key: BucketKey, items: list[Pending[T]], reason: FlushReason, delay: float
@@ -271,7 +273,7 @@ class Batcher(Generic[T]):
             self.governor.finished(key.priority)
             task = asyncio.current_task()
             if task is not None:
-                self._in_flight.discard(task)
+                self._in_flight.pop(task, None)
             self._wake.set()
 
 
