@@ -40,6 +40,9 @@ DEFAULT_MODEL = load_settings(env={}).model
 ASSIGNED = "partitions assigned:"
 # Lines that betray an unhandled error in a processor's log.
 UNHANDLED = ("Traceback", "Task exception was never retrieved")
+# Lines exactly-once members must never log: aiokafka's assertion when a broken transactional
+# producer is reused, errors nobody handled, clients never closed.
+UNTIDY = ("Invalid state transition", "Future exception was never retrieved", "Unclosed")
 LOG_TAIL_CHARS = 6000
 NOISE = "HTTP Request:"  # httpx logs every call at INFO
 REPO = Path(__file__).resolve().parents[2]  # processors run this working tree's `stream`
@@ -237,7 +240,12 @@ class ProcessorProcess:
         ]  # fmt: skip
 
     def unhandled_errors(self) -> list[str]:
-        return [line for line in self.log_text().splitlines() if any(m in line for m in UNHANDLED)]
+        return self.lines_with(UNHANDLED)
+
+    def lines_with(self, markers: Iterable[str]) -> list[str]:
+        """Every line of every incarnation's log that contains one of `markers`."""
+        found = tuple(markers)
+        return [line for line in self.log_text().splitlines() if any(m in line for m in found)]
 
     async def wait_assigned(
         self, *, count: int = 1, nonempty: bool = False, timeout_s: float = 60.0
@@ -287,8 +295,16 @@ class Fleet:
         return [p for p in self.processes if p.alive]
 
     def unhandled_errors(self) -> dict[str, list[str]]:
-        found = {p.name: p.unhandled_errors() for p in self.processes}
+        return self.lines_with(UNHANDLED)
+
+    def lines_with(self, markers: Iterable[str]) -> dict[str, list[str]]:
+        """Per processor, its log lines containing one of `markers` (only those with some)."""
+        found = {p.name: p.lines_with(markers) for p in self.processes}
         return {name: lines for name, lines in found.items() if lines}
+
+    async def stop_all(self, timeout_s: float = 60.0) -> list[int]:
+        """SIGTERM every running processor, one after another; their exit codes."""
+        return [await proc.sigterm(timeout_s) for proc in self.alive]
 
     def log_tails(self, chars: int = LOG_TAIL_CHARS) -> str:
         return "\n".join(p.log_tail(chars) for p in self.processes)
