@@ -331,7 +331,7 @@ class Fleet:
 # --------------------------------------------------------------------------- monitoring
 
 
-class _Sampling:
+class Sampling:
     """A sampling loop that runs for the duration of an `async with` block."""
 
     _task: asyncio.Task[None] | None = None
@@ -350,7 +350,7 @@ class _Sampling:
                 await self._task
 
 
-class RssMonitor(_Sampling):
+class RssMonitor(Sampling):
     """Samples the resident memory of processes every `interval_s` and keeps the peaks."""
 
     def __init__(
@@ -398,7 +398,7 @@ async def scrape_metrics(port: int, timeout_s: float = 2.0) -> dict[str, float]:
     return values
 
 
-class MetricsSampler(_Sampling):
+class MetricsSampler(Sampling):
     """Scrapes a processor's /metrics every `interval_s` (see :func:`scrape_metrics`) and keeps
     every sample with its monotonic time, so peaks can be taken over a window."""
 
@@ -597,7 +597,7 @@ async def _start_with_retry(start: Callable[[], Awaitable[None]], timeout_s: flo
 # --------------------------------------------------------------------------- offsets
 
 
-class CommitWatcher(_Sampling):
+class CommitWatcher(Sampling):
     """Polls a group's committed offsets every `interval_s` and records, per partition,
     whether a committed offset ever went down. Errors (no coordinator while a broker restarts,
     connection refused) are counted and the admin client is rebuilt."""

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+from typing import Any
+
 import pytest
+from aiokafka import TopicPartition
+from embedstream.core.lanes import Priority
 from embedstream.kafka.admin import topic_names
+from embedstream.kafka.clients import make_producer
+from embedstream.kafka.partitions import PartitionState
+from embedstream.kafka.sink import Output
+from embedstream.kafka.transactions import Fenced, PartitionTransactions, transactional_id
+from embedstream.kafka.work import Origin
 from embedstream.tools.simulator.server import SimulatorServer
 from embedstream.tools.verify.app import verify
 
@@ -40,3 +51,46 @@ async def test_results_and_offsets_commit_together(bootstrap: str, unique_prefix
         assert report.duplicates == {} and report.dead_letters == 1
         lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
         assert lag == {names.requests_low: 0}
+
+
+async def test_a_fenced_producer_leaves_no_exception_unretrieved(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    """Fenced while its sends to several partitions are in flight, aiokafka's producer parks
+    ProducerFenced on futures nobody awaits (its transaction waiter, each failed batch's drain
+    waiter): a zombie logged hundreds of "Future exception was never retrieved" lines. The
+    commit gives the partition up (Fenced) and leaves none behind."""
+    settings = settings_for(bootstrap, unique_prefix, "http://127.0.0.1:1/v1")
+    names = topic_names(unique_prefix)
+    await create_all_topics(settings)
+    loop = asyncio.get_running_loop()
+    logged: list[str] = []
+    previous_handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: logged.append(str(context.get("message"))))
+    tp = TopicPartition(names.requests_low, 0)
+    owner = PartitionState(tp, Priority.LOW)
+
+    def producer(txn_id: str) -> Any:
+        return make_producer(settings, transactional_id=txn_id, enable_idempotence=True)
+
+    transactions = PartitionTransactions(settings.group_id, producer)
+    newer = producer(transactional_id(settings.group_id, tp.topic, tp.partition))
+    try:
+        transactions.open(tp, owner)
+        assert await transactions.fence(tp)
+        await newer.start()  # the same transactional id elsewhere: ours is fenced
+        for offset in range(40):  # outputs to every partition of the results topic
+            await transactions.write(
+                Output(Origin(tp.topic, 0, offset), names.results, b"k%d" % offset, b"{}", [],
+                       owner)
+            )  # fmt: skip
+        with pytest.raises(Fenced):
+            await transactions.commit(tp, 40)
+        await transactions.close()
+        gc.collect()
+        await asyncio.sleep(0.1)
+        gc.collect()
+    finally:
+        await newer.stop()
+        loop.set_exception_handler(previous_handler)
+    assert logged == []

@@ -120,16 +120,60 @@ def test_rate_limits_delay_calls() -> None:
     assert delays[60] == pytest.approx(1.0)
 
 
-def test_provider_down_needs_repeated_failures_over_seconds() -> None:
+def test_provider_down_needs_repeated_failures_over_a_second() -> None:
     clock = FakeClock()
     governor = make(clock)
     for _ in range(10):
         governor.on_failure(TransientError("connection", "refused"))
-    assert not governor.provider_down  # a burst, not yet an outage
-    clock.advance(3.0)
-    assert governor.provider_down
-    governor.on_success(0.01, {})
+    assert not governor.provider_down  # a burst (one blip fails every call in flight)
+    clock.advance(0.999)
     assert not governor.provider_down
+    clock.advance(0.001)
+    assert governor.provider_down  # seen down within a second, not three
+    governor.on_success(0.01, {})
+    assert governor.provider_down  # one success is not recovery ...
+    governor.on_success(0.01, {})
+    assert not governor.provider_down  # ... two in a row are
+
+
+def test_a_lone_failure_and_silence_are_not_an_outage() -> None:
+    clock = FakeClock()
+    governor = make(clock)
+    governor.on_failure(TransientError("http_500", "x"))
+    governor.on_failure(TransientError("http_500", "x"))
+    clock.advance(10)
+    assert not governor.provider_down  # two failures of sparse traffic
+    governor.on_failure(TransientError("http_500", "x"))
+    assert governor.provider_down
+
+
+def test_readiness_does_not_flap_with_a_provider_failing_most_calls() -> None:
+    """Failing 3 calls of 4 (success, failure x3, repeated, 0.4 s apart): once down, the lone
+    successes never bring it back up."""
+    clock = FakeClock()
+    governor = make(clock)
+    seen: list[bool] = []
+    for call in range(40):
+        if call % 4 == 0:
+            governor.on_success(0.01, {})
+        else:
+            governor.on_failure(TransientError("http_503", "x"))
+        clock.advance(0.4)
+        seen.append(governor.provider_down)
+    first_down = seen.index(True)
+    assert first_down <= 8 and all(seen[first_down:])
+
+
+def test_intermittent_errors_among_successes_never_look_down() -> None:
+    clock = FakeClock()
+    governor = make(clock)
+    for call in range(1000):
+        if call % 50 in (0, 1):  # 4% of calls fail, two in a row
+            governor.on_failure(TransientError("http_500", "x"))
+        else:
+            governor.on_success(0.01, {})
+        clock.advance(0.05)
+        assert not governor.provider_down
 
 
 def test_item_errors_never_look_like_an_outage() -> None:

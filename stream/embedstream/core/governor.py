@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 
 from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
 from embedstream.core.lanes import Priority
+from embedstream.core.outage import OutageDetector
 from embedstream.core.ratelimit import AnnouncedBudget, RateLimits
 from embedstream.core.scheduler import LaneScheduler
 from embedstream.errors import EmbedStreamError, ProviderWideError, Reason, http_reason
@@ -28,9 +29,6 @@ OVERLOAD_REASONS = frozenset({Reason.RATE_LIMITED, http_reason(503)})
 OUTAGE_REASONS = frozenset(
     {Reason.CONNECTION, Reason.TIMEOUT, *(http_reason(s) for s in (500, 502, 503, 504))}
 )
-# Both: a burst of failures of a few bad items is not an outage; seconds of nothing else is.
-OUTAGE_AFTER_FAILURES = 5
-OUTAGE_AFTER_S = 3.0
 
 
 class Governor:
@@ -55,8 +53,7 @@ class Governor:
         self._scheduler = LaneScheduler(min_low_share, max_concurrency)
         self.in_flight = 0
         self.low_in_flight = 0
-        self._outage_failures = 0
-        self._outage_since: float | None = None
+        self._outage = OutageDetector()  # when the provider counts as down (see core/outage)
         self._refused = False  # the last answer refused everyone (bad key, unknown model)
 
     @property
@@ -67,9 +64,7 @@ class Governor:
     @property
     def provider_down(self) -> bool:
         """Calls have failed like an outage, with no success between, for a while."""
-        if self._outage_since is None or self._outage_failures < OUTAGE_AFTER_FAILURES:
-            return False
-        return self._clock() - self._outage_since >= OUTAGE_AFTER_S
+        return self._outage.down(self._clock())
 
     def blocked_for(self) -> float:
         """Seconds until a call may start: the gate, then the request budgets' pace."""
@@ -118,10 +113,9 @@ class Governor:
         return max(self._rates.reserve(tokens, now), self.announced.reserve(tokens, now))
 
     def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:
-        self._outage_failures = 0
-        self._outage_since = None
-        self._refused = False
         now = self._clock()
+        self._outage.success(now)
+        self._refused = False
         self.limit.on_success(latency_s, now)
         self.gate.from_headers(headers, now)
         self.announced.observe(headers, now, unanswered=max(0, self.in_flight - 1))
@@ -133,9 +127,7 @@ class Governor:
         elif error.reason not in OUTAGE_REASONS and error.reason != Reason.RATE_LIMITED:
             self._refused = False  # an answer about these items: the provider is there
         if error.reason in OUTAGE_REASONS:
-            self._outage_failures += 1
-            if self._outage_since is None:
-                self._outage_since = now
+            self._outage.failure(now)
         if error.reason in OVERLOAD_REASONS:
             self.limit.on_overload(now)
             pause = error.retry_after

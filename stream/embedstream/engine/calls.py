@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 # An outage-like failure right after a success may still be this batch's own fault: the first
 # failure of a job counts as an attempt if the provider served a call this recently.
 RECENT_SUCCESS_MS = 1000
+# A held batch asks the provider again at least this often (one call), whatever the retry
+# backoff cap: work resumes within seconds of the provider's return, not half a minute.
+HOLD_PROBE_MAX_S = 5.0
 
 
 def wall_clock_ms() -> int:
@@ -177,6 +180,7 @@ class BatchCaller(Generic[J]):
             # The gate already holds everyone until retry-after: wait for it, not longer.
             delay = max(self._governor.blocked_for(), exc.retry_after or 0.0)
         else:
+            delay = max(min(delay, HOLD_PROBE_MAX_S), exc.retry_after or 0.0)
             what = (
                 "provider refuses calls" if isinstance(exc, ProviderWideError) else "provider down"
             )
