@@ -166,7 +166,7 @@ def build_service(
             producer=producer,
             assignment=assignment,
             fetcher=Fetcher(consumer, assignment, settings),
-            admission=Admission(intake, names),
+            admission=Admission(intake, names, max_delay_ms=int(settings.retry_backoff_cap_ms)),
             outcomes=outcomes,
             batcher=batcher,
             caller=caller,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from embedstream.core.lanes import Priority
+from embedstream.core.lanes import InputLane
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import make_producer
 from embedstream.kafka.partitions import PartitionState
@@ -68,7 +68,7 @@ async def test_a_fenced_producer_leaves_no_exception_unretrieved(
     previous_handler = loop.get_exception_handler()
     loop.set_exception_handler(lambda _, context: logged.append(str(context.get("message"))))
     tp = TopicPartition(names.requests_low, 0)
-    owner = PartitionState(tp, Priority.LOW)
+    owner = PartitionState(tp, InputLane.LOW)
 
     def producer(txn_id: str) -> Any:
         return make_producer(settings, transactional_id=txn_id, enable_idempotence=True)
@@ -77,7 +77,7 @@ async def test_a_fenced_producer_leaves_no_exception_unretrieved(
     newer = producer(transactional_id(settings.group_id, tp.topic, tp.partition))
     try:
         transactions.open(tp, owner)
-        assert await transactions.fence(tp)
+        assert await transactions.assign(tp)
         await newer.start()  # the same transactional id elsewhere: ours is fenced
         for offset in range(40):  # outputs to every partition of the results topic
             await transactions.write(

@@ -14,13 +14,16 @@ from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
-from embedstream.wire import Failure, RetryState, read_retry_state
+from embedstream.wire import MAX_EPOCH_MS, Failure, RetryState, read_retry_state
 
 
 class Admission:
-    def __init__(self, intake: Intake, topics: TopicNames) -> None:
+    def __init__(self, intake: Intake, topics: TopicNames, *, max_delay_ms: int) -> None:
         self._intake = intake
         self._topics = topics
+        # No retry waits longer than the longest backoff (retry_backoff_cap_ms): a not-before
+        # time in the year 9999 would hold the record, and its partition's commits, for ever.
+        self._max_delay_ms = max_delay_ms
 
     def admit(self, record: Record, state: PartitionState, now_ms: int) -> WorkItem | Failure:
         try:
@@ -45,11 +48,13 @@ class Admission:
             raw=value,
             priority=self._priority(record.topic, retry),
             partition=state,
-            timestamp_ms=retry.enqueued_at_ms or record.timestamp,
+            # Kafka's -1 is "no timestamp", and a producer may set any: then the request
+            # enters now (its retry record's enqueued_at must be a time embedstream reads back).
+            timestamp_ms=retry.enqueued_at_ms or _plausible(record.timestamp, now_ms),
             model=verdict.model,
             encoding_format=verdict.encoding_format,
             truncated_from=verdict.truncated_from,
-            not_before_ms=retry.not_before_ms,
+            not_before_ms=min(retry.not_before_ms, now_ms + self._max_delay_ms),
         )
 
     def _priority(self, topic: str, retry: RetryState) -> Priority:
@@ -64,3 +69,7 @@ def _failure(
 ) -> Failure:
     return Failure(error_class, reason, message, attempts, record.topic, record.partition,
                    record.offset, now_ms, now_ms)  # fmt: skip
+
+
+def _plausible(timestamp_ms: int, now_ms: int) -> int:
+    return timestamp_ms if 0 <= timestamp_ms <= MAX_EPOCH_MS else now_ms

@@ -85,7 +85,7 @@ def read_retry_state(headers: Iterable[tuple[str, bytes | None]] | None) -> Retr
         return RetryState()
     first_failure = _header_int(found, RETRY_FIRST_FAILURE)
     return RetryState(
-        attempts=_header_int(found, RETRY_ATTEMPTS) or 0,
+        attempts=_header_int(found, RETRY_ATTEMPTS, MAX_ATTEMPTS_HEADER) or 0,
         not_before_ms=_header_int(found, RETRY_NOT_BEFORE) or 0,
         first_error=found.get(RETRY_FIRST_ERROR) or None,
         first_failure_ms=first_failure or None,
@@ -94,19 +94,21 @@ def read_retry_state(headers: Iterable[tuple[str, bytes | None]] | None) -> Retr
     )
 
 
-# Epoch milliseconds up to the year 10000, attempts up to a few billion: anything larger is not
-# something embedstream wrote.
-_MAX_HEADER_INT = 253_402_300_800_000
+# Epoch milliseconds up to the last one of the year 9999 (the latest `rfc3339` can write: a
+# dead letter of the item carries it), attempts up to a billion: anything larger is not
+# something embedstream wrote (nor could write back: a retry counts one attempt more).
+MAX_EPOCH_MS = 253_402_300_799_999  # the latest time embedstream writes or reads back
+MAX_ATTEMPTS_HEADER = 1_000_000_000
 
 
-def _header_int(found: Mapping[str, str], name: str) -> int | None:
+def _header_int(found: Mapping[str, str], name: str, maximum: int = MAX_EPOCH_MS) -> int | None:
     text = found.get(name)
     if text is None:
         return None
-    if not text.isascii() or not text.isdigit() or int(text) > _MAX_HEADER_INT:
+    if not text.isascii() or not text.isdigit() or int(text) > maximum:
         raise InvalidEvent(
             Reason.INVALID_HEADERS,
-            f"header {name} must be a non-negative integer, got {text!r:.40}",
+            f"header {name} must be an integer from 0 to {maximum}, got {text!r:.40}",
         )
     return int(text)
 
