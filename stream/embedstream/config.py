@@ -55,6 +55,11 @@ def _setting(default: Any, help: str, group: Group, **spec: Any) -> Any:
     return field(default=default, metadata={"spec": SettingSpec(help, group, **spec)})
 
 
+# Upper bounds of durations: beyond them a value is a typo (an extra zero or two), and some would
+# break things later (a retry due centuries away has a not-before time no header can carry).
+_HOUR_S = 3600.0
+_DAY_MS = 86_400_000.0
+
 _K, _T, _S, _P, _B = Group.KAFKA, Group.TOPICS, Group.SECURITY, Group.PROVIDER, Group.BATCHING
 _L, _D, _C, _O = Group.LIMITS, Group.DELIVERY, Group.CACHE, Group.OPERATIONS
 
@@ -79,7 +84,9 @@ class Settings:
     )
     max_poll_records: int = _setting(1_000, "Most records one poll hands over.", _K, gt=0)
     commit_interval_ms: int = _setting(500, "How often completed offsets are committed.", _K, gt=0)
-    connect_timeout_s: float = _setting(15.0, "How long start-up waits for the broker.", _K, gt=0)
+    connect_timeout_s: float = _setting(
+        15.0, "How long start-up waits for the broker.", _K, gt=0, le=_HOUR_S
+    )
     compression_type: CompressionType = _setting(
         "none",
         "Compression of every record embedstream produces: none, gzip, snappy, lz4 or zstd.",
@@ -156,7 +163,9 @@ class Settings:
     encoding_format: EncodingFormat = _setting(
         "float", "Encoding used when a request names none: float or base64.", _P
     )
-    request_timeout_s: float = _setting(30.0, "Timeout of one embeddings call.", _P, gt=0)
+    request_timeout_s: float = _setting(
+        30.0, "Timeout of one embeddings call.", _P, gt=0, le=_HOUR_S
+    )
     provider_profile: ProviderProfile = _setting(
         "openai",
         "Provider preset: openai, azure, vllm, tei, ollama, dashscope or generic (see Providers).",
@@ -187,10 +196,14 @@ class Settings:
     max_batch_size: int = _setting(256, "Most inputs in one call.", _B, gt=0)
     max_batch_tokens: int = _setting(100_000, "Most estimated tokens in one call.", _B, gt=0)
     max_wait_ms: float = _setting(
-        50.0, "Longest an item waits for batch-mates under backlog.", _B, ge=0
+        50.0, "Longest an item waits for batch-mates under backlog.", _B, ge=0, le=60_000
     )
     scale_factor: float = _setting(
-        64.0, "Backlog depth at which the wait reaches half of max_wait_ms.", _B, gt=0
+        64.0,
+        "Backlog depth at which the wait reaches half of max_wait_ms.",
+        _B,
+        gt=0,
+        le=1e9,
     )
     min_low_share: float = _setting(
         0.1,
@@ -210,6 +223,7 @@ class Settings:
         "Adaptive mode: a call slower than this counts as overload; 0 disables.",
         _L,
         ge=0,
+        le=_HOUR_S * 1000,
     )
     rate_limit_rpm: float = _setting(
         0.0, "Most calls per minute (token bucket); 0 is unlimited.", _L, ge=0
@@ -235,15 +249,16 @@ class Settings:
     )
     drain_timeout_s: float = _setting(
         30.0,
-        "On a rebalance, how long to finish work of revoked partitions before handing off.",
+        "On a rebalance or stop, how long to finish work read before letting go of it.",
         _D,
         gt=0,
+        le=_HOUR_S,
     )
     max_attempts: int = _setting(5, "Attempts before an item is dead-lettered.", _D, gt=0)
     retry_backoff_base_ms: float = _setting(
-        500.0, "First retry delay; doubles per attempt, with jitter.", _D, gt=0
+        500.0, "First retry delay; doubles per attempt, with jitter.", _D, gt=0, le=_DAY_MS
     )
-    retry_backoff_cap_ms: float = _setting(30_000.0, "Longest retry delay.", _D, gt=0)
+    retry_backoff_cap_ms: float = _setting(30_000.0, "Longest retry delay.", _D, gt=0, le=_DAY_MS)
     oversize_policy: OversizePolicy = _setting(
         "dead_letter",
         "Input over max_input_tokens: dead_letter, or truncate (header notes it).",

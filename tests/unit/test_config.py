@@ -113,6 +113,16 @@ def test_every_float_setting_must_be_finite(name: str, text: str) -> None:
         ("sasl_mechanism", "GSSAPI"),
         ("ssl_check_hostname", "maybe"),
         ("max_wait_ms", "true"),
+        # Finite but absurd: a typo, and a backoff cap of 1e300 ms made every retry record
+        # carry a not-before time no header can hold (each retry then dead-lettered).
+        ("retry_backoff_cap_ms", "1e300"),
+        ("retry_backoff_base_ms", "86400001"),
+        ("drain_timeout_s", "3601"),
+        ("request_timeout_s", "1e9"),
+        ("connect_timeout_s", "86400"),
+        ("max_wait_ms", "60001"),
+        ("scale_factor", "1e12"),
+        ("target_latency_ms", "1e12"),
     ],
 )
 def test_out_of_range_values_name_the_setting(name: str, value: str) -> None:
