@@ -99,6 +99,7 @@ async def test_the_listener_returns_at_once_and_nothing_is_read_before_the_fence
     async with running(backend, cluster=cluster, transactional=producers) as h:
         await asyncio.wait_for(h.consumer.revoke({LOW}), 1)
         await asyncio.wait_for(h.consumer.assign({LOW}), 1)  # the producer is still starting
+        await eventually(lambda: LOW in h.consumer.paused)  # at the fetch loop's next turn
         await asyncio.sleep(0.1)  # several fetches and commit intervals
         assert backend.calls == [] and LOW in h.consumer.paused
         gate.set()
