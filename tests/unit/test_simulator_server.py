@@ -375,7 +375,28 @@ async def test_hang_uses_injected_sleep(start: Start, http: aiohttp.ClientSessio
     server = await start(config, sleep=record_sleep)
     status, _, _ = await post(http, server, {"model": "m", "input": "x"})
     assert status == 200
-    assert slept == [3600.0, 0.007]
+    assert slept[0] == 3600.0
+    assert 0.0 <= slept[1] <= 0.007  # the model's latency less the simulator's own work
+
+
+async def test_the_simulators_own_work_is_part_of_the_latency(
+    start: Start, http: aiohttp.ClientSession
+) -> None:
+    """Building the response counts against the modelled latency (eight big calls ending
+    together were otherwise built one after another, each waiting for the others)."""
+    slept: list[float] = []
+    ticks = iter(range(10**6))
+
+    async def record_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    def clock() -> float:  # 2 ms pass between any two readings: building takes 2 ms
+        return next(ticks) * 0.002
+
+    server = await start(SimulatorConfig(base_ms=7), sleep=record_sleep, clock=clock)
+    status, _, _ = await post(http, server, {"model": "m", "input": "x"})
+    assert status == 200
+    assert slept == [pytest.approx(0.005)]
 
 
 async def test_stop_cancels_hung_calls(start: Start, http: aiohttp.ClientSession) -> None:

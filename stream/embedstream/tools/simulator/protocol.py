@@ -18,7 +18,11 @@ from embedstream.tools.simulator.errors import (
     unprocessable,
 )
 from embedstream.tools.simulator.flavors import Flavor, Limits
-from embedstream.tools.simulator.vectors import count_tokens, encode_base64, expected_vector
+from embedstream.tools.simulator.vectors import (
+    count_tokens,
+    expected_vector,
+    expected_vector_base64,
+)
 
 EncodingFormat = Literal["float", "base64"]
 
@@ -301,9 +305,11 @@ def build_response(request: EmbeddingRequest, order: Sequence[int]) -> dict[str,
     """The OpenAI response body, listing ``data`` items in ``order`` (normally 0..n-1)."""
     data = []
     for index in order:
-        vector = expected_vector(request.model, request.inputs[index], request.dimensions)
+        text = request.inputs[index]
         embedding: list[float] | str = (
-            encode_base64(vector) if request.encoding_format == "base64" else vector
+            expected_vector_base64(request.model, text, request.dimensions)
+            if request.encoding_format == "base64"
+            else expected_vector(request.model, text, request.dimensions)
         )
         data.append({"object": "embedding", "index": index, "embedding": embedding})
     tokens = request.total_tokens
