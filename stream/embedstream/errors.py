@@ -60,6 +60,7 @@ class Reason(StrEnum):
     CONNECTION = "connection"
     RATE_LIMITED = "rate_limited"
     MALFORMED_RESPONSE = "malformed_response"
+    INTERNAL_ERROR = "internal_error"  # an unexpected exception in the embedding backend
     # The provider refuses everyone (ProviderWideError).
     AUTH = "auth"
     NOT_FOUND = "not_found"
@@ -71,7 +72,9 @@ def http_reason(status: int) -> str:
 
 
 # Whole-batch failures one bad input can cause: split the batch to find it.
-SPLITTABLE_REASONS = frozenset({Reason.REJECTED, Reason.TIMEOUT, Reason.MALFORMED_RESPONSE})
+SPLITTABLE_REASONS = frozenset(
+    {Reason.REJECTED, Reason.TIMEOUT, Reason.MALFORMED_RESPONSE, Reason.INTERNAL_ERROR}
+)
 
 
 class EmbedStreamError(Exception):

@@ -28,7 +28,7 @@ from embedstream.wire import headers_dict
 from tests.unit.harness import LOW, NAMES, eventually, running
 
 # (call number, texts) -> the error the provider answers with, or None to succeed.
-Script = Callable[[int, tuple[str, ...]], EmbedStreamError | None]
+Script = Callable[[int, tuple[str, ...]], Exception | None]
 
 TEXTS = ("alpha", "beta", "BAD gamma", "delta")
 SETTINGS: dict[str, Any] = {
@@ -48,6 +48,11 @@ def rejects_bad(call: int, texts: tuple[str, ...]) -> EmbedStreamError | None:
     if any("BAD" in t for t in texts):
         return PermanentItemError(Reason.REJECTED, "provider rejected the input (400)")
     return None
+
+
+def crashes_on_bad(call: int, texts: tuple[str, ...]) -> Exception | None:
+    """A bug rather than an answer: the backend raises something no provider error maps to."""
+    return TypeError("unsupported operand") if any("BAD" in t for t in texts) else None
 
 
 BEHAVIOURS: dict[str, tuple[Script, dict[str, str]]] = {
@@ -72,6 +77,10 @@ BEHAVIOURS: dict[str, tuple[Script, dict[str, str]]] = {
     "400 on one item": (
         rejects_bad,
         {**dict.fromkeys(TEXTS, "vector"), "BAD gamma": Reason.REJECTED.value},
+    ),
+    "an unexpected exception on one item": (
+        crashes_on_bad,
+        {**dict.fromkeys(TEXTS, "vector"), "BAD gamma": Reason.INTERNAL_ERROR.value},
     ),
 }
 

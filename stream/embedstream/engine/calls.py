@@ -121,7 +121,7 @@ class BatchCaller(Generic[J]):
             call = BatchCall.for_bucket(key, distinct)
             started = time.perf_counter()
             try:
-                outcome = await self._backend.embed(call)
+                outcome = await self._embed(call)
             except EmbedStreamError as exc:
                 self._observer.observe_call(time.perf_counter() - started, ok=False)
                 self._observer.observe_error(type(exc).__name__, exc.reason)
@@ -155,6 +155,21 @@ class BatchCaller(Generic[J]):
             if self._cache is not None:
                 await self._cache.store(key, distinct, outcome.vectors)
             return
+
+    async def _embed(self, call: BatchCall) -> BatchOutcome:
+        try:
+            return await self._backend.embed(call)
+        except EmbedStreamError:
+            raise
+        except Exception as exc:
+            # A bug (ours or a backend's) fails the call like any other failure: retried,
+            # split, finally dead-lettered with a reason. Escaping, it left the batch's items
+            # unfinished for ever: callers waiting, their partitions' commits stuck.
+            log.exception("unexpected error from the embedding backend")
+            raise TransientError(
+                Reason.INTERNAL_ERROR,
+                f"{type(exc).__name__} raised by the embedding backend (see the processor log)",
+            ) from exc
 
     def _says_nothing_about(self, job: J, exc: EmbedStreamError, now_ms: int) -> bool:
         """True for a failure the provider's other calls share: it costs the job no attempt.
