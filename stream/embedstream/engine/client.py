@@ -209,14 +209,17 @@ class BatchingClient:
             raise RuntimeError("BatchingClient not started: use `async with` or start()")
         tokens = self._count_tokens(text)
         encoding = encoding_format or self.settings.encoding_format
-        fields = {"user": user, "input_type": input_type, "task": task}
+        parameters: tuple[str, ...] = ()
+        if user is not None or input_type is not None or task is not None:
+            fields = {"user": user, "input_type": input_type, "task": task}
+            parameters = tuple(name for name, value in fields.items() if value is not None)
         problem = check_item(
             self._limits,
             text=text,
             tokens=tokens,
             encoding_format=encoding,
             dimensions=dimensions,
-            parameters=[name for name, value in fields.items() if value is not None],
+            parameters=parameters,
             profile_name=self._profile,
         )
         if problem is not None:

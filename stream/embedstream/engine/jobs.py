@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from embedstream.core.lanes import BucketKey
 from embedstream.errors import EmbedStreamError
@@ -31,8 +31,9 @@ class Job:
 J = TypeVar("J", bound=Job)
 
 
-@dataclass(frozen=True, slots=True)
-class Embedded(Generic[J]):
+class Embedded(NamedTuple, Generic[J]):
+    """One job's vector (a tuple: one is made per item, on the hot path)."""
+
     job: J
     vector: Vector
     tokens: int  # the job's share of the call's reported usage, in proportion to its estimate
