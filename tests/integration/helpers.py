@@ -190,14 +190,20 @@ async def committed_lag(
 @contextlib.asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[Service]:
     """A processor with its health loop and ops server, joined and assigned."""
-    service = build_service(settings, default_backend(settings))
+    backend = default_backend(settings)
+    service = build_service(settings, backend)
     task = asyncio.create_task(service.run())
     try:
         await asyncio.wait_for(_assigned_or_failed(service.processor, task), 60)
         yield service
     finally:
         service.stop()
-        await asyncio.wait_for(task, 60)
+        try:
+            await asyncio.wait_for(task, 60)
+        finally:
+            # As run_service does: an unclosed client's clean-up ran at a later test's
+            # garbage collection, on a closed loop ("Task exception was never retrieved").
+            await backend.close()
 
 
 @contextlib.asynccontextmanager

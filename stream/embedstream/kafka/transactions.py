@@ -258,7 +258,10 @@ def _retrieve_internal_failures(producer: Any) -> None:
         futures += [getattr(batch, "_drain_waiter", None), getattr(batch, "future", None)]
     for future in futures:
         if isinstance(future, asyncio.Future):
-            _retrieve(future)
+            if future.done():
+                _retrieve(future)
+            else:  # it may fail after this: retrieved when it does
+                future.add_done_callback(_retrieve)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
