@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -70,3 +71,37 @@ async def test_a_refused_batch_is_retried_alone_never_the_batches_already_writte
     await DirectWriter(producer, retry_for_s=5, first_delay_s=0.001).write_many(outputs)
     keys = [r.key or b"" for r in cluster.records("results")]
     assert sorted(keys) == sorted(o.key or b"" for o in outputs)  # each exactly once
+
+
+class QueueingProducer(FakeProducer):
+    """Joining a partition's queue takes a moment (aiokafka waits there for the batch
+    before it to drain); records how many writers waited to join it at once."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        super().__init__(cluster)
+        self.joining = 0
+        self.most_joining = 0
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> Any:
+        self.joining += 1
+        self.most_joining = max(self.most_joining, self.joining)
+        try:
+            await asyncio.sleep(0.001)
+            return await super().send_batch(batch, topic, partition=partition)
+        finally:
+            self.joining -= 1
+
+
+async def test_one_writer_at_a_time_joins_a_partitions_queue() -> None:
+    """aiokafka's add_batch counts the time waited so far again at every wake-up, so many
+    writers waiting on one partition ran out of their timeout within seconds."""
+    cluster = FakeCluster({"results": 1})
+    producer = QueueingProducer(cluster)
+    writer = DirectWriter(producer)
+    calls = [
+        [Output(Origin("in", 0, c * 10 + i), "results", b"k%d" % c, b"v", []) for i in range(10)]
+        for c in range(20)
+    ]
+    await asyncio.gather(*(writer.write_many(outputs) for outputs in calls))
+    assert len(cluster.records("results")) == 200
+    assert producer.most_joining == 1

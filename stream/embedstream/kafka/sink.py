@@ -85,6 +85,12 @@ class DirectWriter:
         self._retry_for_s = retry_for_s
         self._first_delay_s = first_delay_s
         self._partitioner = DefaultPartitioner()
+        # One batch of ours waits to enter each partition's queue at a time. aiokafka's
+        # add_batch subtracts the whole time waited so far on every wake-up, so dozens of
+        # writers woken at each drain ran out of request_timeout_ms within seconds
+        # (KafkaTimeoutError by the thousand a minute in a soak on Apache Kafka, and commits
+        # held back while they were retried).
+        self._enqueue_locks: dict[tuple[str, int], asyncio.Lock] = {}
 
     async def write(self, output: Output) -> None:
         await self._retrying(output.topic, lambda: self._send_one(output))
@@ -120,7 +126,10 @@ class DirectWriter:
         if count == 0:  # larger than a batch: on its own
             await self._send_one(outputs[start])
             return 1
-        await (await self._producer.send_batch(batch, topic, partition=partition))
+        lock = self._enqueue_locks.setdefault((topic, partition), asyncio.Lock())
+        async with lock:  # only while it joins the queue; acks are awaited outside
+            delivered = await self._producer.send_batch(batch, topic, partition=partition)
+        await delivered
         return count
 
     async def _send_one(self, output: Output) -> None:
