@@ -212,6 +212,8 @@ class BatchCaller(Generic[J]):
             middle = len(batch) // 2
             await asyncio.gather(self._call(key, batch[:middle]), self._call(key, batch[middle:]))
             return
+        # One line a failed call, not one an item (a call of hundreds filled the log at INFO).
+        log.info("a call of %d inputs failed (%s): %s", len(batch), exc.reason, exc)
         await asyncio.gather(*(self._job_failed(p.payload, exc) for p in batch))
 
     async def _job_failed(self, job: J, exc: EmbedStreamError) -> None:
@@ -222,7 +224,9 @@ class BatchCaller(Generic[J]):
             job.first_failure_ms = self._clock_ms()
             job.first_error = f"{exc.reason}: {exc.message}"
         delay = self._backoff.delay(job.attempts, self._rng, exc.retry_after)
-        log.info("retry %s after attempt %d in %.1fs (%s)", job.id, job.attempts, delay, exc.reason)
+        log.debug(
+            "retry %s after attempt %d in %.1fs (%s)", job.id, job.attempts, delay, exc.reason
+        )
         self._observer.count_retry(exc.reason)
         await self._outcomes.retry_later(job, exc, delay)
 
