@@ -7,7 +7,7 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
 from embedstream.kafka.fakes import FakeBatch, FakeCluster, FakeProducer
-from embedstream.kafka.sink import DirectWriter, Output, OutputUnwritable
+from embedstream.kafka.sink import ENQUEUE_WAITERS, DirectWriter, Output, OutputUnwritable
 from embedstream.kafka.work import Origin
 
 OUTPUT = Output(Origin("in", 0, 7), "results", b"id", b"{}", [])
@@ -104,4 +104,4 @@ async def test_one_writer_at_a_time_joins_a_partitions_queue() -> None:
     ]
     await asyncio.gather(*(writer.write_many(outputs) for outputs in calls))
     assert len(cluster.records("results")) == 200
-    assert producer.most_joining == 1
+    assert producer.most_joining == ENQUEUE_WAITERS

@@ -69,6 +69,10 @@ class OutputUnwritable(Exception):
 WRITE_RETRY_S = 300.0
 
 
+# Writers of ours waiting at once to join one partition's producer queue (see DirectWriter).
+ENQUEUE_WAITERS = 2
+
+
 class DirectWriter:
     """Produces at once and returns when the broker has acknowledged (at-least-once).
 
@@ -85,12 +89,13 @@ class DirectWriter:
         self._retry_for_s = retry_for_s
         self._first_delay_s = first_delay_s
         self._partitioner = DefaultPartitioner()
-        # One batch of ours waits to enter each partition's queue at a time. aiokafka's
+        # Two batches of ours at most wait to enter each partition's queue (one goes in at the
+        # next drain, the other is ready for the one after). aiokafka's
         # add_batch subtracts the whole time waited so far on every wake-up, so dozens of
         # writers woken at each drain ran out of request_timeout_ms within seconds
         # (KafkaTimeoutError by the thousand a minute in a soak on Apache Kafka, and commits
         # held back while they were retried).
-        self._enqueue_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._enqueue_slots: dict[tuple[str, int], asyncio.Semaphore] = {}
 
     async def write(self, output: Output) -> None:
         await self._retrying(output.topic, lambda: self._send_one(output))
@@ -126,8 +131,10 @@ class DirectWriter:
         if count == 0:  # larger than a batch: on its own
             await self._send_one(outputs[start])
             return 1
-        lock = self._enqueue_locks.setdefault((topic, partition), asyncio.Lock())
-        async with lock:  # only while it joins the queue; acks are awaited outside
+        slots = self._enqueue_slots.setdefault(
+            (topic, partition), asyncio.Semaphore(ENQUEUE_WAITERS)
+        )
+        async with slots:  # only while it joins the queue; acks are awaited outside
             delivered = await self._producer.send_batch(batch, topic, partition=partition)
         await delivered
         return count
