@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 
 import orjson
@@ -194,6 +195,31 @@ def test_unrelated_lines_are_never_summarised(
 ) -> None:
     feed(handler, clock, spec, (), [0, 1, 2])
     assert len(out.records) == 3
+
+
+def test_aiokafkas_tracebacks_become_one_line_and_ours_stay(
+    handler: SummarisingHandler, out: Collect
+) -> None:
+    """After a broker restart aiokafka logs "Unexpected error in sender routine" with a
+    traceback of an error it also raises to us, and we handle it: one line, not a traceback."""
+    formatter = logging.Formatter("%(levelname)s %(name)s: %(message)s")
+    for name in ("aiokafka.producer.sender", "embedstream.engine.calls"):
+        try:
+            try:
+                raise OSError("unknown error (-1)")
+            except OSError as cause:
+                raise RuntimeError("Unexpected error during batch delivery") from cause
+        except RuntimeError:
+            rec = logging.LogRecord(name, logging.ERROR, __file__, 1, "sender %s", ("died",),
+                                    sys.exc_info())  # fmt: skip
+        handler.handle(rec)
+    theirs, ours = (formatter.format(r) for r in out.records)
+    assert "Traceback" not in theirs
+    assert theirs == (
+        "ERROR aiokafka.producer.sender: sender died (RuntimeError('Unexpected error during "
+        "batch delivery') <- OSError('unknown error (-1)'))"
+    )
+    assert "Traceback (most recent call last):" in ours
 
 
 def test_json_lines_carry_level_logger_and_message() -> None:

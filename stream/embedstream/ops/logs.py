@@ -130,6 +130,7 @@ class SummarisingHandler(logging.Handler):
         self._runs: dict[tuple[int, str], _Run] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
+        record = _without_traceback(record)
         now = self._clock()
         self._close_quiet_runs(now, everything=False)
         rule = next((r for r in self._rules if r.matches(record)), None)
@@ -187,6 +188,23 @@ class SummarisingHandler(logging.Handler):
                 self.target.handle(run.latest)  # a lone held line is shown as it was
             elif run.suppressed:
                 self.target.handle(_summary(ENDED, run, run.last_seen, run.suppressed))
+
+
+def _without_traceback(record: logging.LogRecord) -> logging.LogRecord:
+    """aiokafka logs a traceback for errors it also raises to us ("Unexpected error in sender
+    routine" after a broker restart), which we handle (the transaction is given up): one line
+    with the exception chain instead, unless at DEBUG (this handler is not used then)."""
+    if not (record.exc_info and record.name.startswith("aiokafka")):
+        return record
+    chain: list[str] = []
+    exc: BaseException | None = record.exc_info[1]
+    while exc is not None and len(chain) < 3:
+        chain.append(repr(exc))
+        exc = exc.__cause__ or exc.__context__
+    one_line = logging.makeLogRecord(record.__dict__)
+    one_line.msg, one_line.args = f"{record.getMessage()} ({' <- '.join(chain)})", None
+    one_line.exc_info, one_line.exc_text = None, None
+    return one_line
 
 
 def _summary(template: str, run: _Run, now: float, count: int) -> logging.LogRecord:
