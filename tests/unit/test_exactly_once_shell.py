@@ -179,3 +179,21 @@ async def test_stop_closes_every_transactional_producer() -> None:
         await eventually(lambda: h.committed(LOW) == 3)
     assert len(producers.made) == 3  # high, low and retry partitions
     assert all(p.stopped for p in producers.made)
+
+
+async def test_a_partition_assigned_while_stopping_gets_no_producer() -> None:
+    """A rebalance during shutdown: the partition is never read again here, so no producer is
+    started to fence it in (one started then was cut off by close() and left a connection
+    unclosed in a chaos run)."""
+    cluster = fake_cluster()
+    producers = Producers(cluster)
+    backend = GatedBackend()
+    backend.gate.set()
+    async with running(backend, cluster=cluster, transactional=producers) as h:
+        await eventually(lambda: len(producers.made) > 0)
+        made = len(producers.made)
+        h.service.processor.parts.handoff.stopping()
+        await asyncio.wait_for(h.consumer.revoke({LOW}), 1)
+        await asyncio.wait_for(h.consumer.assign({LOW}), 1)
+        await asyncio.sleep(0.05)
+        assert len(producers.made) == made

@@ -61,6 +61,7 @@ class Handoff:
         self._fencing: dict[TopicPartition, asyncio.Task[None]] = {}
         self.assigned = asyncio.Event()  # set at the first assignment
         self.joined = False
+        self._stopping = False
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.joined = True
@@ -71,7 +72,8 @@ class Handoff:
             if self._transactions is not None:
                 state.floor = None  # known once the fence is up (in the background)
                 self._transactions.open(tp, state)
-                self._fencing[tp] = asyncio.create_task(self._fence_in(tp))
+                if not self._stopping:  # (stopping: never read, so no producer to fence with)
+                    self._fencing[tp] = asyncio.create_task(self._fence_in(tp))
         if assigned:
             self.assigned.set()
         log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
@@ -147,8 +149,14 @@ class Handoff:
         if self._transactions is not None:
             await self._transactions.release(tp)
 
+    def stopping(self) -> None:
+        """Shutdown has begun: partitions assigned from now on are not fenced in (a producer
+        started then was cut off by close() and left a connection unclosed), nor read."""
+        self._stopping = True
+
     async def close(self) -> None:
         """At shutdown: stop taking partitions on."""
+        self._stopping = True
         await self._stop_fencing(set(self._fencing))
 
     async def _stop_fencing(self, tps: set[TopicPartition]) -> None:

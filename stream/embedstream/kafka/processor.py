@@ -174,6 +174,7 @@ class Processor:
         try:
             await self._fetch_until_stopped()
         finally:
+            p.handoff.stopping()
             await _cancel(waiting_task)
             await p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.sink)
             await self._drain(batcher_task)
