@@ -17,7 +17,6 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from embedstream.config import Settings, load_settings
     from embedstream.engine.client import BatchingClient
     from embedstream.errors import (
         ConfigError,
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
         Reason,
         TransientError,
     )
+    from embedstream.settings import Settings, load_settings
     from embedstream.wire import Vector
 
 try:
@@ -38,8 +38,8 @@ except PackageNotFoundError:  # a source tree that was never installed
 _EXPORTS = {
     "BatchingClient": "embedstream.engine.client",
     "Vector": "embedstream.wire",
-    "Settings": "embedstream.config",
-    "load_settings": "embedstream.config",
+    "Settings": "embedstream.settings",
+    "load_settings": "embedstream.settings",
     "EmbedStreamError": "embedstream.errors",
     "ConfigError": "embedstream.errors",
     "InvalidEvent": "embedstream.errors",

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from embedstream.config import Settings
 from embedstream.core import configured
 from embedstream.core.costmodel import CostModels
 from embedstream.core.intake import Intake
@@ -49,6 +48,7 @@ from embedstream.kafka.work import WorkItem
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
+from embedstream.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from embedstream.config import FIELDS, Settings
 from embedstream.errors import ENV_PREFIX, EmbedStreamError
-from embedstream.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
 from embedstream.ops.logs import discard_summaries, setup_logging
+from embedstream.settings import FIELDS, Settings
+from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
 
 ALL_SETTINGS = tuple(FIELDS)
 COMMON_SETTINGS = CONNECTION_SETTINGS

@@ -28,9 +28,9 @@ import aiohttp
 import orjson
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
-from embedstream.config import load_settings
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import admin_for, producer_for
+from embedstream.settings import load_settings
 from embedstream.tools.verify.app import verify
 from embedstream.tools.verify.report import VerificationReport
 

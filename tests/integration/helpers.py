@@ -15,7 +15,6 @@ import orjson
 from aiokafka import TopicPartition
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 from embedstream.app import Service, build_service, default_backend
-from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import configured_specs, create_topics
 from embedstream.kafka.clients import (
     KafkaTarget,
@@ -26,6 +25,7 @@ from embedstream.kafka.clients import (
     producer_for,
 )
 from embedstream.kafka.processor import Processor
+from embedstream.settings import Settings, load_settings
 
 
 def settings_for(bootstrap: str, prefix: str, base_url: str, **overrides: Any) -> Settings:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embedstream.config import load_settings
 from embedstream.kafka.clients import KafkaConnection, connection_for
+from embedstream.settings import load_settings
 from embedstream.tools.embedded import free_port
 
 SCRIPT = Path(__file__).parents[2] / "ops" / "kafka" / "kafka.sh"

@@ -12,11 +12,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from embedstream.config import Settings
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.engine.client import BatchingClient
 from embedstream.kafka.admin import topic_names
+from embedstream.settings import Settings
 from embedstream.tools.embedded import free_port
 from embedstream.tools.redis_server import RedisServer
 from embedstream.tools.simulator.model import expected_vector

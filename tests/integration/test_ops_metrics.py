@@ -26,8 +26,8 @@ import aiohttp
 import orjson
 import pytest
 import yaml
-from embedstream.config import Settings
 from embedstream.kafka.admin import topic_names
+from embedstream.settings import Settings
 from embedstream.tools.embedded import free_port
 from embedstream.tools.simulator.model import SimulatorConfig
 from embedstream.tools.simulator.server import SimulatorServer

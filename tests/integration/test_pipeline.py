@@ -7,8 +7,8 @@ import random
 
 import aiohttp
 import pytest
-from embedstream.config import Settings
 from embedstream.kafka.admin import topic_names
+from embedstream.settings import Settings
 from embedstream.tools.embedded import free_port
 from embedstream.tools.simulator.model import expected_vector
 from embedstream.tools.simulator.server import SimulatorServer

@@ -6,7 +6,6 @@ import asyncio
 import logging
 
 import pytest
-from embedstream.config import load_settings
 from embedstream.errors import ConfigError
 from embedstream.kafka.admin import (
     create_topics,
@@ -18,6 +17,7 @@ from embedstream.kafka.admin import (
     require_topics,
 )
 from embedstream.kafka.topics import topic_settings
+from embedstream.settings import load_settings
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 from embedstream.app import Service, build_service
-from embedstream.config import load_settings
 from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.fakes import (
@@ -22,6 +21,7 @@ from embedstream.kafka.fakes import (
     FakeRecord,
     FakeTransactionalProducer,
 )
+from embedstream.settings import load_settings
 from embedstream.testing import vector_for
 
 NAMES = topic_names("t.")

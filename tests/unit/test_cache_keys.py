@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import pytest
-from embedstream.config import load_settings
 from embedstream.core import configured
 from embedstream.core.cachekeys import (
     KEY_PREFIX,
@@ -15,6 +14,7 @@ from embedstream.core.cachekeys import (
     provider_identity,
 )
 from embedstream.core.lanes import BucketKey, Priority
+from embedstream.settings import load_settings
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from embedstream.cli import build_parser
-from embedstream.config import Settings
+from embedstream.settings import Settings
 
 STREAM = Path(__file__).resolve().parents[2] / "stream"
 SETTINGS = {f.name for f in dataclasses.fields(Settings)} | {"config"}

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 from embedstream.cli import build_parser
-from embedstream.config import FIELDS, Group, spec
-from embedstream.flags import CONNECTION_SETTINGS, settings_from_args
+from embedstream.settings import FIELDS, Group, spec
+from embedstream.settings.flags import CONNECTION_SETTINGS, settings_from_args
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:

@@ -4,7 +4,8 @@ import re
 from pathlib import Path
 
 import pytest
-from embedstream.config import (
+from embedstream.errors import ConfigError, UnknownSetting, env_var
+from embedstream.settings import (
     FIELDS,
     SECRETS,
     TOOL_VARIABLES,
@@ -15,7 +16,6 @@ from embedstream.config import (
     scrub_url,
     spec,
 )
-from embedstream.errors import ConfigError, UnknownSetting, env_var
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_SUFFIXES = {".py", ".sh", ".md", ".toml", ".yml", ".yaml", ".json", ""}

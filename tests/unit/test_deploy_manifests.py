@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import configured_topics, load_topic_specs
+from embedstream.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

@@ -7,10 +7,10 @@ import math
 
 import orjson
 import pytest
-from embedstream.config import load_settings
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, _outcome, parse_body
 from embedstream.errors import PermanentItemError, ProviderWideError, TransientError
+from embedstream.settings import load_settings
 from embedstream.tools.simulator.model import (
     SimulatorConfig,
     decode_base64,

@@ -18,7 +18,6 @@ from typing import Any
 
 import orjson
 from aiokafka import TopicPartition
-from embedstream.config import load_settings
 from embedstream.core import configured
 from embedstream.core.intake import Intake
 from embedstream.core.lanes import InputLane, Priority
@@ -29,6 +28,7 @@ from embedstream.kafka.admission import Admission
 from embedstream.kafka.fakes import FakeRecord
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.work import WorkItem
+from embedstream.settings import load_settings
 from embedstream.wire import (
     ENQUEUED_AT,
     PRIORITY,

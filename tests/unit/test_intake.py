@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from embedstream.config import load_settings
 from embedstream.core import configured
 from embedstream.core.intake import Admitted, Intake, Rejected, truncate
 from embedstream.core.tokens import estimate_tokens
+from embedstream.settings import load_settings
 
 
 def intake(**overrides: object) -> Intake:

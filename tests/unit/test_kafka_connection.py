@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from embedstream.config import load_settings
 from embedstream.errors import ConfigError
 from embedstream.kafka.connection import (
     KafkaConnection,
@@ -16,6 +15,7 @@ from embedstream.kafka.connection import (
     as_connection,
     connection_for,
 )
+from embedstream.settings import load_settings
 
 from tests.tls import Pem, make_ca, make_cert, need_openssl
 
@@ -155,8 +155,8 @@ def test_only_kafka_clients_module_constructs_aiokafka_clients() -> None:
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 async def test_every_producer_takes_the_compression_setting(codec: str) -> None:
-    from embedstream.config import load_settings
     from embedstream.kafka.clients import make_producer
+    from embedstream.settings import load_settings
 
     producer = make_producer(load_settings(env={}, overrides={"compression_type": codec}))
     assert producer._compression_type == (None if codec == "none" else codec)

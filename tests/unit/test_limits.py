@@ -17,7 +17,7 @@ from embedstream.core.limits import (
     effective_limits,
     profile,
 )
-from embedstream.settings_types import ProviderProfile
+from embedstream.settings import ProviderProfile
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from embedstream.config import Settings
+from embedstream.settings import Settings
 from embedstream.testing import FakeClock
 from embedstream.tools.clients import input_size, parse_line, produce_lines, read_lines
 from embedstream.tools.progress import PlainProgress, TerminalProgress, make_progress

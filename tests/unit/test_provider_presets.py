@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 import pytest
-from embedstream.config import Settings, load_settings
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.errors import PermanentItemError
+from embedstream.settings import Settings, load_settings
 from embedstream.tools.simulator import SimulatorConfig, SimulatorServer, expected_vector
 from embedstream.wire import headers_dict
 

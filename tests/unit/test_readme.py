@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from embedstream.cli import build_parser
-from embedstream.config import FIELDS, TOOL_VARIABLES, Group, reference_rows, spec
 from embedstream.ops.metrics import METRIC_NAMES
+from embedstream.settings import FIELDS, TOOL_VARIABLES, Group, reference_rows, spec
 
 README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 

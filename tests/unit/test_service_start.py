@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
 from embedstream.app import build_service
-from embedstream.config import load_settings
 from embedstream.errors import ConfigError
 from embedstream.kafka.fakes import FakeCluster, FakeConsumer, FakeProducer
+from embedstream.settings import load_settings
 
 from tests.unit.harness import NAMES, GatedBackend
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from embedstream.config import Settings, load_settings
 from embedstream.core.lanes import InputLane
 from embedstream.errors import ConfigError
 from embedstream.kafka.admin import (
@@ -28,6 +27,7 @@ from embedstream.kafka.admin import (
     plan_creation,
     topic_names,
 )
+from embedstream.settings import Settings, load_settings
 
 TOPIC_NAMES = ("requests.high", "requests.low", "retry", "results", "dlq")
 CANONICAL_TOPICS_FILE = Path(__file__).parents[2] / "topics" / "topics.toml"

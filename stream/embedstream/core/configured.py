@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from embedstream.config import Settings
 from embedstream.core.backoff import Backoff
 from embedstream.core.governor import Governor
 from embedstream.core.limits import ProviderLimits, effective_limits, profile
 from embedstream.core.policy import BatchLimits
+from embedstream.settings import Settings
 
 
 def provider_limits(settings: Settings) -> ProviderLimits:

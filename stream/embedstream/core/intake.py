@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from embedstream.config import Settings
 from embedstream.core import configured
 from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter
 from embedstream.errors import InvalidEvent, Reason
+from embedstream.settings import Settings
 from embedstream.wire import EmbedRequest, decode_request
 
 

@@ -30,13 +30,13 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from embedstream.config import Settings
 from embedstream.core import configured
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey
 from embedstream.core.lru import TtlLru
 from embedstream.core.observer import CacheObserver, NullObserver
 from embedstream.engine.jobs import Job
+from embedstream.settings import Settings
 from embedstream.wire import Vector, float32_bytes, vector_from_float32
 
 log = logging.getLogger(__name__)

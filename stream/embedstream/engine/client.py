@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, overload
 
-from embedstream.config import Settings, load_settings, validate
 from embedstream.core import configured
 from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.limits import check_item
@@ -38,6 +37,7 @@ from embedstream.engine.calls import BatchCaller
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
 from embedstream.engine.jobs import Embedded, Job, Outcomes
 from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, TransientError
+from embedstream.settings import Settings, load_settings, validate
 from embedstream.wire import Vector
 
 __all__ = ["BatchingClient", "Vector"]

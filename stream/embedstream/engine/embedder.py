@@ -23,7 +23,6 @@ import openai
 import orjson
 from openai import AsyncAzureOpenAI, AsyncOpenAI, omit
 
-from embedstream.config import Settings
 from embedstream.core import configured
 from embedstream.core.lanes import BucketKey
 from embedstream.errors import (
@@ -34,7 +33,7 @@ from embedstream.errors import (
     TransientError,
     http_reason,
 )
-from embedstream.settings_rules import header_secrets
+from embedstream.settings import Settings, header_secrets
 
 
 @dataclass(frozen=True, slots=True)

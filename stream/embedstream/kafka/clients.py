@@ -10,7 +10,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from embedstream.config import Settings
 from embedstream.kafka.connection import (
     KafkaConnection,
     KafkaTarget,
@@ -19,6 +18,7 @@ from embedstream.kafka.connection import (
 )
 from embedstream.kafka.preflight import check_connection
 from embedstream.kafka.protocols import Producer
+from embedstream.settings import Settings
 
 __all__ = [
     "AIOKafkaConsumer",

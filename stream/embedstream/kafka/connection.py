@@ -18,9 +18,8 @@ from typing import Any
 
 from aiokafka.abc import AbstractTokenProvider
 
-from embedstream.config import Settings
 from embedstream.errors import ConfigError
-from embedstream.settings_types import SASL_PROTOCOLS, TLS_PROTOCOLS
+from embedstream.settings import SASL_PROTOCOLS, TLS_PROTOCOLS, Settings
 
 
 class TokenFileProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka is untyped

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from embedstream.config import Settings
 from embedstream.core.flow import fetch_budget, partitions_to_pause
 from embedstream.core.lanes import Priority
 from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Record
+from embedstream.settings import Settings
 
 log = logging.getLogger(__name__)
 

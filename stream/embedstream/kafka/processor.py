@@ -16,7 +16,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from embedstream.config import Settings
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.offsets import PartitionOffsets
@@ -36,6 +35,7 @@ from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.user_errors import topics_must_exist
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import WorkItem
+from embedstream.settings import Settings
 from embedstream.wire import Failure
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embedstream.config import Settings
 from embedstream.core.lanes import InputLane
 from embedstream.errors import ConfigError
-from embedstream.settings_rules import topic_name_problem
+from embedstream.settings import Settings, topic_name_problem
 
 DEFAULT_PREFIX = "embed."
 PACKAGED_TOPICS_FILE = Path(__file__).with_name("topics.toml")

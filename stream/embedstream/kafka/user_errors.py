@@ -12,9 +12,9 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from embedstream.config import Settings
 from embedstream.errors import ConfigError, EmbedStreamError
 from embedstream.kafka.topics import topic_settings
+from embedstream.settings import Settings
 
 
 @contextmanager

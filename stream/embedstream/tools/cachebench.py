@@ -26,7 +26,6 @@ import aiohttp
 import orjson
 
 from embedstream.app import build_service, default_backend
-from embedstream.config import Settings, load_settings
 from embedstream.kafka.admin import (
     create_topics,
     delete_topics,
@@ -36,6 +35,7 @@ from embedstream.kafka.admin import (
 )
 from embedstream.kafka.clients import connection_for, producer_for
 from embedstream.ops.metrics import CACHE_TIERS, Metrics
+from embedstream.settings import Settings, load_settings
 from embedstream.tools.embedded import free_port
 from embedstream.tools.redis_server import RedisServer
 

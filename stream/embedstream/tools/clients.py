@@ -15,11 +15,11 @@ from typing import IO, Any, BinaryIO, NamedTuple, Protocol
 
 import orjson
 
-from embedstream.config import Settings
 from embedstream.errors import ConfigError
 from embedstream.kafka.clients import connection_for, make_producer, make_reader, partitions_of
 from embedstream.kafka.topics import configured_topics
 from embedstream.kafka.user_errors import kafka_user_errors
+from embedstream.settings import Settings
 from embedstream.tools.progress import ProduceProgress
 from embedstream.wire import headers_dict
 

@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import orjson
 from rich.console import Console
 
-from embedstream.config import Settings, load_settings, validate
 from embedstream.errors import EmbedStreamError
 from embedstream.ops.logs import setup_logging
+from embedstream.settings import Settings, load_settings, validate
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, ScenarioResult
 from embedstream.tools.bench.extras import EXTRA_SCENARIOS

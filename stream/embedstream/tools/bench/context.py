@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from embedstream.config import Settings
+from embedstream.settings import Settings
 from embedstream.tools.bench.model import LatencyModel, Row
 from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.progress import StepProgress

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import orjson
 
 from embedstream.app import Service, build_service
-from embedstream.config import Settings, validate
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.kafka.admin import (
     TopicNames,
@@ -36,6 +35,7 @@ from embedstream.kafka.admin import (
 )
 from embedstream.kafka.clients import connection_for, make_reader, partitions_of, producer_for
 from embedstream.ops.metrics import Metrics
+from embedstream.settings import Settings, validate
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
 from embedstream.tools.bench.model import Row, latency_percentiles

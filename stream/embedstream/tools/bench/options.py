@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from embedstream.flags import add_settings_flags
+from embedstream.settings.flags import add_settings_flags
 from embedstream.tools.bench.extras import EXTRA_SCENARIOS
 
 # The scenarios, in the order they run.

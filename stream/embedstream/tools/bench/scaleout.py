@@ -22,9 +22,9 @@ from typing import Any
 
 import aiohttp
 
-from embedstream.config import Settings
 from embedstream.errors import env_var
 from embedstream.kafka.admin import load_topic_specs
+from embedstream.settings import Settings
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, reporting
 from embedstream.tools.bench.kafka_scenarios import (

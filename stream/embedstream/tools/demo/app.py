@@ -24,13 +24,13 @@ import orjson
 from rich.console import Console
 
 from embedstream.app import Service, build_service, default_backend
-from embedstream.config import Settings, load_settings
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.admin import TopicNames, configured_specs, configured_topics, create_topics
 from embedstream.kafka.clients import connection_for, make_producer
 from embedstream.kafka.protocols import Producer
 from embedstream.ops.logs import setup_logging
 from embedstream.ops.metrics import Metrics
+from embedstream.settings import Settings, load_settings
 from embedstream.tools.demo.options import (
     DEFAULT_BURST_ITEMS,
     DEFAULT_SPARSE_ITEMS,

@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
-from embedstream.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.clients import KafkaTarget, check_broker, connection_for
 from embedstream.kafka.reader import TopicRecord, read_topics
 from embedstream.kafka.topics import TopicNames, configured_topics, topic_names, topic_settings
+from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
 from embedstream.tools.verify.report import (
     DeadLetter,
     ExpectedVector,

@@ -1,6 +1,6 @@
 """Settings as command-line flags, grouped as in the README and each with its help and default.
 
-Everything comes from the settings' metadata in :mod:`embedstream.config`; a flag left out is
+Everything comes from the settings' metadata in :mod:`embedstream.settings`; a flag left out is
 ``None`` and so does not override the file or the environment.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from embedstream.config import FIELDS, Group, Settings, choices, load_settings, spec
+from embedstream.settings import FIELDS, Group, Settings, choices, load_settings, spec
 
 # What a command that only talks to Kafka (topics, produce, consume, verify) can be given.
 CONNECTION_SETTINGS: tuple[str, ...] = (

@@ -1,11 +1,8 @@
-"""Every setting, typed and frozen, validated once at start.
+"""The field table: every setting, typed and frozen, with its group, help, range and secrecy.
 
-Each setting declares its group, help text, range and secrecy once, in its field metadata; the
-loader, the validation, ``embedstream run --help`` and the README table all derive from it.
-Sources (defaults, TOML, environment, overrides) are read by :mod:`embedstream.settings_sources`,
-and raw values typed by :mod:`embedstream.settings_types`.
-A bad value raises :class:`ConfigError` naming the setting and its environment variable, before
-anything touches Kafka or the provider.
+Each setting declares those once, in its field metadata; the loader
+(:mod:`embedstream.settings.loading`), the validation, ``embedstream run --help`` and the README
+table all derive from it.
 """
 
 from __future__ import annotations
@@ -13,42 +10,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from embedstream.errors import ConfigError, env_var
-from embedstream.settings_rules import (
-    header_map,
-    header_secrets,
-    json_object,
-    topic_list,
-    validate_cache,
-    validate_provider,
-    validate_security,
-    validate_topics,
-)
-from embedstream.settings_secrets import masked_secret
-from embedstream.settings_secrets import scrub_url as scrub_url
-from embedstream.settings_secrets import url_password as url_password
-from embedstream.settings_sources import TOOL_VARIABLES as TOOL_VARIABLES
-from embedstream.settings_sources import collect_raw
-from embedstream.settings_types import (
+from embedstream.settings.parsing import header_map, header_secrets, json_object, topic_list
+from embedstream.settings.secrets import masked_secret, scrub_url, url_password
+from embedstream.settings.types import (
     CacheMode,
     CompressionType,
     ConcurrencyMode,
     Delivery,
     EncodingFormat,
+    Group,
     LogFormat,
     LogLevel,
     OversizePolicy,
     ProviderProfile,
     SaslMechanism,
     SecurityProtocol,
-    literal_choices,
-    parse_value,
+    SettingSpec,
 )
-from embedstream.settings_types import Group as Group
-from embedstream.settings_types import SettingSpec as SettingSpec
 
 
 def _setting(default: Any, help: str, group: Group, **spec: Any) -> Any:
@@ -344,86 +324,3 @@ SECRETS = tuple(name for name, f in FIELDS.items() if f.metadata["spec"].secret)
 def spec(name: str) -> SettingSpec:
     found: SettingSpec = FIELDS[name].metadata["spec"]
     return found
-
-
-def coerce(name: str, value: Any) -> Any:
-    """A raw value (text from the environment or a flag, or a TOML scalar) as the field's type."""
-    return parse_value(name, str(FIELDS[name].type), value, secret=spec(name).secret)
-
-
-def choices(name: str) -> tuple[str, ...] | None:
-    """The values a Literal-typed setting accepts, or None for free-form settings."""
-    return literal_choices(str(FIELDS[name].type))
-
-
-def validate(s: Settings) -> None:
-    """Range and cross-field checks. Each failure names exactly one setting."""
-    for name in FIELDS:
-        value = getattr(s, name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            problem = spec(name).range_problem(value)
-            if problem:
-                raise ConfigError(name, problem)
-    if s.retry_backoff_cap_ms < s.retry_backoff_base_ms:
-        raise ConfigError("retry_backoff_cap_ms", "must be at least retry_backoff_base_ms")
-    if not s.bootstrap_servers.strip():
-        raise ConfigError("bootstrap_servers", "must name at least one host:port")
-    for server in s.bootstrap_servers.split(","):
-        host, _, port = server.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigError("bootstrap_servers", f"expected host:port, got {server.strip()!r}")
-    if not s.model.strip():
-        raise ConfigError("model", "must not be empty")
-    if s.allowed_models and s.model not in s.allowed_model_set:
-        raise ConfigError("model", f"{s.model!r} is not in allowed_models")
-    if not s.group_id.strip():
-        raise ConfigError("group_id", "must not be empty")
-    if s.heartbeat_interval_ms >= s.session_timeout_ms:
-        raise ConfigError("heartbeat_interval_ms", "must be below session_timeout_ms")
-    if s.max_buffered_items < s.max_batch_size:
-        raise ConfigError("max_buffered_items", "must be at least max_batch_size")
-    if s.max_buffered_bytes < s.max_event_bytes:
-        raise ConfigError("max_buffered_bytes", "must be at least max_event_bytes")
-    if s.max_input_tokens > s.max_batch_tokens:
-        raise ConfigError("max_input_tokens", "must not exceed max_batch_tokens")
-    if s.base_url is not None and not s.base_url.startswith(("http://", "https://")):
-        raise ConfigError(
-            "base_url", f"must start with http:// or https://, got {scrub_url(s.base_url)!r}"
-        )
-    validate_security(s)
-    validate_topics(s)
-    validate_provider(s)
-    validate_cache(s)
-
-
-def reference_rows() -> list[tuple[str, str, str, str]]:
-    """(name, env var, default, meaning) for every setting: the README reference table."""
-    rows = []
-    for name, f in FIELDS.items():
-        default = "unset" if f.default is None else str(f.default)
-        if isinstance(f.default, bool):
-            default = str(f.default).lower()
-        env = env_var(name)
-        if spec(name).alt_env:
-            env += f" (or {spec(name).alt_env})"
-        rows.append((name, env, default, spec(name).help))
-    return rows
-
-
-def load_settings(
-    env: Mapping[str, str] | None = None,
-    file: Path | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> Settings:
-    """Merge all sources and validate; raises ConfigError naming the first bad setting.
-
-    ``env`` is checked strictly: an ``EMBEDSTREAM_*`` variable that names no setting (and is
-    not one of the tools' own, see :data:`TOOL_VARIABLES`) is an error, like a typo in the file.
-    """
-    alt = {name: alt for name in FIELDS if (alt := spec(name).alt_env)}
-    raw = collect_raw(
-        list(FIELDS), secrets=SECRETS, alt_env=alt, env=env, file=file, overrides=overrides
-    )
-    settings = Settings(**{name: coerce(name, value) for name, value in raw.items()})
-    validate(settings)
-    return settings

@@ -2,7 +2,7 @@
 
 Lowest precedence first: the TOML file, the environment (``EMBEDSTREAM_<NAME>``, or for a
 secret ``EMBEDSTREAM_<NAME>_FILE`` naming a file that holds it, as Kubernetes and Docker mount
-secrets), then explicit overrides (the CLI). Values stay raw here; :mod:`embedstream.config`
+secrets), then explicit overrides (the CLI). Values stay raw here; :mod:`embedstream.settings`
 types and validates them. Unknown names are errors in every source, with a suggestion, because a
 mistyped variable that silently does nothing is worse than one that stops the start.
 """

@@ -1,27 +1,30 @@
 """Rules between settings that a range cannot state: Kafka security, topic names, the provider.
 
-:func:`embedstream.config.validate` calls these after the range checks. Each failure is a
+:func:`embedstream.settings.loading.validate` calls these after the range checks. Each failure is a
 :class:`ConfigError` naming exactly one setting, raised before anything touches Kafka or the
-provider. The parsers here (topic lists, JSON objects) are what the settings' own accessors use,
-so a value that validated is one the rest of the code can read.
+provider. The parsers they share with the settings' accessors are in
+:mod:`embedstream.settings.parsing`.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from embedstream.errors import ConfigError
-from embedstream.settings_secrets import CACHE_URL_SCHEMES, scrub_url
-from embedstream.settings_types import SASL_PROTOCOLS, TLS_PROTOCOLS
-
-if TYPE_CHECKING:
-    from embedstream.config import Settings
+from embedstream.settings.fields import Settings
+from embedstream.settings.parsing import (
+    AZURE_SETTINGS,
+    OWN_BODY_FIELDS,
+    OWN_TOPIC_SETTINGS,
+    TOPIC_SETTINGS,
+    header_map,
+    json_object,
+    topic_list,
+    topic_name_problem,
+)
+from embedstream.settings.secrets import CACHE_URL_SCHEMES, scrub_url
+from embedstream.settings.types import SASL_PROTOCOLS, TLS_PROTOCOLS
 
 # --------------------------------------------------------------------------- Kafka security
 
@@ -62,33 +65,6 @@ def validate_security(s: Settings) -> None:
             raise ConfigError(name, f"cannot read {path} (permissions)")
 
 
-# --------------------------------------------------------------------------- topics
-
-# The request lanes may read several topics; embedstream's own topics are one each.
-REQUEST_TOPIC_SETTINGS = ("topic_requests_high", "topic_requests_low")
-OWN_TOPIC_SETTINGS = ("topic_retry", "topic_results", "topic_dlq")
-TOPIC_SETTINGS = (*REQUEST_TOPIC_SETTINGS, *OWN_TOPIC_SETTINGS)
-
-_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
-MAX_TOPIC_NAME = 249  # Kafka's limit on a topic name
-
-
-def topic_name_problem(name: str) -> str | None:
-    """Why Kafka would refuse ``name`` as a topic name, or None."""
-    if not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
-        return f"{name!r} is not a legal Kafka topic name (letters, digits, '.', '_', '-')"
-    if len(name) > MAX_TOPIC_NAME:
-        return f"{name[:40]!r}... is longer than Kafka's {MAX_TOPIC_NAME} characters"
-    return None
-
-
-def topic_list(value: str | None) -> tuple[str, ...]:
-    """The topics a topic setting names (comma separated, spaces around names ignored)."""
-    if value is None or not value.strip():
-        return ()
-    return tuple(part.strip() for part in value.split(","))
-
-
 def validate_topics(s: Settings) -> None:
     """Every topic set is a legal name, listed once, and embedstream's own are one each.
     Whether an unset one's default collides is checked where defaults are known
@@ -108,50 +84,6 @@ def validate_topics(s: Settings) -> None:
                 where = "twice" if seen[topic] == name else f"also in {seen[topic]}"
                 raise ConfigError(name, f"lists {topic} {where}; a topic has one role")
             seen[topic] = name
-
-
-# --------------------------------------------------------------------------- provider
-
-AZURE_SETTINGS = ("azure_endpoint", "azure_deployment")
-# What embedstream itself puts in every request body; extra_body must not change it.
-OWN_BODY_FIELDS = frozenset({"input", "model", "encoding_format", "dimensions"})
-
-
-def json_object(name: str, text: str | None, *, secret: bool = False) -> dict[str, Any]:
-    """A setting holding a JSON object, parsed; {} when unset."""
-    if text is None or not text.strip():
-        return {}
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        detail = "" if secret else f": {exc}"
-        raise ConfigError(name, f"must be a JSON object{detail}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(name, f"must be a JSON object, got a JSON {type(value).__name__}")
-    return value
-
-
-def header_map(text: str | None) -> dict[str, str]:
-    """extra_headers as a header -> value mapping; values are never echoed in errors."""
-    headers = json_object("extra_headers", text, secret=True)
-    for header, value in headers.items():
-        if not isinstance(value, str):
-            raise ConfigError("extra_headers", f"the value of {header!r} must be a string")
-        if not header or any(c in header for c in " :\r\n"):
-            raise ConfigError("extra_headers", f"{header!r} is not a header name")
-        if "\r" in value or "\n" in value:
-            raise ConfigError("extra_headers", f"the value of {header!r} holds a line break")
-    return headers
-
-
-def header_secrets(headers: Mapping[str, str]) -> list[str]:
-    """What of extra_headers must never be shown: each value, and the credential of a value
-    like ``Bearer <token>`` on its own (a provider quoting the token back drops the scheme)."""
-    found: list[str] = []
-    for value in headers.values():
-        scheme, _, credential = value.partition(" ")
-        found += [value, credential.strip()] if credential.strip() and scheme else [value]
-    return [secret for secret in found if secret]
 
 
 def validate_provider(s: Settings) -> None:
