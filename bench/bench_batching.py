@@ -43,10 +43,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from embedsim import SimulatorConfig, SimulatorServer, expected_vector
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.embedder import BatchCall, EmbeddingBackend, OpenAIEmbedder
 from embedstream.testing import RecordingBackend
-from embedstream.tools.simulator import SimulatorConfig, SimulatorServer, expected_vector
 
 Vector = list[float] | str
 

@@ -9,7 +9,7 @@ Redis round trip), so it needs an Apache Kafka broker (`bash ops/kafka/kafka.sh 
 address defaults to EMBEDSTREAM_TEST_BOOTSTRAP) and Debian's `redis-server`; the simulator
 runs in a process of its own. Both passes run in one process, one after the other, and the
 report compares them (ratios). The scenario itself is
-`embedstream.tools.cachebench.run_cache_scenario`.
+`bench.cache_scenario.run_cache_scenario`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import platform
 import sys
 from collections.abc import Sequence
 
-from embedstream.tools.cachebench import PROVIDER_TPM, run_cache_scenario
+from bench.cache_scenario import PROVIDER_TPM, run_cache_scenario
 
 
 def main(argv: Sequence[str] | None = None) -> None:

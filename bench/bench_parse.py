@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 import openai  # the baseline is the SDK itself; the package imports it only in embedder.py
 import orjson
+from embedsim import SimulatorConfig, SimulatorServer
+from embedsim.model import EmbeddingRequest, build_response
 from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, parse_body
-from embedstream.tools.simulator import SimulatorConfig, SimulatorServer
-from embedstream.tools.simulator.model import EmbeddingRequest, build_response
 from openai._models import construct_type
 from openai.lib._parsing._embeddings import parse_embedding_response
 from openai.types import CreateEmbeddingResponse

@@ -31,9 +31,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from embedsim.model import SimulatorConfig
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
-from embedstream.tools.simulator.model import SimulatorConfig
-from embedstream.tools.simulator.server import SimulatorServer
 from embedstream.tools.verify.report import VerificationReport
 
 REPO = Path(__file__).resolve().parents[1]

@@ -105,7 +105,7 @@ def build_service(
 ) -> Service:
     """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
     transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
-    pass the in-memory fakes of `embedstream.kafka.fakes`."""
+    pass the in-memory fakes of `embedstream.testing.kafka`."""
     metrics = metrics or Metrics()
     backend = backend or default_backend(settings)
     names = configured_topics(settings)  # ConfigError if a topic has two roles

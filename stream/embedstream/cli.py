@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(run, ALL_SETTINGS)
 
-    from embedstream.tools.simulator.server import add_cli_arguments
+    from embedsim.server import add_cli_arguments
 
     add_cli_arguments(command("simulate", "serve a simulated OpenAI-compatible /v1/embeddings"))
 
@@ -220,7 +220,7 @@ async def _dispatch(ns: argparse.Namespace) -> int:
         return 0
     if command == "simulate":
         logging.basicConfig(level=logging.INFO)
-        from embedstream.tools.simulator.server import config_from_args, serve_forever
+        from embedsim.server import config_from_args, serve_forever
 
         await serve_forever(config_from_args(ns), ns.host, ns.port)
         return 0
@@ -301,7 +301,7 @@ def _reason(exc: BaseException) -> str:
 
 async def _produce(ns: argparse.Namespace) -> int:
     from embedstream.kafka.topics import topic_settings
-    from embedstream.tools.clients import input_size, produce_lines, read_lines
+    from embedstream.tools.produce import input_size, produce_lines, read_lines
     from embedstream.tools.progress import make_progress
 
     settings = _client_settings(ns)
@@ -326,7 +326,7 @@ async def _produce(ns: argparse.Namespace) -> int:
 
 
 async def _consume(ns: argparse.Namespace) -> int:
-    from embedstream.tools.clients import consume_records, write_json_line
+    from embedstream.tools.consume import consume_records, write_json_line
 
     settings = _client_settings(ns)
     await _check_kafka(settings)

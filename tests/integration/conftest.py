@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import delete_topics, list_topics
-from embedstream.tools.redis_server import RedisServer, redis_server_command
-from embedstream.tools.simulator.server import SimulatorServer
+from embedstream.testing.redis import RedisServer, redis_server_command
 
 from tests.integration.broker import PrivateBroker
 from tests.integration.secured import SecuredBroker, SecuredBrokerProcess

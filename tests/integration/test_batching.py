@@ -7,13 +7,13 @@ import contextlib
 from dataclasses import dataclass
 
 import pytest
+from embedsim.model import SimulatorConfig
+from embedsim.server import SimulatorServer
 from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.policy import FlushReason
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.processor import Processor
 from embedstream.kafka.work import WorkItem
-from embedstream.tools.simulator.model import SimulatorConfig
-from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.helpers import (
     create_all_topics,

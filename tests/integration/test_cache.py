@@ -12,15 +12,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from embedsim.model import expected_vector
+from embedsim.server import SimulatorServer
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.engine.client import BatchingClient
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
+from embedstream.testing.redis import RedisServer
 from embedstream.tools.embedded import free_port
-from embedstream.tools.redis_server import RedisServer
-from embedstream.tools.simulator.model import expected_vector
-from embedstream.tools.simulator.server import SimulatorServer
 from embedstream.wire import decode_base64
 
 from tests.integration.helpers import (

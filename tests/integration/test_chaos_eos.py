@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
-from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.broker import PrivateBroker
 from tests.integration.chaos import (

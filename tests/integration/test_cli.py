@@ -121,7 +121,7 @@ async def test_topics_create_twice_is_a_no_op(bootstrap: str, unique_prefix: str
 
 
 async def test_sigterm_drains_commits_and_exits_zero(bootstrap: str, unique_prefix: str) -> None:
-    from embedstream.tools.simulator.server import SimulatorServer
+    from embedsim.server import SimulatorServer
 
     from tests.integration.helpers import committed_lag, wait_for_ids
 

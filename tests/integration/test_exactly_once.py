@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
+from embedsim.server import SimulatorServer
 from embedstream.core.lanes import InputLane
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import make_producer
@@ -15,7 +16,6 @@ from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.sink import Output
 from embedstream.kafka.transactions import Fenced, PartitionTransactions, transactional_id
 from embedstream.kafka.work import Origin
-from embedstream.tools.simulator.server import SimulatorServer
 from embedstream.tools.verify.app import verify
 
 from tests.integration.helpers import (

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 import pytest
+from embedsim.model import SimulatorConfig, expected_vector
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import topic_names
-from embedstream.tools.simulator.model import SimulatorConfig, expected_vector
-from embedstream.tools.simulator.server import SimulatorServer
 from embedstream.wire import headers_dict
 from jsonschema import Draft202012Validator
 

@@ -26,11 +26,11 @@ import aiohttp
 import orjson
 import pytest
 import yaml
+from embedsim.model import SimulatorConfig
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.tools.embedded import free_port
-from embedstream.tools.simulator.model import SimulatorConfig
-from embedstream.tools.simulator.server import SimulatorServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import (
@@ -106,7 +106,7 @@ def as_instant_query(query: str) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-async def eventually(
+async def last_sample_when(
     probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], timeout_s: float = WAIT_S
 ) -> T:
     """Call `probe` until `done(result)` or the deadline; returns the last result either way."""
@@ -214,7 +214,7 @@ async def test_processor_exports_every_metric_the_dashboard_and_alerts_use(
                 and total(samples, "embedstream_ready") == 1
             )
 
-        samples = await eventually(probe, complete)
+        samples = await last_sample_when(probe, complete)
 
     exported = {_SERIES_SUFFIX.sub("", name) for name in samples}
     assert used - exported == set(), "queried by the dashboard or alerts but never exported"
@@ -336,12 +336,14 @@ async def test_prometheus_scrapes_results_readiness_and_evaluates_the_rules(
         async def results() -> list[float]:
             return values(await instant(session, base, "sum(embedstream_results_total)"))
 
-        assert await eventually(results, lambda v: v == [float(expected)]) == [float(expected)]
+        assert await last_sample_when(results, lambda v: v == [float(expected)]) == [
+            float(expected)
+        ]
 
         async def ready() -> list[float]:
             return values(await instant(session, base, "embedstream_ready"))
 
-        assert await eventually(ready, lambda v: v == [1.0]) == [1.0]
+        assert await last_sample_when(ready, lambda v: v == [1.0]) == [1.0]
 
         async def rules() -> list[dict[str, Any]]:
             data = await api(session, base, "/api/v1/rules")
@@ -350,7 +352,7 @@ async def test_prometheus_scrapes_results_readiness_and_evaluates_the_rules(
         def evaluated(found: list[dict[str, Any]]) -> bool:
             return len(found) == len(rule_queries()) and all(r.get("health") == "ok" for r in found)
 
-        loaded = await eventually(rules, evaluated)
+        loaded = await last_sample_when(rules, evaluated)
         assert len(loaded) == len(rule_queries()), "Prometheus did not load every alert rule"
         broken = {r["name"]: (r.get("health"), r.get("lastError")) for r in loaded}
         assert {n: h for n, h in broken.items() if h[0] != "ok"} == {}
@@ -360,4 +362,4 @@ async def test_prometheus_scrapes_results_readiness_and_evaluates_the_rules(
         async def empty_queries() -> list[str]:
             return [q for q in queries if not await instant(session, base, q)]
 
-        assert await eventually(empty_queries, lambda empty: not empty) == []
+        assert await last_sample_when(empty_queries, lambda empty: not empty) == []

@@ -18,9 +18,9 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 from embedstream.tools.embedded import free_port
-from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.chaos import (
     Feeder,

@@ -9,6 +9,7 @@ import asyncio
 import aiohttp
 import orjson
 import pytest
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import (
     configured_topics,
     create_topics,
@@ -17,7 +18,6 @@ from embedstream.kafka.admin import (
 )
 from embedstream.kafka.topics import TopicSpec
 from embedstream.tools.embedded import free_port
-from embedstream.tools.simulator.server import SimulatorServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import (

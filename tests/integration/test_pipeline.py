@@ -7,11 +7,11 @@ import random
 
 import aiohttp
 import pytest
+from embedsim.model import expected_vector
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.tools.embedded import free_port
-from embedstream.tools.simulator.model import expected_vector
-from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.helpers import (
     committed_lag,

@@ -11,10 +11,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import ConsumerRebalanceListener, consumer_for
 from embedstream.tools.embedded import free_port
-from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.broker import PrivateBroker
 from tests.integration.helpers import (

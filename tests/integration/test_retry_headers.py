@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from embedsim.model import SimulatorConfig
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import topic_names
-from embedstream.tools.simulator.model import SimulatorConfig
-from embedstream.tools.simulator.server import SimulatorServer
 from embedstream.wire import headers_dict
 
 from tests.integration.helpers import (

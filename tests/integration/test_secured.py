@@ -17,11 +17,11 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from embedsim import SimulatorConfig, expected_vector
+from embedsim.server import SimulatorServer
 from embedstream.errors import env_var
 from embedstream.kafka.admin import topic_names
 from embedstream.tools.embedded import free_port
-from embedstream.tools.simulator import SimulatorConfig, expected_vector
-from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.helpers import (
     create_all_topics,

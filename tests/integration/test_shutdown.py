@@ -22,10 +22,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from embedsim.model import SimulatorConfig
+from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs, topic_names
 from embedstream.tools.embedded import free_port
-from embedstream.tools.simulator.model import SimulatorConfig
-from embedstream.tools.simulator.server import SimulatorServer
 
 from tests.integration.chaos import Fleet, ProcessorOptions, ProcessorProcess, scrape_metrics
 from tests.integration.helpers import committed_lag, publish, read_topic, request, wait_for_ids

@@ -9,11 +9,11 @@ from typing import Any
 
 import orjson
 import pytest
+from embedsim.model import encode_base64, expected_vector
 from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
 from embedstream.kafka.clients import producer_for
 from embedstream.kafka.reader import ReadError
 from embedstream.tools.embedded import EmbeddedBroker
-from embedstream.tools.simulator.model import encode_base64, expected_vector
 from embedstream.tools.verify.app import add_cli_arguments, main_from_args, verify
 
 from tests.integration.helpers import publish, request

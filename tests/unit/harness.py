@@ -14,15 +14,15 @@ from aiokafka import TopicPartition
 from embedstream.app import Service, build_service
 from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.kafka.admin import topic_names
-from embedstream.kafka.fakes import (
+from embedstream.settings import load_settings
+from embedstream.testing import vector_for
+from embedstream.testing.kafka import (
     FakeCluster,
     FakeConsumer,
     FakeProducer,
     FakeRecord,
     FakeTransactionalProducer,
 )
-from embedstream.settings import load_settings
-from embedstream.testing import vector_for
 
 NAMES = topic_names("t.")
 HIGH = TopicPartition(NAMES.requests_high, 0)
@@ -113,12 +113,3 @@ async def running(
         service.stop()
         service.stop()  # a second stop ends the drain at once
         await asyncio.wait_for(task, 10)
-
-
-async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Poll `check` (state of fakes, which signal nothing) until it holds."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.005)

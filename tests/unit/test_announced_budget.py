@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
+from embedsim import SimulatorConfig, SimulatorServer, expected_vector
 from embedstream.engine.client import BatchingClient
-from embedstream.tools.simulator import SimulatorConfig, SimulatorServer, expected_vector
 
 MODEL = "m"
 RATE = 1000  # items/s offered

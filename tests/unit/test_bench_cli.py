@@ -109,7 +109,7 @@ async def test_a_real_endpoint_gets_no_more_texts_than_the_budget() -> None:
     """The endpoint here is a simulator that wants a key, standing in for a hosted API."""
     import asyncio
 
-    from embedstream.tools.simulator import SimulatorConfig, SimulatorServer
+    from embedsim import SimulatorConfig, SimulatorServer
 
     async with SimulatorServer(SimulatorConfig(base_ms=5.0, auth_key="sk-bench")) as provider:
         env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDSTREAM_")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from embedsim.model import count_tokens
 from embedstream.tools.bench.model import (
     LatencyModel,
     Row,
@@ -20,7 +21,6 @@ from embedstream.tools.bench.model import (
     recommend_scale_factor,
 )
 from embedstream.tools.bench.workload import make_texts, mean_tokens, poisson_arrivals
-from embedstream.tools.simulator.model import count_tokens
 
 REFERENCE = LatencyModel(base_ms=40.0, per_token_ms=0.02, capacity=8)  # the setting
 

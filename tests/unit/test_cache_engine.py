@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 import orjson
 from embedstream.engine.cache import EmbeddingCache, MemoryTier
 from embedstream.engine.client import BatchingClient
-from embedstream.testing import RecordingBackend, vector_for
+from embedstream.testing import RecordingBackend, eventually, vector_for
 from embedstream.wire import decode_base64
 
-from tests.unit.harness import LOW, NAMES, eventually, running
+from tests.unit.harness import LOW, NAMES, running
 
 
 def results_by_id(records: Sequence[object]) -> dict[str, dict[str, object]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
@@ -12,7 +12,7 @@ from embedstream.contrib.faust import EmbedOutcome, embed_events
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.embedder import BatchCall
 from embedstream.errors import EmbedStreamError, PermanentItemError
-from embedstream.testing import RecordingBackend, vector_for
+from embedstream.testing import RecordingBackend, eventually, vector_for
 
 
 def request(i: int, text: str | None = None, **extra: Any) -> bytes:
@@ -23,14 +23,6 @@ async def events_of(values: Iterable[Any]) -> AsyncIterator[Any]:
     for value in values:
         await asyncio.sleep(0)
         yield value
-
-
-async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    for _ in range(int(timeout_s / 0.01)):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met in time")
 
 
 async def collect(stream: AsyncIterator[EmbedOutcome]) -> list[EmbedOutcome]:

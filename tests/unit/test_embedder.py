@@ -7,17 +7,17 @@ import math
 
 import orjson
 import pytest
-from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, _outcome, parse_body
-from embedstream.errors import PermanentItemError, ProviderWideError, TransientError
-from embedstream.settings import load_settings
-from embedstream.tools.simulator.model import (
+from embedsim.model import (
     SimulatorConfig,
     decode_base64,
     encode_base64,
     expected_vector,
 )
-from embedstream.tools.simulator.server import SimulatorServer
+from embedsim.server import SimulatorServer
+from embedstream.engine.client import BatchingClient
+from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, _outcome, parse_body
+from embedstream.errors import PermanentItemError, ProviderWideError, TransientError
+from embedstream.settings import load_settings
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 
 import orjson
-from embedstream.kafka.fakes import FakeCluster, FakeTransactionalProducer
 from embedstream.kafka.transactions import transactional_id
+from embedstream.testing import eventually
+from embedstream.testing.kafka import FakeCluster, FakeTransactionalProducer
 
-from tests.unit.harness import LOW, NAMES, GatedBackend, eventually, fake_cluster, running
+from tests.unit.harness import LOW, NAMES, GatedBackend, fake_cluster, running
 
 LOW_TXN = transactional_id("embedstream", LOW.topic, LOW.partition)
 

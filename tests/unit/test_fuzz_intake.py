@@ -25,10 +25,10 @@ from embedstream.core.tokens import estimate_tokens
 from embedstream.errors import InvalidEvent, Reason
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.admission import Admission
-from embedstream.kafka.fakes import FakeRecord
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.work import WorkItem
 from embedstream.settings import load_settings
+from embedstream.testing.kafka import FakeRecord
 from embedstream.wire import (
     ENQUEUED_AT,
     PRIORITY,

@@ -8,9 +8,7 @@ import pytest
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.embedder import BatchCall, BatchOutcome
 from embedstream.errors import PermanentItemError, Reason, TransientError
-from embedstream.testing import RecordingBackend, reject_texts_containing, vector_for
-
-from tests.unit.harness import eventually
+from embedstream.testing import RecordingBackend, eventually, reject_texts_containing, vector_for
 
 
 async def test_concurrent_callers_are_batched_and_each_gets_its_own_vector() -> None:

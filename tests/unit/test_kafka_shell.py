@@ -1,6 +1,6 @@
 """The Kafka shell (fetch, admit, commit, rebalance, drain) against the in-memory fakes.
 
-The processor runs unchanged on `embedstream.kafka.fakes`: these tests drive revokes, pauses,
+The processor runs unchanged on `embedstream.testing.kafka`: these tests drive revokes, pauses,
 retry records and slow calls step by step and check what is produced and committed.
 """
 
@@ -10,9 +10,10 @@ import asyncio
 import time
 
 import orjson
+from embedstream.testing import eventually
 from embedstream.wire import RetryState, headers_dict
 
-from tests.unit.harness import HIGH, LOW, NAMES, RETRY, GatedBackend, eventually, running
+from tests.unit.harness import HIGH, LOW, NAMES, RETRY, GatedBackend, running
 
 
 async def test_every_request_gets_a_result_keyed_by_id_and_offsets_commit_to_the_end() -> None:

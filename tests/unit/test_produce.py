@@ -13,7 +13,7 @@ import orjson
 import pytest
 from embedstream.settings import Settings
 from embedstream.testing import FakeClock
-from embedstream.tools.clients import input_size, parse_line, produce_lines, read_lines
+from embedstream.tools.produce import input_size, parse_line, produce_lines, read_lines
 from embedstream.tools.progress import PlainProgress, TerminalProgress, make_progress
 
 SETTINGS = Settings(topic_prefix="t.")

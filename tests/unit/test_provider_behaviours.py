@@ -22,10 +22,10 @@ from embedstream.errors import (
     TransientError,
     http_reason,
 )
-from embedstream.testing import vector_for
+from embedstream.testing import eventually, vector_for
 from embedstream.wire import headers_dict
 
-from tests.unit.harness import LOW, NAMES, eventually, running
+from tests.unit.harness import LOW, NAMES, running
 
 # (call number, texts) -> the error the provider answers with, or None to succeed.
 Script = Callable[[int, tuple[str, ...]], Exception | None]

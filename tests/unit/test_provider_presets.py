@@ -11,14 +11,15 @@ from typing import Any
 
 import orjson
 import pytest
+from embedsim import SimulatorConfig, SimulatorServer, expected_vector
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.errors import PermanentItemError
 from embedstream.settings import Settings, load_settings
-from embedstream.tools.simulator import SimulatorConfig, SimulatorServer, expected_vector
+from embedstream.testing import eventually
 from embedstream.wire import headers_dict
 
-from tests.unit.harness import LOW, NAMES, eventually, running
+from tests.unit.harness import LOW, NAMES, running
 
 KEY = "sk-preset-key"
 MODEL = "served-embedder"

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from itertools import pairwise
 
 import pytest
+from embedsim.quota import Quota
 from embedstream.core.ratelimit import AnnouncedBudget, RateLimits, TokenBucket
-from embedstream.tools.simulator.quota import Quota
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -11,8 +11,8 @@ import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
 from embedstream.app import build_service
 from embedstream.errors import ConfigError
-from embedstream.kafka.fakes import FakeCluster, FakeConsumer, FakeProducer
 from embedstream.settings import load_settings
+from embedstream.testing.kafka import FakeCluster, FakeConsumer, FakeProducer
 
 from tests.unit.harness import NAMES, GatedBackend
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from embedstream.tools.simulator import SimulatorConfig, SimulatorServer, expected_vector
-from embedstream.tools.simulator.cli import add_cli_arguments, config_from_args
-from embedstream.tools.simulator.flavors import FLAVOR_NAMES
+from embedsim import SimulatorConfig, SimulatorServer, expected_vector
+from embedsim.cli import add_cli_arguments, config_from_args
+from embedsim.flavors import FLAVOR_NAMES
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from embedstream.tools.simulator.model import (
+from embedsim.model import (
     ApiError,
     EmbeddingRequest,
     Limits,

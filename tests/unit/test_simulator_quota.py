@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from embedsim.quota import Quota, Quotas, go_duration
 from embedstream.core.concurrency import parse_reset_duration
-from embedstream.tools.simulator.quota import Quota, Quotas, go_duration
 from hypothesis import given
 from hypothesis import strategies as st
 

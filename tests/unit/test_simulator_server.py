@@ -17,7 +17,7 @@ import aiohttp
 import openai
 import orjson
 import pytest
-from embedstream.tools.simulator import (
+from embedsim import (
     SimulatorConfig,
     SimulatorServer,
     add_cli_arguments,
@@ -570,7 +570,7 @@ def test_cli_options_reach_the_config() -> None:
 async def test_serve_forever_serves_until_cancelled(
     http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="embedstream.tools.simulator.server")
+    caplog.set_level(logging.INFO, logger="embedsim.server")
     task = asyncio.create_task(serve_forever(FAST, "127.0.0.1", 0))
     await wait_until(lambda: "listening on" in caplog.text)
     match = re.search(r"listening on (http://\S+)/v1", caplog.text)

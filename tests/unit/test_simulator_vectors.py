@@ -4,8 +4,8 @@ numpy checks a simulator with it), and base64 carries exactly the float list's n
 from __future__ import annotations
 
 import pytest
-from embedstream.tools.simulator import vectors
-from embedstream.tools.simulator.vectors import (
+from embedsim import vectors
+from embedsim.vectors import (
     decode_base64,
     encode_base64,
     expected_vector,

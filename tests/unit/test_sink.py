@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
-from embedstream.kafka.fakes import FakeBatch, FakeCluster, FakeProducer
 from embedstream.kafka.sink import ENQUEUE_WAITERS, DirectWriter, Output, OutputUnwritable
 from embedstream.kafka.work import Origin
+from embedstream.testing.kafka import FakeBatch, FakeCluster, FakeProducer
 
 OUTPUT = Output(Origin("in", 0, 7), "results", b"id", b"{}", [])
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
-from embedstream.tools.simulator.model import encode_base64, expected_vector
+from embedsim.model import encode_base64, expected_vector
 from embedstream.tools.verify.report import (
     DeadLetter,
     Location,

@@ -6,7 +6,7 @@ same broker. Its rows join the table, the JSON and the plots. To add one, implem
 :class:`ExtraScenario` and list an instance in :data:`EXTRA_SCENARIOS`.
 
 The intended first one is the cache scenario of ``bench/bench_cache.py``
-(``embedstream.tools.cachebench.run_cache_scenario``: ingest texts, then re-ingest them with
+(``bench.cache_scenario.run_cache_scenario``: ingest texts, then re-ingest them with
 10% changed, on Apache Kafka and Redis). Its extra would add ``--cache``, be ``wanted`` when
 that flag is given, and turn the two passes of its ``CacheScenario`` into two rows.
 """

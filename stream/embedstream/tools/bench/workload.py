@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from embedstream.tools.simulator.model import count_tokens
+from embedsim.model import count_tokens
 
 # Short common words (about 3 letters): with their spaces, about 4 characters per token, so
 # 30 tokens make about 120 characters, the size of the reference setting.

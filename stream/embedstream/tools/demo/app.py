@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TextIO, TypeVar
 
 import orjson
+from embedsim.model import SimulatorConfig
+from embedsim.server import SimulatorServer
 from rich.console import Console
 
 from embedstream.app import Service, build_service, default_backend
@@ -48,8 +50,6 @@ from embedstream.tools.demo.summary import (
 )
 from embedstream.tools.demo.texts import sample_texts
 from embedstream.tools.embedded import EmbeddedBroker, free_port
-from embedstream.tools.simulator.model import SimulatorConfig
-from embedstream.tools.simulator.server import SimulatorServer
 from embedstream.tools.top import run_top
 from embedstream.tools.top.model import Snapshot, snapshot_of
 from embedstream.tools.verify.app import read_back

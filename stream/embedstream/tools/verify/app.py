@@ -51,7 +51,7 @@ class Readback:
         request's text (model: the request's, else ``default_model``)."""
         expected: ExpectedVector | None = None
         if check_vectors:
-            from embedstream.tools.simulator.model import expected_vector
+            from embedsim.model import expected_vector
 
             expected = expected_vector
         return build_report(

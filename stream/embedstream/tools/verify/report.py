@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 # (model, text, dimensions) -> the vector a correct pipeline returns, e.g. the simulator's
-# embedstream.tools.simulator.model.expected_vector.
+# embedsim.model.expected_vector.
 ExpectedVector = Callable[[str, str, int], list[float]]
 
 DEFAULT_TOLERANCE = 1e-6

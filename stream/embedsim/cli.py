@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from embedstream.tools.simulator.config import SimulatorConfig
-from embedstream.tools.simulator.flavors import FLAVOR_NAMES
+from embedsim.config import SimulatorConfig
+from embedsim.flavors import FLAVOR_NAMES
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8700

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import aiohttp
 import orjson
-
 from embedstream.app import build_service, default_backend
 from embedstream.kafka.admin import (
     create_topics,
@@ -36,8 +35,8 @@ from embedstream.kafka.admin import (
 from embedstream.kafka.clients import connection_for, producer_for
 from embedstream.ops.metrics import CACHE_TIERS, Metrics
 from embedstream.settings import Settings, load_settings
+from embedstream.testing.redis import RedisServer
 from embedstream.tools.embedded import free_port
-from embedstream.tools.redis_server import RedisServer
 
 # The provider: bench_batching's latency model (40 ms a call, 0.02 ms a token, 0.05 ms an
 # input, 8 calls at once), so a call costs what a nearby hosted endpoint would; and, as hosted

@@ -24,11 +24,11 @@ from types import TracebackType
 import orjson
 from aiohttp import web
 
-from embedstream.tools.simulator.cli import DEFAULT_HOST, DEFAULT_PORT
-from embedstream.tools.simulator.cli import add_cli_arguments as add_cli_arguments
-from embedstream.tools.simulator.cli import config_from_args as config_from_args
-from embedstream.tools.simulator.config import SimulatorConfig
-from embedstream.tools.simulator.errors import (
+from embedsim.cli import DEFAULT_HOST, DEFAULT_PORT
+from embedsim.cli import add_cli_arguments as add_cli_arguments
+from embedsim.cli import config_from_args as config_from_args
+from embedsim.config import SimulatorConfig
+from embedsim.errors import (
     ApiError,
     authenticate,
     invalid_request,
@@ -36,15 +36,15 @@ from embedstream.tools.simulator.errors import (
     rate_limited,
     server_error,
 )
-from embedstream.tools.simulator.flavors import Flavor
-from embedstream.tools.simulator.model import (
+from embedsim.flavors import Flavor
+from embedsim.model import (
     CallRecord,
     Stats,
     TokenBucket,
     decide_faults,
     latency_s,
 )
-from embedstream.tools.simulator.protocol import (
+from embedsim.protocol import (
     EmbeddingRequest,
     build_response,
     check_rejected_texts,
@@ -53,7 +53,7 @@ from embedstream.tools.simulator.protocol import (
     model_list,
     parse_request,
 )
-from embedstream.tools.simulator.quota import Quotas
+from embedsim.quota import Quotas
 
 log = logging.getLogger(__name__)
 

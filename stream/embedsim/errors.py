@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from embedstream.tools.simulator.config import SimulatorConfig
-from embedstream.tools.simulator.flavors import Flavor, error_body
+from embedsim.config import SimulatorConfig
+from embedsim.flavors import Flavor, error_body
 
 
 class ApiError(Exception):

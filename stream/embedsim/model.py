@@ -15,29 +15,29 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from embedstream.tools.simulator.config import SimulatorConfig as SimulatorConfig
-from embedstream.tools.simulator.errors import ApiError as ApiError
-from embedstream.tools.simulator.errors import authenticate as authenticate
-from embedstream.tools.simulator.errors import check_auth as check_auth
-from embedstream.tools.simulator.errors import invalid_request as invalid_request
-from embedstream.tools.simulator.errors import rate_limited as rate_limited
-from embedstream.tools.simulator.errors import server_error as server_error
-from embedstream.tools.simulator.flavors import Limits as Limits
-from embedstream.tools.simulator.protocol import MODELS as MODELS
-from embedstream.tools.simulator.protocol import EmbeddingRequest
-from embedstream.tools.simulator.protocol import EncodingFormat as EncodingFormat
-from embedstream.tools.simulator.protocol import build_response as build_response
-from embedstream.tools.simulator.protocol import check_rejected_texts as check_rejected_texts
-from embedstream.tools.simulator.protocol import find_model as find_model
-from embedstream.tools.simulator.protocol import flaky_failure as flaky_failure
-from embedstream.tools.simulator.protocol import model_entry as model_entry
-from embedstream.tools.simulator.protocol import model_list as model_list
-from embedstream.tools.simulator.protocol import parse_request as parse_request
-from embedstream.tools.simulator.protocol import validate_request as validate_request
-from embedstream.tools.simulator.vectors import count_tokens as count_tokens
-from embedstream.tools.simulator.vectors import decode_base64 as decode_base64
-from embedstream.tools.simulator.vectors import encode_base64 as encode_base64
-from embedstream.tools.simulator.vectors import expected_vector as expected_vector
+from embedsim.config import SimulatorConfig as SimulatorConfig
+from embedsim.errors import ApiError as ApiError
+from embedsim.errors import authenticate as authenticate
+from embedsim.errors import check_auth as check_auth
+from embedsim.errors import invalid_request as invalid_request
+from embedsim.errors import rate_limited as rate_limited
+from embedsim.errors import server_error as server_error
+from embedsim.flavors import Limits as Limits
+from embedsim.protocol import MODELS as MODELS
+from embedsim.protocol import EmbeddingRequest
+from embedsim.protocol import EncodingFormat as EncodingFormat
+from embedsim.protocol import build_response as build_response
+from embedsim.protocol import check_rejected_texts as check_rejected_texts
+from embedsim.protocol import find_model as find_model
+from embedsim.protocol import flaky_failure as flaky_failure
+from embedsim.protocol import model_entry as model_entry
+from embedsim.protocol import model_list as model_list
+from embedsim.protocol import parse_request as parse_request
+from embedsim.protocol import validate_request as validate_request
+from embedsim.vectors import count_tokens as count_tokens
+from embedsim.vectors import decode_base64 as decode_base64
+from embedsim.vectors import encode_base64 as encode_base64
+from embedsim.vectors import expected_vector as expected_vector
 
 __all__ = ["EmbeddingRequest"]
 

@@ -4,7 +4,7 @@ Vectors are deterministic per (model, text) — see :func:`expected_vector` — 
 consumer can check that an embedding belongs to the text it was attached to.
 """
 
-from embedstream.tools.simulator.model import (
+from embedsim.model import (
     ApiError,
     EmbeddingRequest,
     Limits,
@@ -15,7 +15,7 @@ from embedstream.tools.simulator.model import (
     encode_base64,
     expected_vector,
 )
-from embedstream.tools.simulator.server import (
+from embedsim.server import (
     SimulatorServer,
     add_cli_arguments,
     config_from_args,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from embedstream.tools.simulator.flavors import Flavor, Limits, flavor_named
+from embedsim.flavors import Flavor, Limits, flavor_named
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Fakes of the I/O boundaries, as real typed code shared by tests and benchmarks."""
+"""Embedding backends for tests and benchmarks: a recording in-memory provider and its vectors."""
 
 from __future__ import annotations
 
@@ -8,19 +8,6 @@ from dataclasses import dataclass, field
 
 from embedstream.engine.embedder import BatchCall, BatchOutcome
 from embedstream.errors import EmbedStreamError, PermanentItemError, Reason
-
-
-@dataclass
-class FakeClock:
-    """Monotonic time that moves only when told to."""
-
-    now: float = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """A request to the simulated provider, validated the way the imitated flavor validates it, and
-its answer. Pure: raises :class:`~embedstream.tools.simulator.errors.ApiError` for anything the
+its answer. Pure: raises :class:`~embedsim.errors.ApiError` for anything the
 provider would refuse."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from typing import Literal
 
 import orjson
 
-from embedstream.tools.simulator.config import SimulatorConfig
-from embedstream.tools.simulator.errors import (
+from embedsim.config import SimulatorConfig
+from embedsim.errors import (
     ApiError,
     invalid_request,
     not_found,
     unprocessable,
 )
-from embedstream.tools.simulator.flavors import Flavor, Limits
-from embedstream.tools.simulator.vectors import (
+from embedsim.flavors import Flavor, Limits
+from embedsim.vectors import (
     count_tokens,
     expected_vector,
     expected_vector_base64,

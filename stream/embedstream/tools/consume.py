@@ -1,0 +1,94 @@
+"""`embedstream consume`: read results (or dead letters) and print them as JSON lines."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import IO, Any
+
+import orjson
+
+from embedstream.errors import ConfigError
+from embedstream.kafka.clients import connection_for, make_reader, partitions_of
+from embedstream.kafka.topics import configured_topics
+from embedstream.kafka.user_errors import kafka_user_errors
+from embedstream.settings import Settings
+from embedstream.wire import headers_dict
+
+
+async def consume_records(
+    settings: Settings,
+    *,
+    dead_letters: bool,
+    from_beginning: bool,
+    limit: int | None,
+    idle_timeout_s: float | None,
+) -> AsyncIterator[dict[str, Any]]:
+    """Outcomes as dicts: results parsed, dead letters with their headers and original value."""
+    names = configured_topics(settings)
+    topic = names.dead_letters if dead_letters else names.results
+    naming = "topic_dlq" if dead_letters else "topic_results"
+    if not getattr(settings, naming):
+        naming = "topic_prefix"  # the default name was used: the prefix is what to check
+    consumer = make_reader(
+        connection_for(settings),
+        client_id=f"{settings.client_id}-consume",
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+    )
+    with kafka_user_errors(settings):
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()  # a failed start leaves a client to close
+            raise
+    try:
+        with kafka_user_errors(settings):
+            tps = await partitions_of(consumer, topic)
+        if not tps:
+            raise ConfigError(
+                naming,
+                f"topic {topic} does not exist at {settings.bootstrap_servers}; "
+                "create the topics with `embedstream topics create` (or check the "
+                f"{'prefix' if naming == 'topic_prefix' else 'name'})",
+            )
+        consumer.assign(tps)
+        if from_beginning:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+        count = 0
+        last_data = time.monotonic()
+        while limit is None or count < limit:
+            batch = await consumer.getmany(timeout_ms=200)
+            if not batch:
+                if idle_timeout_s is not None and time.monotonic() - last_data > idle_timeout_s:
+                    return
+                continue
+            last_data = time.monotonic()
+            for records in batch.values():
+                for record in records:
+                    yield _outcome(record, dead_letters)
+                    count += 1
+                    if limit is not None and count >= limit:
+                        return
+    finally:
+        await consumer.stop()
+
+
+def _outcome(record: Any, dead_letter: bool) -> dict[str, Any]:
+    if not dead_letter:
+        doc: dict[str, Any] = orjson.loads(record.value)
+        return doc
+    return {
+        "key": record.key.decode("utf-8", "replace") if record.key else None,
+        "value": (record.value or b"").decode("utf-8", "replace"),
+        "headers": headers_dict(record.headers),
+        "partition": record.partition,
+        "offset": record.offset,
+    }
+
+
+def write_json_line(doc: dict[str, Any], out: IO[bytes] = sys.stdout.buffer) -> None:
+    out.write(orjson.dumps(doc) + b"\n")
+    out.flush()
