@@ -1,12 +1,41 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install the test dependencies, start Apache Kafka
 # (KRaft, loopback, jars from Maven Central, cached) and the Debian packages below, lint,
-# type-check, check the layers, run pytest, stop Kafka.
-# Extra arguments go to pytest (e.g. `bash ops/test.sh tests/unit -x`).
+# type-check, check the layers, run the three tiers of pytest, stop Kafka.
+#
+#   bash ops/test.sh              everything (the CI command)
+#   bash ops/test.sh --fast       lint, types, contracts and the unit tier: no servers, ~2 min
+#   bash ops/test.sh PYTEST-ARGS  the servers, then pytest with these arguments only
+#                                 (e.g. `bash ops/test.sh tests/integration/test_cache.py -x`)
+#
+# Tiers run in parallel workers (pytest-xdist; every test has its own topic prefix and ports):
+# unit and integration together, then e2e (processes, chaos) with fewer workers, since its
+# tests time real processes on the machine's two cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PYTHON="${PYTHON:-python3}"
+WORKERS="${EMBEDSTREAM_TEST_WORKERS:-4}"
+E2E_WORKERS="${EMBEDSTREAM_TEST_E2E_WORKERS:-2}"
+fast=0
+if [[ "${1:-}" == "--fast" ]]; then
+  fast=1
+  shift
+fi
+
+static_checks() {
+  "$PYTHON" -m ruff check .
+  "$PYTHON" -m ruff format --check .
+  "$PYTHON" -m mypy
+  # The layers' contracts (pyproject [tool.importlinter]): core pure, one importer per library.
+  "$PYTHON" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache
+}
+
+if ((fast)); then
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[dev]'
+  static_checks
+  exec "$PYTHON" -m pytest -p no:cacheprovider -n "$WORKERS" tests/unit "$@"
+fi
 # Debian packages the tests use (command:package): promtool and prometheus (alert-rule tests,
 # a real scrape), openssl (the secured broker's throwaway CA and certificates,
 # tests/integration/secured.py), tmux (`embedstream top` in a terminal of a chosen size),
@@ -37,13 +66,15 @@ export EMBEDSTREAM_TEST_BOOTSTRAP="127.0.0.1:$EMBEDSTREAM_KAFKA_PORT"
 # The secured broker (TLS/SASL tests) is started by its pytest fixture, on free ports.
 export EMBEDSTREAM_REQUIRE_BROKER=1 EMBEDSTREAM_REQUIRE_TOOLS=1
 
-"$PYTHON" -m ruff check .
-"$PYTHON" -m ruff format --check .
-"$PYTHON" -m mypy
-# The layers' contracts (pyproject [tool.importlinter]): core pure, one importer per library.
-"$PYTHON" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache
+static_checks
 status=0
-"$PYTHON" -m pytest -p no:cacheprovider "$@" || status=$?
+if (($#)); then
+  "$PYTHON" -m pytest -p no:cacheprovider "$@" || status=$?
+else
+  "$PYTHON" -m pytest -p no:cacheprovider -n "$WORKERS" --durations=15 tests/unit tests/integration \
+    || status=$?
+  "$PYTHON" -m pytest -p no:cacheprovider -n "$E2E_WORKERS" --durations=15 tests/e2e || status=$?
+fi
 if [[ $status -ne 0 ]]; then
   echo "---- tests failed (exit $status); tail of the Kafka broker log ----" >&2
   bash ops/kafka/kafka.sh log 2>/dev/null | tail -n 150 >&2 || true

@@ -60,13 +60,3 @@ def test_the_public_api_is_importable_and_complete() -> None:
         assert getattr(embedstream, name) is not None
     assert embedstream.BatchingClient.__module__ == "embedstream.engine.client"
     assert embedstream.__version__ != "0+unknown"  # the installed distribution's version
-
-
-def test_the_old_import_name_is_gone() -> None:
-    """`stream` collided with PyPI's stream-python; outside the source tree it is not ours."""
-    import subprocess
-    import sys
-
-    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('stream') is not None)"
-    done = subprocess.run([sys.executable, "-c", probe], cwd="/", check=False)
-    assert done.returncode == 0

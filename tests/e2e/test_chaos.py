@@ -21,8 +21,7 @@ from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 from embedstream.tools.embedded import free_port
 
-from tests.integration.broker import PrivateBroker
-from tests.integration.chaos import (
+from tests.e2e.chaos import (
     CommitWatcher,
     Feeder,
     Fleet,
@@ -32,6 +31,7 @@ from tests.integration.chaos import (
     report_figures,
     run_until_drained,
 )
+from tests.integration.broker import PrivateBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

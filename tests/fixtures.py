@@ -1,4 +1,4 @@
-"""Fixtures shared by integration tests, which need a real broker.
+"""Fixtures of the real servers, shared by the integration and end-to-end tiers.
 
 Start one with `bash ops/kafka/kafka.sh start` and export the printed address:
 EMBEDSTREAM_TEST_BOOTSTRAP=127.0.0.1:39092. Without it these tests are skipped.

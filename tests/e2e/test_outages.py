@@ -22,7 +22,7 @@ from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 from embedstream.tools.embedded import free_port
 
-from tests.integration.chaos import (
+from tests.e2e.chaos import (
     Feeder,
     Fleet,
     ProcessorOptions,

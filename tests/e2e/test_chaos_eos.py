@@ -17,8 +17,7 @@ import pytest
 from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 
-from tests.integration.broker import PrivateBroker
-from tests.integration.chaos import (
+from tests.e2e.chaos import (
     UNHANDLED,
     UNTIDY,
     Feeder,
@@ -27,6 +26,7 @@ from tests.integration.chaos import (
     report_figures,
     run_until_drained,
 )
+from tests.integration.broker import PrivateBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
