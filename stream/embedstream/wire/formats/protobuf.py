@@ -52,7 +52,8 @@ class ProtobufDecoder:
             raise undecodable(self._schema_id, exc) from None
         # Field names as in the .proto; int64 become strings, bytes base64, enums their names:
         # the protobuf JSON mapping, so what follows sees JSON values.
-        return json_format.MessageToDict(message, preserving_proto_field_name=True)
+        doc: dict[str, Any] = json_format.MessageToDict(message, preserving_proto_field_name=True)
+        return doc
 
     def _message_class(self, indexes: tuple[int, ...]) -> type[Message]:
         """The message type at a message-index path: top-level message, then nested ones."""
@@ -67,7 +68,8 @@ class ProtobufDecoder:
             names.append(types[index].name)
             types = types[index].nested_type
         descriptor = self._pool.FindMessageTypeByName(".".join(names))
-        return message_factory.GetMessageClass(descriptor)
+        cls: type[Message] = message_factory.GetMessageClass(descriptor)
+        return cls
 
 
 def _file_descriptors(
