@@ -12,12 +12,13 @@ caller's outage handling is the one retry loop. Credentials never appear in a me
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -49,6 +50,16 @@ class RegistryConfig:
     cache_size: int = 1000  # schemas kept by id (an id's schema never changes)
     unknown_ttl_s: float = 30.0  # how long a 404 for an id is believed without asking again
 
+    def __repr__(self) -> str:
+        # Only the address without user info, and whether each secret is set.
+        secrets = {
+            "password": self.password,
+            "bearer_token": self.bearer_token,
+            "ssl_keyfile_password": self.ssl_keyfile_password,
+        }
+        shown = ", ".join(f"{name}={'***' if value else None}" for name, value in secrets.items())
+        return f"RegistryConfig(url={_without_userinfo(self.url)!r}, {shown})"
+
     def __post_init__(self) -> None:
         if self.bearer_token and (self.username or self.password):
             raise ValueError("registry: basic auth or a bearer token, not both")
@@ -66,17 +77,16 @@ class RegistryClient:
         parts = urlsplit(config.url)
         username, password = config.username, config.password
         if parts.username is not None:
-            username = username or parts.username
-            password = password or parts.password or ""
-        host = parts.hostname or ""
-        if parts.port is not None:
-            host = f"{host}:{parts.port}"
+            username = username or unquote(parts.username)
+            password = password or unquote(parts.password or "")
         # The address without credentials: the only form of the URL that is ever shown.
-        self.base_url = urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+        self.base_url = _without_userinfo(config.url).rstrip("/")
         self._headers = {"Accept": _ACCEPT}
         if config.bearer_token:
             self._headers["Authorization"] = f"Bearer {config.bearer_token}"
-        self._auth = None if username is None else aiohttp.BasicAuth(username, password or "")
+        elif username is not None:
+            pair = f"{username}:{password or ''}".encode()
+            self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
         self._config = config
         self._clock = clock
         self._ssl = _ssl_context(config)
@@ -182,7 +192,7 @@ class RegistryClient:
         self.requests += 1
         try:
             async with session.request(
-                method, url, data=data, headers=headers, auth=self._auth, ssl=self._ssl
+                method, url, data=data, headers=headers, ssl=self._ssl
             ) as response:
                 status = response.status
                 payload = await response.read()
@@ -247,6 +257,14 @@ def _schema_fields(doc: dict[str, Any], what: str) -> tuple[str, str, list[Any]]
     if not isinstance(references, list):
         raise InvalidEvent(Reason.INVALID_SCHEMA, f"{what}: references is not a list")
     return schema_type.upper(), text, references
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def _ssl_context(config: RegistryConfig) -> ssl.SSLContext | bool:
