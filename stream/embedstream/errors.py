@@ -44,6 +44,17 @@ class Reason(StrEnum):
     INVALID_INPUT_TYPE = "invalid_input_type"
     INVALID_TASK = "invalid_task"
     INVALID_HEADERS = "invalid_headers"  # embedstream's own headers (e.g. on a retry record)
+    # Schema Registry framed values (input_format avro / json_schema / protobuf).
+    NO_MAGIC_BYTE = "no_magic_byte"  # the first byte is not the wire format's magic byte 0
+    TRUNCATED_FRAME = "truncated_frame"  # shorter than magic byte + 4-byte schema id
+    INVALID_MESSAGE_INDEXES = "invalid_message_indexes"  # protobuf: bad varints or no such type
+    UNKNOWN_SCHEMA = "unknown_schema"  # the registry answers 404 for the schema id
+    WRONG_SCHEMA_TYPE = "wrong_schema_type"  # e.g. an Avro schema id on a protobuf topic
+    INVALID_SCHEMA = "invalid_schema"  # the registry's schema text does not parse
+    UNDECODABLE_PAYLOAD = "undecodable_payload"  # the payload does not decode with its schema
+    SCHEMA_VIOLATION = "schema_violation"  # JSON Schema: the document fails validation
+    MISSING_FIELD = "missing_field"  # a mapped field (e.g. text_field=body.content) is absent
+    INVALID_FIELD = "invalid_field"  # a mapped field has the wrong type (e.g. text not a string)
     # Well formed, but this deployment can never serve it (PermanentItemError).
     EMPTY_TEXT = "empty_text"
     TOO_LONG = "too_long"
@@ -61,6 +72,13 @@ class Reason(StrEnum):
     RATE_LIMITED = "rate_limited"
     MALFORMED_RESPONSE = "malformed_response"
     INTERNAL_ERROR = "internal_error"  # an unexpected exception in the embedding backend
+    # The Schema Registry cannot answer now (RegistryUnavailable): pause the input, never
+    # dead-letter. 401/403 are here too: a credential fix, not the record, makes them pass.
+    REGISTRY_UNREACHABLE = "registry_unreachable"  # connection refused / DNS / TLS failure
+    REGISTRY_TIMEOUT = "registry_timeout"
+    REGISTRY_ERROR = "registry_error"  # 5xx (and 429)
+    REGISTRY_AUTH = "registry_auth"  # 401 / 403
+    REGISTRY_MALFORMED_RESPONSE = "registry_malformed_response"  # not the Confluent API's JSON
     # The provider refuses everyone (ProviderWideError).
     AUTH = "auth"
     NOT_FOUND = "not_found"
@@ -137,6 +155,17 @@ class TransientError(EmbedStreamError):
 
 class ProviderWideError(EmbedStreamError):
     """Every request would fail (auth, missing model): stop sending, keep the items."""
+
+    retriable = True
+
+    def __init__(self, reason: str, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.reason = reason
+
+
+class RegistryUnavailable(EmbedStreamError):
+    """The Schema Registry cannot answer now (refused, timeout, 5xx, 401/403): an outage of the
+    input, never a reason to dead-letter the record. Pause and retry; ``/readyz`` says why."""
 
     retriable = True
 

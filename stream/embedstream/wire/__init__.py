@@ -19,6 +19,7 @@ from embedstream.wire.events import (
     decode_request,
     decode_result,
     encode_request,
+    request_from_doc,
 )
 from embedstream.wire.headers import (
     ENQUEUED_AT,
@@ -100,6 +101,7 @@ __all__ = [
     "float32_bytes",
     "headers_dict",
     "read_retry_state",
+    "request_from_doc",
     "rfc3339",
     "vector_from_float32",
 ]

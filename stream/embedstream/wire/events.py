@@ -57,6 +57,12 @@ def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedReq
         raise InvalidEvent(
             Reason.NOT_AN_OBJECT, f"expected a JSON object, got {type(doc).__name__}"
         )
+    return request_from_doc(doc)
+
+
+def request_from_doc(doc: dict[str, Any]) -> EmbedRequest:
+    """Validate one request given as a JSON-equivalent dict (a JSON event, or a registry
+    record after field mapping, see ``wire/field_mapping.py``)."""
     return EmbedRequest(
         id=_id(doc),
         text=_text(doc),

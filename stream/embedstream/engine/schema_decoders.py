@@ -1,0 +1,79 @@
+"""Registry-framed values to request dicts: the frame, the schema of its id (from the
+registry client), the format decoder built from it (kept per id), and the field mapping.
+Also the result side: register the result schema under the results topic's subject and
+return the encoder that frames results with its id.
+
+A decoder is built once per schema id and kept, bounded; a schema that is not of the topic's
+format or does not parse is kept as that error, since an id's schema never changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+
+from embedstream.engine.registry import RegistryClient
+from embedstream.errors import InvalidEvent
+from embedstream.wire.field_mapping import FieldMapping, MappedEvent, map_fields
+from embedstream.wire.formats import PayloadDecoder, build_decoder
+from embedstream.wire.formats.results import ResultEncoder, result_schema
+from embedstream.wire.registry_frames import parse_frame
+
+
+class SchemaDecoders:
+    def __init__(
+        self,
+        client: RegistryClient,
+        input_format: str,
+        mapping: FieldMapping,
+        *,
+        reader_schema: str | None = None,
+        max_schemas: int = 1000,
+    ) -> None:
+        self._client = client
+        self._input_format = input_format
+        self._mapping = mapping
+        self._reader_schema = reader_schema
+        self._max_schemas = max_schemas
+        self._decoders: OrderedDict[int, PayloadDecoder | InvalidEvent] = OrderedDict()
+
+    async def decode(self, raw: bytes | None) -> MappedEvent:
+        """The request fields of one framed value. Raises InvalidEvent (dead-letter the record)
+        or RegistryUnavailable (an outage: pause, retry the same record later)."""
+        frame = parse_frame(raw)
+        decoder = await self.decoder(frame.schema_id)
+        return map_fields(decoder.decode(frame.payload), self._mapping)
+
+    async def decoder(self, schema_id: int) -> PayloadDecoder:
+        found = self._decoders.get(schema_id)
+        if found is None:
+            schema = await self._client.schema(schema_id)
+            try:
+                # protoc and schema parsing take milliseconds: off the event loop.
+                found = await asyncio.to_thread(
+                    build_decoder, self._input_format, schema, reader_schema=self._reader_schema
+                )
+            except InvalidEvent as exc:
+                found = exc
+            self._decoders[schema_id] = found
+            while len(self._decoders) > self._max_schemas:
+                self._decoders.popitem(last=False)
+        else:
+            self._decoders.move_to_end(schema_id)
+        if isinstance(found, InvalidEvent):
+            raise InvalidEvent(found.reason, found.message)
+        return found
+
+
+def result_subject(results_topic: str) -> str:
+    """TopicNameStrategy: the value schema of a topic is registered under ``<topic>-value``."""
+    return f"{results_topic}-value"
+
+
+async def result_encoder(
+    client: RegistryClient, output_format: str, results_topic: str
+) -> ResultEncoder:
+    """Register the result schema (at start-up; idempotent) and the encoder that uses its id."""
+    schema_type, text = result_schema(output_format)
+    schema_id = await client.register(result_subject(results_topic), schema_type, text)
+    return ResultEncoder(output_format, schema_id)
