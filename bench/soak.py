@@ -39,7 +39,7 @@ from embedstream.tools.verify.report import VerificationReport
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the chaos harness of the tests: processes, feeder, drain
 
-from tests.integration.chaos import (  # noqa: E402
+from tests.e2e.chaos import (  # noqa: E402
     Feeder,
     Fleet,
     ProcessorOptions,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import orjson
 import pytest
 from embedstream.kafka.admin import topic_names
 
+from tests.e2e.cli import embedstream
 from tests.integration.helpers import (
     create_all_topics,
     group_offsets,
@@ -22,24 +22,6 @@ from tests.integration.helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-async def embedstream(
-    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None, limit_s: float = 120
-) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "embedstream.cli",
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin), limit_s)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 @pytest.mark.parametrize(

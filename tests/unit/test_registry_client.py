@@ -13,7 +13,7 @@ import pytest
 from embedstream.engine.registry import RegistryClient, RegistryConfig, RegistryRejected
 from embedstream.engine.schema_decoders import SchemaDecoders, result_encoder
 from embedstream.errors import InvalidEvent, Reason, RegistryUnavailable
-from embedstream.testing_registry import TestRegistry
+from embedstream.testing.registry import TestRegistry
 from embedstream.wire import EmbedResult
 from embedstream.wire.field_mapping import FieldMapping
 from embedstream.wire.formats.results import result_schema

@@ -20,6 +20,7 @@ from embedstream.kafka.topics import TopicSpec
 from embedstream.tools.embedded import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.cli import embedstream
 from tests.integration.helpers import (
     create_all_topics,
     publish,
@@ -29,7 +30,6 @@ from tests.integration.helpers import (
     settings_for,
     wait_for_ids,
 )
-from tests.integration.test_cli import embedstream
 
 pytestmark = pytest.mark.integration
 
