@@ -44,6 +44,8 @@ class Reason(StrEnum):
     INVALID_INPUT_TYPE = "invalid_input_type"
     INVALID_TASK = "invalid_task"
     INVALID_HEADERS = "invalid_headers"  # embedstream's own headers (e.g. on a retry record)
+    INVALID_DOC_ID = "invalid_doc_id"
+    INVALID_VERSION = "invalid_version"
     # Schema Registry framed values (input_format avro / json_schema / protobuf).
     NO_MAGIC_BYTE = "no_magic_byte"  # the first byte is not the wire format's magic byte 0
     TRUNCATED_FRAME = "truncated_frame"  # shorter than magic byte + 4-byte schema id
@@ -58,6 +60,7 @@ class Reason(StrEnum):
     # Well formed, but this deployment can never serve it (PermanentItemError).
     EMPTY_TEXT = "empty_text"
     TOO_LONG = "too_long"
+    TOO_MANY_CHUNKS = "too_many_chunks"  # a document cut into more than max_document_chunks
     UNSUPPORTED_ENCODING_FORMAT = "unsupported_encoding_format"
     # The provider profile (or, answering 400, the provider) takes no `dimensions` / no such
     # request field (user, input_type, task).

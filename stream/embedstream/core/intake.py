@@ -1,7 +1,9 @@
-"""Admission of one request event: parse, validate, apply provider limits. Pure.
+"""Admission of one event: parse, validate, apply provider limits, cut documents. Pure.
 
 Everything that can be decided from the record alone is decided here, before the item takes
-any buffer space, so poison input is parked in the dead-letter topic at once with a reason.
+any buffer space, so poison input is parked in the dead-letter topic at once with a reason. A
+request becomes one item; a document becomes its chunks (each checked like a request); a keyed
+record without a value is a document's tombstone.
 """
 
 from __future__ import annotations
@@ -10,11 +12,20 @@ import dataclasses
 from dataclasses import dataclass
 
 from embedstream.core import configured
+from embedstream.core.chunker import Chunk, ChunkingRules, chunk_document
+from embedstream.core.documents import default_version
 from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter
 from embedstream.errors import InvalidEvent, Reason
 from embedstream.settings import Settings
-from embedstream.wire import EmbedRequest, decode_request
+from embedstream.wire import EmbedRequest, event_object, request_from_doc
+from embedstream.wire.document_events import (
+    DocumentEvent,
+    DocumentTombstone,
+    document_from_doc,
+    is_document,
+    tombstone_for,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +35,15 @@ class Admitted:
     encoding_format: str
     tokens: int
     truncated_from: int | None = None  # the estimate before truncation, when truncated
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedDocument:
+    event: DocumentEvent
+    version: str  # the event's, or the digest of its text
+    model: str
+    encoding_format: str
+    chunks: list[Chunk]  # may be empty (an empty text): the document is complete at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +60,28 @@ class Intake:
         self._count = count
         self._allowed_models = settings.allowed_model_set
         self._profile = configured.profile_label(settings)
+        self._chunking = ChunkingRules(
+            settings.chunk_max_tokens, settings.chunk_overlap_tokens, settings.chunk_min_tokens
+        )
 
-    def admit(self, value: bytes | None) -> Admitted | Rejected:
+    def admit(
+        self, value: bytes | None, key: bytes | None = None
+    ) -> Admitted | AdmittedDocument | DocumentTombstone | Rejected:
+        s = self._settings
         try:
-            request = decode_request(value, max_bytes=self._settings.max_event_bytes)
+            if value is None:
+                return tombstone_for(key)
+            doc = event_object(value, max_bytes=max(s.max_event_bytes, s.max_document_bytes))
+            if is_document(doc):
+                if len(value) > s.max_document_bytes:
+                    limit = f"limit {s.max_document_bytes} (max_document_bytes)"
+                    raise InvalidEvent(Reason.OVERSIZED, f"document is {len(value)} bytes, {limit}")
+                return self._admit_document(document_from_doc(doc))
+            if len(value) > s.max_event_bytes:
+                raise InvalidEvent(
+                    Reason.OVERSIZED, f"value is {len(value)} bytes, limit {s.max_event_bytes}"
+                )
+            request = request_from_doc(doc)
         except InvalidEvent as exc:
             return Rejected("InvalidEvent", exc.reason, exc.message)
         model = request.model or self._settings.model
@@ -69,6 +107,34 @@ class Intake:
             shorter = dataclasses.replace(request, text=text)
             return Admitted(shorter, model, encoding_format, self._count(text), tokens)
         return Rejected("PermanentItemError", problem.reason, problem.message)
+
+    def _admit_document(self, event: DocumentEvent) -> AdmittedDocument | Rejected:
+        model = event.model or self._settings.model
+        if self._allowed_models and model not in self._allowed_models:
+            return Rejected(
+                "PermanentItemError", Reason.UNKNOWN_MODEL, f"model {model!r} not allowed"
+            )
+        encoding_format = event.encoding_format or self._settings.encoding_format
+        chunks = chunk_document(event.text, self._chunking, self._count)
+        most = self._settings.max_document_chunks
+        if len(chunks) > most:
+            return Rejected("PermanentItemError", Reason.TOO_MANY_CHUNKS,
+                            f"document cuts into {len(chunks)} chunks, limit {most} "
+                            "(max_document_chunks)")  # fmt: skip
+        for chunk in chunks:  # a few comparisons each; the first problem refuses the document
+            problem = check_item(
+                self._limits,
+                text=chunk.text,
+                tokens=chunk.tokens,
+                encoding_format=encoding_format,
+                dimensions=event.dimensions,
+                parameters=event.parameters(),
+                profile_name=self._profile,
+            )
+            if problem is not None:
+                return Rejected("PermanentItemError", problem.reason, problem.message)
+        version = event.version or default_version(event.text)
+        return AdmittedDocument(event, version, model, encoding_format, chunks)
 
 
 def truncate(text: str, max_tokens: int, count: TokenCounter) -> str:

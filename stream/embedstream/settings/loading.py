@@ -14,6 +14,7 @@ from embedstream.errors import ConfigError, env_var
 from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
 from embedstream.settings.rules import (
     validate_cache,
+    validate_documents,
     validate_provider,
     validate_security,
     validate_topics,
@@ -71,6 +72,7 @@ def validate(s: Settings) -> None:
     validate_topics(s)
     validate_provider(s)
     validate_cache(s)
+    validate_documents(s)
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

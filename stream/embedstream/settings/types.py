@@ -6,7 +6,7 @@ becomes one. Literal types list their allowed values once; help, validation and 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, get_args
 
@@ -94,6 +94,7 @@ class Group(StrEnum):
     DELIVERY = "Delivery"
     CACHE = "Cache"
     OPERATIONS = "Operations"
+    DOCUMENTS = "Documents"
 
 
 @dataclass(frozen=True)
@@ -125,3 +126,8 @@ class SettingSpec:
             return None
         wanted = " and ".join(f"{op} {limit:g}" for limit, op, _ in bounds if limit is not None)
         return f"must be {wanted}, got {value:g}"
+
+
+def setting(default: Any, help: str, group: Group, **spec: Any) -> Any:
+    """A settings field: its default, and its spec (help, group, range, secrecy) as metadata."""
+    return field(default=default, metadata={"spec": SettingSpec(help, group, **spec)})

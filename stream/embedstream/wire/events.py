@@ -39,6 +39,11 @@ class EmbedRequest:
 
 def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedRequest:
     """Parse and validate one request event value."""
+    return request_from_doc(event_object(raw, max_bytes=max_bytes))
+
+
+def event_object(raw: bytes | None, *, max_bytes: int) -> dict[str, Any]:
+    """One event value as a JSON object: size, UTF-8, JSON and object checked, in that order."""
     if raw is None:
         raise InvalidEvent(Reason.EMPTY_VALUE, "record has no value")
     if len(raw) > max_bytes:
@@ -57,7 +62,7 @@ def decode_request(raw: bytes | None, *, max_bytes: int = 1_048_576) -> EmbedReq
         raise InvalidEvent(
             Reason.NOT_AN_OBJECT, f"expected a JSON object, got {type(doc).__name__}"
         )
-    return request_from_doc(doc)
+    return doc
 
 
 def request_from_doc(doc: dict[str, Any]) -> EmbedRequest:
@@ -66,14 +71,14 @@ def request_from_doc(doc: dict[str, Any]) -> EmbedRequest:
     return EmbedRequest(
         id=_id(doc),
         text=_text(doc),
-        model=_optional_str(doc, "model"),
-        encoding_format=_encoding_format(doc),
-        dimensions=_dimensions(doc),
-        metadata=_metadata(doc),
-        deadline_ms=_deadline(doc),
-        user=_parameter(doc, "user"),
-        input_type=_parameter(doc, "input_type"),
-        task=_parameter(doc, "task"),
+        model=optional_str_field(doc, "model"),
+        encoding_format=encoding_format_field(doc),
+        dimensions=dimensions_field(doc),
+        metadata=metadata_field(doc),
+        deadline_ms=deadline_field(doc),
+        user=parameter_field(doc, "user"),
+        input_type=parameter_field(doc, "input_type"),
+        task=parameter_field(doc, "task"),
     )
 
 
@@ -101,7 +106,7 @@ def _text(doc: dict[str, Any]) -> str:
     return value
 
 
-def _optional_str(doc: dict[str, Any], name: str) -> str | None:
+def optional_str_field(doc: dict[str, Any], name: str) -> str | None:
     value = doc.get(name)
     if value is None:
         return None
@@ -110,8 +115,8 @@ def _optional_str(doc: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def _parameter(doc: dict[str, Any], name: str) -> str | None:
-    value = _optional_str(doc, name)
+def parameter_field(doc: dict[str, Any], name: str) -> str | None:
+    value = optional_str_field(doc, name)
     if value is not None and len(value) > MAX_PARAMETER_CHARS:
         raise InvalidEvent(
             f"invalid_{name}", f"field '{name}' is longer than {MAX_PARAMETER_CHARS} characters"
@@ -119,7 +124,7 @@ def _parameter(doc: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def _encoding_format(doc: dict[str, Any]) -> str | None:
+def encoding_format_field(doc: dict[str, Any]) -> str | None:
     value = doc.get("encoding_format")
     if value is None:
         return None
@@ -131,7 +136,7 @@ def _encoding_format(doc: dict[str, Any]) -> str | None:
     return str(value)
 
 
-def _dimensions(doc: dict[str, Any]) -> int | None:
+def dimensions_field(doc: dict[str, Any]) -> int | None:
     value = doc.get("dimensions")
     if value is None:
         return None
@@ -142,7 +147,7 @@ def _dimensions(doc: dict[str, Any]) -> int | None:
     return value
 
 
-def _metadata(doc: dict[str, Any]) -> dict[str, Any] | None:
+def metadata_field(doc: dict[str, Any]) -> dict[str, Any] | None:
     value = doc.get("metadata")
     if value is None:
         return None
@@ -151,7 +156,7 @@ def _metadata(doc: dict[str, Any]) -> dict[str, Any] | None:
     return value
 
 
-def _deadline(doc: dict[str, Any]) -> int | None:
+def deadline_field(doc: dict[str, Any]) -> int | None:
     value = doc.get("deadline")
     if value is None:
         return None
