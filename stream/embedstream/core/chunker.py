@@ -41,8 +41,12 @@ from embedstream.core.tokens import TokenCounter, estimate_tokens
 PARAGRAPH, SENTENCE, WORD, CHARACTER = 3, 2, 1, 0
 
 _PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
-# Latin terminators need whitespace after them ("3.14", "e.g.x" stay whole); CJK ones do not.
-_SENTENCE_BREAK = re.compile(r"[.!?…]+[\"'”’»)\]]*(?=\s)|[。！？]+[\"'”’」』)\]]*|\n")
+_CLOSERS = "\"')\\]\u00bb\u201d\u2019\u300d\u300f"  # quotes and brackets after a terminator
+# Latin terminators (and the ellipsis) need whitespace after them, so "3.14" stays whole; the
+# CJK full stop, exclamation and question marks do not. A line break also ends a sentence.
+_SENTENCE_BREAK = re.compile(
+    f"[.!?\u2026]+[{_CLOSERS}]*(?=\\s)|[\u3002\uff01\uff1f]+[{_CLOSERS}]*|\n"
+)
 _WORD = re.compile(r"\S+")
 _UNBEATABLE = 1 << 40  # above every key: strength << 32 | crc32
 
@@ -100,8 +104,7 @@ def chunk_document(
         return []
     cutter = _Cutter(text, units, budget, count)
     bodies = [
-        (units[a].start, units[b - 1].end)
-        for a, b in cutter.spans(0, len(units), rules.min_tokens)
+        (units[a].start, units[b - 1].end) for a, b in cutter.spans(0, len(units), rules.min_tokens)
     ]
     chunks: list[Chunk] = []
     previous_start = -1
