@@ -44,6 +44,11 @@ class Reason(StrEnum):
     INVALID_INPUT_TYPE = "invalid_input_type"
     INVALID_TASK = "invalid_task"
     INVALID_HEADERS = "invalid_headers"  # embedstream's own headers (e.g. on a retry record)
+    # A results-topic record is malformed (InvalidEvent from wire.documents).
+    INVALID_RESULT = "invalid_result"
+    UNKNOWN_RECORD_TYPE = "unknown_record_type"
+    MISSING_KEY = "missing_key"  # a tombstone without a key names no document
+    KEY_MISMATCH = "key_mismatch"  # the key is not the record's id / doc_id
     # Well formed, but this deployment can never serve it (PermanentItemError).
     EMPTY_TEXT = "empty_text"
     TOO_LONG = "too_long"
@@ -64,6 +69,11 @@ class Reason(StrEnum):
     # The provider refuses everyone (ProviderWideError).
     AUTH = "auth"
     NOT_FOUND = "not_found"
+    # A vector store refuses a record (Rejected) or cannot be used (StoreError).
+    MODEL_MISMATCH = "model_mismatch"
+    DIMENSION_MISMATCH = "dimension_mismatch"
+    STORE_UNAVAILABLE = "store_unavailable"
+    STORE_SCHEMA = "store_schema"  # the table exists but is not one a store of ours can use
 
 
 def http_reason(status: int) -> str:
@@ -143,6 +153,16 @@ class ProviderWideError(EmbedStreamError):
     def __init__(self, reason: str, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message, retry_after=retry_after)
         self.reason = reason
+
+
+class StoreError(EmbedStreamError):
+    """The vector store cannot be used: unreachable (retriable) or its table disagrees with the
+    settings (model, dimensions, shape: not retriable). Messages never hold the DSN's password."""
+
+    def __init__(self, reason: str, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retriable = retriable
 
 
 class BrokerUnavailable(EmbedStreamError):
