@@ -74,6 +74,7 @@ class Reason(StrEnum):
     DIMENSION_MISMATCH = "dimension_mismatch"
     STORE_UNAVAILABLE = "store_unavailable"
     STORE_SCHEMA = "store_schema"  # the table exists but is not one a store of ours can use
+    STORE_FAILED = "store_failed"  # the database refused a statement (a bug or a constraint)
 
 
 def http_reason(status: int) -> str:
