@@ -47,7 +47,7 @@ def start_postgres(directory: Path | str | None = None) -> PostgresServer:
     with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR unset, /tmp is used
         warnings.simplefilter("ignore")
         try:
-            import pgserver
+            from pgserver.postgres_server import get_server
         except ImportError:
             raise PostgresUnavailable("pip install pgserver (or embedstream[dev])") from None
     owns = directory is None
@@ -55,7 +55,7 @@ def start_postgres(directory: Path | str | None = None) -> PostgresServer:
     try:
         with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR unset, /tmp is used
             warnings.simplefilter("ignore")
-            server = pgserver.get_server(path, cleanup_mode="stop")
+            server = get_server(path, cleanup_mode="stop")
     except Exception as exc:
         if owns:
             shutil.rmtree(path, ignore_errors=True)

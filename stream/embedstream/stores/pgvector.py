@@ -48,6 +48,8 @@ from embedstream.wire.documents import ChunkResult, OutputRecord, PlainResult
 from embedstream.wire.vectors import Vector as Vector_
 from embedstream.wire.vectors import base64_dimensions, decode_base64
 
+__all__ = ["PgStoreConfig", "PgVectorStore", "masked_dsn"]
+
 # SQLSTATE classes worth a retry: connection, transaction rollback (serialization, deadlock),
 # insufficient resources, operator intervention (shutdown).
 _RETRIABLE_CLASSES = ("08", "40", "53", "57")
