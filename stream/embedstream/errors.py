@@ -57,6 +57,11 @@ class Reason(StrEnum):
     SCHEMA_VIOLATION = "schema_violation"  # JSON Schema: the document fails validation
     MISSING_FIELD = "missing_field"  # a mapped field (e.g. text_field=body.content) is absent
     INVALID_FIELD = "invalid_field"  # a mapped field has the wrong type (e.g. text not a string)
+    # A results-topic record is malformed (InvalidEvent from wire.documents).
+    INVALID_RESULT = "invalid_result"
+    UNKNOWN_RECORD_TYPE = "unknown_record_type"
+    MISSING_KEY = "missing_key"  # a tombstone without a key names no document
+    KEY_MISMATCH = "key_mismatch"  # the key is not the record's id / doc_id
     # Well formed, but this deployment can never serve it (PermanentItemError).
     EMPTY_TEXT = "empty_text"
     TOO_LONG = "too_long"
@@ -85,6 +90,12 @@ class Reason(StrEnum):
     # The provider refuses everyone (ProviderWideError).
     AUTH = "auth"
     NOT_FOUND = "not_found"
+    # A vector store refuses a record (Rejected) or cannot be used (StoreError).
+    MODEL_MISMATCH = "model_mismatch"
+    DIMENSION_MISMATCH = "dimension_mismatch"
+    STORE_UNAVAILABLE = "store_unavailable"
+    STORE_SCHEMA = "store_schema"  # the table exists but is not one a store of ours can use
+    STORE_FAILED = "store_failed"  # the database refused a statement (a bug or a constraint)
 
 
 def http_reason(status: int) -> str:
@@ -175,6 +186,16 @@ class RegistryUnavailable(EmbedStreamError):
     def __init__(self, reason: str, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message, retry_after=retry_after)
         self.reason = reason
+
+
+class StoreError(EmbedStreamError):
+    """The vector store cannot be used: unreachable (retriable) or its table disagrees with the
+    settings (model, dimensions, shape: not retriable). Messages never hold the DSN's password."""
+
+    def __init__(self, reason: str, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retriable = retriable
 
 
 class BrokerUnavailable(EmbedStreamError):

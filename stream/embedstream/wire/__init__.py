@@ -1,13 +1,24 @@
 """Every topic-facing format in one place: events, header names and the vector codec.
 
-Requests in, results out, retry records and dead letters with their headers; JSON via orjson,
-vectors as float lists or base64 of little-endian float32. Pure: no I/O. Decoding a request or
-reading embedstream's own headers raises nothing but :class:`InvalidEvent`, whose ``reason``
-the dead-letter headers carry, so one malformed record is parked without stopping the stream.
+Requests in, results out (plain results, and documents' chunks, final records and tombstones),
+retry records and dead letters with their headers; JSON via orjson, vectors as float lists or
+base64 of little-endian float32. Pure: no I/O. Decoding a request, a results-topic record or
+embedstream's own headers raises nothing but :class:`InvalidEvent`, whose ``reason`` the
+dead-letter headers carry, so one malformed record is parked without stopping the stream.
 """
 
 from __future__ import annotations
 
+from embedstream.wire.documents import (
+    ChunkResult,
+    DocumentComplete,
+    DocumentDeleted,
+    DocumentIncomplete,
+    DocumentRecord,
+    OutputRecord,
+    PlainResult,
+    decode_output,
+)
 from embedstream.wire.events import (
     ENCODING_FORMATS,
     MAX_ID_CHARS,
@@ -83,10 +94,17 @@ __all__ = [
     "SOURCE_PARTITION",
     "SOURCE_TOPIC",
     "TRUNCATED_FROM",
+    "ChunkResult",
+    "DocumentComplete",
+    "DocumentDeleted",
+    "DocumentIncomplete",
+    "DocumentRecord",
     "EmbedRequest",
     "EmbedResult",
     "Failure",
     "Headers",
+    "OutputRecord",
+    "PlainResult",
     "RetryState",
     "Vector",
     "all_finite",
@@ -94,6 +112,7 @@ __all__ = [
     "base64_floats",
     "dead_letter_headers",
     "decode_base64",
+    "decode_output",
     "decode_request",
     "decode_result",
     "encode_base64",
