@@ -7,14 +7,15 @@ single word too long for any chunk by characters. Consecutive units are then mer
 Where to cut between units is content-defined, not packed greedily from the start (one edit would
 move every later cut). A boundary carries a key: how strong it is (paragraph > sentence > word >
 character) and the crc32 of the two units beside it. It is a cut when its key beats every other
-boundary less than `min_tokens` away (positions measured as the sum of the units' own counts; the
-span's ends count as unbeatable). So cuts are at least `min_tokens` apart, small paragraphs merge
-with a neighbour, and whether a boundary is a cut depends only on the text within `min_tokens` of
-it: an edit moves at most one cut on each side of itself. A span between cuts whose text is over
-the limit is cut again the same way with half the distance, down to a cut at every unit.
+boundary less than a distance d away (positions measured as the sum of the units' own counts; the
+span's ends count as unbeatable), d = max(min_tokens, a quarter of the chunk's budget: a long
+sentence cut into words is then not cut at every word). So cuts are at least d apart, small
+paragraphs merge with a neighbour, and whether a boundary is a cut depends only on the text within
+d of it: an edit moves at most one cut on each side of itself. A span between cuts whose text is
+over the limit is cut again the same way with half the distance, down to a cut at every unit.
 
 Overlap: a chunk (not the first) starts up to `overlap_tokens` early, at a word start in the
-previous chunk's own text (never at the previous chunk's start), so its span starts earlier. The
+previous chunk's own text (never at its first word), so its span starts earlier. The
 chunk's own text is kept within `max_tokens - overlap_tokens`, so the overlap always has room.
 
 Whitespace: a unit's span never starts or ends with whitespace; the blank lines and spaces between
@@ -103,20 +104,15 @@ def chunk_document(
     if not units:
         return []
     cutter = _Cutter(text, units, budget, count)
-    bodies = [
-        (units[a].start, units[b - 1].end) for a, b in cutter.spans(0, len(units), rules.min_tokens)
-    ]
+    distance = max(rules.min_tokens, budget // 4)
+    bodies = [(units[a].start, units[b - 1].end) for a, b in cutter.spans(0, len(units), distance)]
     chunks: list[Chunk] = []
-    previous_start = -1
     for seq, (body_start, body_end) in enumerate(bodies):
         start = body_start
         if seq and rules.overlap_tokens:
-            start = _overlap_start(
-                text, bodies[seq - 1], previous_start, (body_start, body_end), rules, count
-            )
+            start = _overlap_start(text, bodies[seq - 1], (body_start, body_end), rules, count)
         piece = text[start:body_end]
         chunks.append(Chunk(seq, start, body_end, piece, count(piece)))
-        previous_start = start
     return chunks
 
 
@@ -255,17 +251,18 @@ class _Cutter:
 def _overlap_start(
     text: str,
     previous_body: tuple[int, int],
-    previous_start: int,
     body: tuple[int, int],
     rules: ChunkingRules,
     count: TokenCounter,
 ) -> int:
-    """The earliest word start in the previous chunk's own text whose tail fits the overlap and
-    keeps the whole chunk within max_tokens; the chunk's own start when none does."""
+    """The earliest word start in the previous chunk's own text, after its first word, whose tail
+    fits the overlap and keeps the whole chunk within max_tokens; the chunk's own start when none
+    does. Never the previous chunk's first word: then starts strictly increase, and the choice
+    depends on the previous chunk's own text only, not on that chunk's overlap (a chain)."""
     starts = [
         m.start()
         for m in _WORD.finditer(text, previous_body[0], previous_body[1])
-        if m.start() > previous_start
+        if m.start() > previous_body[0]
     ]
 
     def fits(start: int) -> bool:
