@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
-from embedstream.testing_postgres import start_postgres
+from embedstream.testing.postgres import start_postgres
 from embedstream.wire import ChunkResult, DocumentComplete, OutputRecord
 
 CHUNKS_PER_DOC = 10

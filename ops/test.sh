@@ -71,9 +71,9 @@ status=0
 if (($#)); then
   "$PYTHON" -m pytest -p no:cacheprovider "$@" || status=$?
 else
-  "$PYTHON" -m pytest -p no:cacheprovider -n "$WORKERS" --durations=15 tests/unit tests/integration \
+  "$PYTHON" -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadgroup --durations=15 tests/unit tests/integration \
     || status=$?
-  "$PYTHON" -m pytest -p no:cacheprovider -n "$E2E_WORKERS" --durations=15 tests/e2e || status=$?
+  "$PYTHON" -m pytest -p no:cacheprovider -n "$E2E_WORKERS" --dist loadgroup --durations=15 tests/e2e || status=$?
 fi
 if [[ $status -ne 0 ]]; then
   echo "---- tests failed (exit $status); tail of the Kafka broker log ----" >&2

@@ -35,7 +35,8 @@ from tests.integration.helpers import (
 from tests.integration.secured import SecuredBroker, embedstream_cli
 from tests.tls import make_ca, need_openssl
 
-pytestmark = pytest.mark.integration
+# One worker runs them all: the secured broker is a session fixture, started once per worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("secured-broker")]
 
 # A misconfiguration must be reported long before connect_timeout_s runs out: the bound is
 # far below that timeout but loose enough for a loaded CI machine (a process start alone can
