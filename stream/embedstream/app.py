@@ -34,6 +34,7 @@ from embedstream.kafka.clients import (
     make_producer,
 )
 from embedstream.kafka.commits import OffsetCommitter
+from embedstream.kafka.documents import DocumentFlow
 from embedstream.kafka.fetcher import Fetcher
 from embedstream.kafka.handoff import Handoff
 from embedstream.kafka.outcomes import KafkaOutcomes
@@ -126,7 +127,8 @@ def build_service(
         )
         writer = transactions
     sink = Sink(writer, names)
-    outcomes = KafkaOutcomes(sink, metrics)
+    documents = DocumentFlow(sink, metrics, include_text=settings.include_chunk_text)
+    outcomes = KafkaOutcomes(sink, metrics, documents)
     governor = configured.governor(settings, time.monotonic)
     cost = CostModels()  # the latency model learned from calls, shared by caller and batcher
     cache = build_cache(settings, metrics)
@@ -150,6 +152,7 @@ def build_service(
         observe_dispatch=False,  # the batch-call path reports real call latencies
     )
     waiting = WaitingRetries(lambda item: batcher.add(item.key, item.tokens, item))
+    documents.bind(waiting.hold_or_submit)
     committer = OffsetCommitter(
         consumer, assignment.offsets(), transactions, on_lost=lambda tp: handoff.lost(tp)
     )

@@ -60,9 +60,7 @@ class Intake:
         self._count = count
         self._allowed_models = settings.allowed_model_set
         self._profile = configured.profile_label(settings)
-        self._chunking = ChunkingRules(
-            settings.chunk_max_tokens, settings.chunk_overlap_tokens, settings.chunk_min_tokens
-        )
+        self._chunking = chunking_rules(settings, limits)
 
     def admit(
         self, value: bytes | None, key: bytes | None = None
@@ -135,6 +133,13 @@ class Intake:
                 return Rejected("PermanentItemError", problem.reason, problem.message)
         version = event.version or default_version(event.text)
         return AdmittedDocument(event, version, model, encoding_format, chunks)
+
+
+def chunking_rules(settings: Settings, limits: ProviderLimits) -> ChunkingRules:
+    """The chunk settings, capped so that every chunk is one input the provider takes."""
+    most = min(settings.chunk_max_tokens, limits.max_tokens_per_input)
+    overlap = min(settings.chunk_overlap_tokens, most // 4)
+    return ChunkingRules(most, overlap, min(settings.chunk_min_tokens, most))
 
 
 def truncate(text: str, max_tokens: int, count: TokenCounter) -> str:

@@ -1,4 +1,5 @@
-"""One Kafka record in: a work item for the engine, or the failure that dead-letters it.
+"""One Kafka record in: a work item for the engine (or a document to cut into them, or a
+document's tombstone), or the failure that dead-letters it.
 
 Everything here is decided from the record alone (value and headers), before the record takes
 any buffer space. Nothing raises: malformed values and malformed embedstream headers (say, a
@@ -7,14 +8,16 @@ retry record whose attempt count is not a number) become a dead letter with a re
 
 from __future__ import annotations
 
-from embedstream.core.intake import Admitted, Intake
+from embedstream.core.intake import Admitted, AdmittedDocument, Intake
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.errors import InvalidEvent
+from embedstream.kafka.documents import DocumentStart
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
 from embedstream.wire import MAX_EPOCH_MS, Failure, RetryState, read_retry_state
+from embedstream.wire.document_events import DocumentTombstone
 
 
 class Admission:
@@ -25,13 +28,25 @@ class Admission:
         # time in the year 9999 would hold the record, and its partition's commits, for ever.
         self._max_delay_ms = max_delay_ms
 
-    def admit(self, record: Record, state: PartitionState, now_ms: int) -> WorkItem | Failure:
+    def admit(
+        self, record: Record, state: PartitionState, now_ms: int
+    ) -> WorkItem | DocumentStart | DocumentTombstone | Failure:
         try:
             retry = read_retry_state(record.headers)
         except InvalidEvent as exc:
             return _failure(record, "InvalidEvent", exc.reason, exc.message, 0, now_ms)
         value = record.value or b""
-        verdict = self._intake.admit(record.value)
+        # A tombstone deletes a document; the retry topic (embedstream's own) carries none.
+        retry_topic = self._topics.lane_of(record.topic) is InputLane.RETRY
+        verdict = self._intake.admit(record.value, None if retry_topic else record.key)
+        if isinstance(verdict, DocumentTombstone):
+            return verdict
+        # Kafka's -1 is "no timestamp", and a producer may set any: then the request
+        # enters now (its retry record's enqueued_at must be a time embedstream reads back).
+        timestamp_ms = retry.enqueued_at_ms or _plausible(record.timestamp, now_ms)
+        if isinstance(verdict, AdmittedDocument):
+            origin = Origin(record.topic, record.partition, record.offset)
+            return DocumentStart(verdict, origin, self._priority(record.topic, retry), timestamp_ms)
         if not isinstance(verdict, Admitted):
             return _failure(record, verdict.error_class, verdict.reason, verdict.message,
                             retry.attempts, now_ms)  # fmt: skip
@@ -48,9 +63,7 @@ class Admission:
             raw=value,
             priority=self._priority(record.topic, retry),
             partition=state,
-            # Kafka's -1 is "no timestamp", and a producer may set any: then the request
-            # enters now (its retry record's enqueued_at must be a time embedstream reads back).
-            timestamp_ms=retry.enqueued_at_ms or _plausible(record.timestamp, now_ms),
+            timestamp_ms=timestamp_ms,
             model=verdict.model,
             encoding_format=verdict.encoding_format,
             truncated_from=verdict.truncated_from,

@@ -2,6 +2,8 @@
 
 An item's offset is marked complete only after its outcome is written (acknowledged by the
 broker, or staged in its partition's transaction), so a crash re-reads it and never skips it.
+A document's chunk answers to its document instead (`kafka/documents.py`): its result is a
+chunk record keyed by doc_id, a retry waits in memory, and a dead letter names the chunk.
 """
 
 from __future__ import annotations
@@ -11,16 +13,19 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+import orjson
+
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import EngineObserver
 from embedstream.engine.cache import Hit
 from embedstream.engine.jobs import Embedded, Outcomes
 from embedstream.errors import EmbedStreamError
+from embedstream.kafka.documents import DocumentFlow
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
 from embedstream.kafka.sink import OutputUnwritable, Sink, now_ms
-from embedstream.kafka.work import WorkItem
-from embedstream.wire import EmbedResult, Failure
+from embedstream.kafka.work import ChunkOf, WorkItem
+from embedstream.wire import ChunkResult, EmbedResult, Failure, Vector, chunk_headers
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +36,14 @@ class ResultObserver(EngineObserver, Protocol):
 
 class KafkaOutcomes(Outcomes[WorkItem]):
     def __init__(
-        self, sink: Sink, observer: ResultObserver, clock_ms: Callable[[], int] = now_ms
+        self,
+        sink: Sink,
+        observer: ResultObserver,
+        documents: DocumentFlow,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.sink = sink
+        self.documents = documents
         self._observer = observer
         self._clock_ms = clock_ms
         self._writing: set[asyncio.Task[None]] = set()
@@ -58,33 +68,49 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             log.error("results not written (%r); their offsets stay uncommitted", task.exception())
 
     async def flush(self) -> None:
-        """Wait for every result write started so far."""
-        while self._writing:
+        """Wait for every result write started so far, and the document records they lead to."""
+        while self._writing or self.documents.writing:
             await asyncio.gather(*self._writing, return_exceptions=True)
+            await self.documents.flush()
 
     def cancel_writes(self) -> None:
         """Give up on pending writes (a bounded shutdown): their items stay unfinished."""
         for task in self._writing:
             task.cancel()
+        self.documents.cancel_writes()
+
+    def _result(
+        self,
+        item: WorkItem,
+        model: str,
+        vector: Vector,
+        dimensions: int,
+        tokens: int,
+        now: int,
+        *,
+        cached: bool = False,
+    ) -> EmbedResult | ChunkResult:
+        latency_ms = float(now - item.timestamp_ms)
+        if item.chunk is None:
+            request = item.request
+            return EmbedResult(request.id, model, vector, dimensions, tokens, request.metadata,
+                               item.attempts, latency_ms, cached)  # fmt: skip
+        run = item.chunk.document
+        text = item.text if self.documents.include_text else None
+        return ChunkResult(
+            run.doc_id, run.version, item.chunk.seq, run.progress.chunk_count,
+            (item.chunk.start, item.chunk.end), vector, model, dimensions, tokens, cached,
+            run.metadata, item.attempts, latency_ms, text,
+        )  # fmt: skip
 
     async def _write_results(
         self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int
     ) -> None:
         now = self._clock_ms()
-        results = []
-        for embedded in done:
-            item = embedded.job
-            result = EmbedResult(
-                id=item.request.id,
-                model=key.model,
-                embedding=embedded.vector,
-                dimensions=dimensions,
-                tokens=embedded.tokens,
-                metadata=item.request.metadata,
-                attempts=item.attempts,
-                latency_ms=float(now - item.timestamp_ms),
-            )
-            results.append((item, result))
+        results = [
+            (e.job, self._result(e.job, key.model, e.vector, dimensions, e.tokens, now))
+            for e in done
+        ]
         await self.sink.results(results)
         lane = key.priority.label
         for embedded in done:
@@ -103,21 +129,10 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         task.add_done_callback(self._written)
 
     async def _write_all_cached(self, hits: list[Hit[WorkItem]], now: int) -> None:
-        results = []
-        for hit in hits:
-            item = hit.job
-            result = EmbedResult(
-                id=item.request.id,
-                model=hit.key.model,
-                embedding=hit.vector,
-                dimensions=hit.dimensions,
-                tokens=0,
-                metadata=item.request.metadata,
-                attempts=item.attempts,
-                latency_ms=float(now - item.timestamp_ms),
-                cached=True,
-            )
-            results.append((item, result))
+        results = [
+            (h.job, self._result(h.job, h.key.model, h.vector, h.dimensions, 0, now, cached=True))
+            for h in hits
+        ]
         await self.sink.results(results)  # one batch per partition, like a call's results
         for hit in hits:
             self._observer.observe_result(
@@ -126,7 +141,14 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             hit.job.finish()
 
     async def retry_later(self, job: WorkItem, error: EmbedStreamError, delay_s: float) -> None:
-        not_before = self._clock_ms() + int(delay_s * 1000)
+        now = self._clock_ms()
+        not_before = now + int(delay_s * 1000)
+        if job.chunk is not None:  # in memory: its document's offset waits for it anyway
+            job.not_before_ms = not_before
+            job.first_failure_ms = job.first_failure_ms or now
+            job.first_error = job.first_error or f"{error.reason}: {error.message}"
+            self.documents.resubmit(job)
+            return
         await self.sink.retry(job, not_before, f"{error.reason}: {error.message}")
         job.finish()
 
@@ -143,8 +165,12 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             first_failure_ms=job.first_failure_ms or now,
             last_failure_ms=now,
         )
-        await self.sink.dead_letter(job.raw, job.request.id.encode(), failure, job.partition)
-        job.finish()
+        if job.chunk is None:
+            await self.sink.dead_letter(job.raw, job.request.id.encode(), failure, job.partition)
+        else:
+            value, key, headers = _chunk_dead_letter(job, job.chunk)
+            await self.sink.dead_letter(value, key, failure, job.partition, headers)
+        job.given_up()
 
     def abandoned(self, jobs: Sequence[WorkItem]) -> None:
         # Unfinished, so uncommitted: the next owner (or this one after a restart) reads them again.
@@ -162,3 +188,14 @@ class KafkaOutcomes(Outcomes[WorkItem]):
                     failure.reason)  # fmt: skip
         self._observer.count_dead_letter(failure.reason)
         state.complete(record.offset)
+
+
+def _chunk_dead_letter(
+    job: WorkItem, chunk: ChunkOf
+) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """A chunk's dead letter: the chunk alone (not its whole document, which may be large and
+    whose other chunks succeeded), keyed by doc_id, its coordinates in headers too."""
+    run = chunk.document
+    value = orjson.dumps({"doc_id": run.doc_id, "version": run.version, "chunk_seq": chunk.seq,
+                          "span": [chunk.start, chunk.end], "text": job.text})  # fmt: skip
+    return value, run.key, chunk_headers(run.doc_id, run.version, chunk.seq)

@@ -13,8 +13,13 @@ from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
 
+from embedstream.core.documents import DocumentOrder
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.core.offsets import PartitionOffsets
+
+# Document events waiting behind an earlier one of their doc_id, per partition: far above what
+# backpressure lets in (every waiting event is a held, uncommitted record).
+MAX_WAITING_DOCUMENTS = 1_000_000
 
 
 @dataclass(eq=False)
@@ -31,6 +36,12 @@ class PartitionState:
     # owner. Records below it were committed by that owner (perhaps after our consumer read its
     # position) and are skipped, not done twice. None until known: nothing is admitted before.
     floor: int | None = 0
+    # Chunks of documents read here and not yet finished: backpressure counts them as items.
+    chunks_held: int = 0
+    # The document versions and tombstones running, and those waiting behind one of their doc_id.
+    documents: DocumentOrder[object] = field(
+        default_factory=lambda: DocumentOrder(MAX_WAITING_DOCUMENTS)
+    )
 
     @property
     def lane(self) -> Priority:
@@ -85,14 +96,14 @@ class Assignment:
     @property
     def held(self) -> int:
         """Records read but not finished: buffered, waiting, in flight or being written."""
-        return sum(state.offsets.pending for state in self._states.values())
+        return sum(s.offsets.pending + s.chunks_held for s in self._states.values())
 
     @property
     def held_bytes(self) -> int:
         return sum(state.offsets.pending_bytes for state in self._states.values())
 
     def pending_in(self, tps: set[TopicPartition]) -> int:
-        return sum(s.offsets.pending for tp, s in self._states.items() if tp in tps)
+        return sum(s.offsets.pending + s.chunks_held for tp, s in self._states.items() if tp in tps)
 
     def lag(self) -> int:
         return sum(state.lag for state in self._states.values())

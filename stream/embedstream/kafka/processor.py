@@ -25,6 +25,7 @@ from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.kafka.admission import Admission
 from embedstream.kafka.commits import OffsetCommitter
+from embedstream.kafka.documents import DocumentStart
 from embedstream.kafka.fetcher import Fetcher
 from embedstream.kafka.handoff import Handoff, Listener
 from embedstream.kafka.outcomes import KafkaOutcomes
@@ -37,6 +38,7 @@ from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import WorkItem
 from embedstream.settings import Settings
 from embedstream.wire import Failure
+from embedstream.wire.document_events import DocumentTombstone
 
 log = logging.getLogger(__name__)
 
@@ -225,24 +227,28 @@ class Processor:
             admitted: list[WorkItem] = []
             for state, records in fetched:
                 for record in records:
-                    item = await self._admit(state, record)
-                    if item is not None:
-                        admitted.append(item)
+                    admitted += await self._admit(state, record)
                 p.fetcher.update_lag(state, records[-1].offset + 1)
             await self._submit(admitted)
 
-    async def _admit(self, state: PartitionState, record: Record) -> WorkItem | None:
-        """Track one record; dead-letter it now if it can never become work."""
+    async def _admit(self, state: PartitionState, record: Record) -> list[WorkItem]:
+        """Track one record; the work it makes now (a request, a document's chunks, nothing);
+        dead-letter it now if it can never become work."""
         p = self.parts
         if state.floor is not None and record.offset < state.floor:
-            return None  # committed by the previous owner (exactly-once): not ours to redo
+            return []  # committed by the previous owner (exactly-once): not ours to redo
         p.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
         verdict = p.admission.admit(record, state, now_ms())
         if isinstance(verdict, Failure):
             await p.outcomes.refused(record, state, verdict)
-            return None
-        return verdict
+            return []
+        if isinstance(verdict, DocumentStart):
+            return p.outcomes.documents.start(verdict, state)
+        if isinstance(verdict, DocumentTombstone):
+            p.outcomes.documents.delete(verdict, record, state)
+            return []
+        return [verdict]
 
     async def _submit(self, items: list[WorkItem]) -> None:
         """Hand one fetch's work to the engine: cache hits become results now (one look-up for

@@ -25,6 +25,7 @@ from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
 from embedstream.wire import (
     TRUNCATED_FROM,
+    ChunkResult,
     EmbedResult,
     Failure,
     Headers,
@@ -169,21 +170,27 @@ class Sink:
         self._writer = writer
         self._topics = topics
 
-    async def result(self, item: WorkItem, result: EmbedResult) -> None:
+    async def result(self, item: WorkItem, result: EmbedResult | ChunkResult) -> None:
         await self._writer.write(self._result_output(item, result))
 
-    async def results(self, done: Sequence[tuple[WorkItem, EmbedResult]]) -> None:
+    async def results(self, done: Sequence[tuple[WorkItem, EmbedResult | ChunkResult]]) -> None:
         """Many results at once (one call's): written as one batch per partition."""
         await self._writer.write_many([self._result_output(i, r) for i, r in done])
 
-    def _result_output(self, item: WorkItem, result: EmbedResult) -> Output:
+    def _result_output(self, item: WorkItem, result: EmbedResult | ChunkResult) -> Output:
         headers: Headers = []
         if item.truncated_from is not None:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
-        key = item.request.id.encode()
+        key = result.key if isinstance(result, ChunkResult) else item.request.id.encode()
         return Output(
             item.origin, self._topics.results, key, result.encode(), headers, item.partition
         )
+
+    async def document_record(
+        self, key: bytes, value: bytes | None, origin: Origin, owner: object
+    ) -> None:
+        """A document's final record (or its tombstone, value None), keyed by doc_id."""
+        await self._writer.write(Output(origin, self._topics.results, key, value, [], owner))
 
     async def retry(self, item: WorkItem, not_before_ms: int, error: str) -> None:
         state = RetryState(
@@ -201,10 +208,15 @@ class Sink:
         )
 
     async def dead_letter(
-        self, raw: bytes | None, key: bytes | None, failure: Failure, owner: object | None
+        self,
+        raw: bytes | None,
+        key: bytes | None,
+        failure: Failure,
+        owner: object | None,
+        extra_headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
         origin = Origin(failure.source_topic, failure.source_partition, failure.source_offset)
-        headers = dead_letter_headers(failure)
+        headers = dead_letter_headers(failure) + list(extra_headers)
         await self._writer.write(
             Output(origin, self._topics.dead_letters, key, raw, headers, owner)
         )

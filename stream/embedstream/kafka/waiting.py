@@ -73,6 +73,11 @@ class WaitingRetries:
             return item.partition.tp in partitions
 
         items = self._queue.take_where(read_from)
+        # A document's chunk has no record of its own to requeue: it goes now, one attempt
+        # early, so its document can end before the partition is let go.
+        for chunk in [item for item in items if item.chunk is not None]:
+            self._submit(chunk)
+        items = [item for item in items if item.chunk is None]
         if not items:
             return
         await asyncio.gather(

@@ -39,6 +39,8 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "embedstream_results_total",
         "embedstream_retries_total",
         "embedstream_dead_letters_total",
+        "embedstream_documents_total",
+        "embedstream_chunks_total",
         "embedstream_paused_partitions",
         "embedstream_in_flight_calls",
         "embedstream_concurrency_limit",
@@ -158,6 +160,15 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self._documents = Counter(
+            "embedstream_documents_total",
+            "Document versions ended (complete, incomplete) and documents deleted.",
+            ["outcome"],
+            registry=r,
+        )
+        self._chunks = Counter(
+            "embedstream_chunks_total", "Chunks documents were cut into.", registry=r
+        )
         self._paused_partitions = Gauge(
             "embedstream_paused_partitions", "Partitions paused for backpressure.", registry=r
         )
@@ -271,6 +282,12 @@ class Metrics:
 
     def count_dead_letter(self, reason: str) -> None:
         self._dead_letters.labels(reason=reason).inc()
+
+    def count_document(self, outcome: str) -> None:
+        self._documents.labels(outcome=outcome).inc()
+
+    def count_chunks(self, chunks: int) -> None:
+        self._chunks.inc(chunks)
 
     # ----------------------------------------------------------------- cache
 

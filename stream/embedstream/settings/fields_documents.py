@@ -12,7 +12,11 @@ _DOC = Group.DOCUMENTS
 @dataclass(frozen=True)
 class DocumentFields:
     chunk_max_tokens: int = setting(
-        512, "Most estimated tokens in one chunk of a document, overlap included.", _DOC, gt=0
+        512,
+        "Most estimated tokens in one chunk of a document, overlap included (capped at the "
+        "provider's limit per input).",
+        _DOC,
+        gt=0,
     )
     chunk_overlap_tokens: int = setting(
         32,
@@ -30,5 +34,9 @@ class DocumentFields:
         1_048_576, "Largest document event accepted; larger ones are dead-lettered.", _DOC, gt=0
     )
     max_document_chunks: int = setting(
-        1_000, "Most chunks of one document; more is dead-lettered as too_many_chunks.", _DOC, gt=0
+        1_000,
+        "Most chunks of one document (more is dead-lettered as too_many_chunks); a document is "
+        "admitted whole, so the buffer may exceed max_buffered_items by this much.",
+        _DOC,
+        gt=0,
     )

@@ -139,15 +139,11 @@ def validate_cache(s: Settings) -> None:
 
 
 def validate_documents(s: Settings) -> None:
-    """Chunks fit one input, the overlap leaves room for new text, and one document fits the
-    buffer (it is admitted whole, so a bigger one could never start)."""
+    """The overlap leaves room for new text, and one document's bytes fit
+    the buffer (it is admitted whole, so a bigger one could never start)."""
     if s.chunk_overlap_tokens >= s.chunk_max_tokens:
         raise ConfigError("chunk_overlap_tokens", "must be below chunk_max_tokens")
     if s.chunk_min_tokens > s.chunk_max_tokens:
         raise ConfigError("chunk_min_tokens", "must not exceed chunk_max_tokens")
-    if s.chunk_max_tokens > s.max_input_tokens:
-        raise ConfigError("chunk_max_tokens", "must not exceed max_input_tokens")
-    if s.max_document_chunks > s.max_buffered_items:
-        raise ConfigError("max_document_chunks", "must not exceed max_buffered_items")
     if s.max_document_bytes > s.max_buffered_bytes:
         raise ConfigError("max_document_bytes", "must not exceed max_buffered_bytes")

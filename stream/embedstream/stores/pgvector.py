@@ -39,7 +39,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb, set_json_dumps
 
 from embedstream.errors import Reason, StoreError
-from embedstream.settings_secrets import scrub_url
+from embedstream.settings import scrub_url
 from embedstream.stores import pgschema as sql
 from embedstream.stores.base import Rejected, SearchHit
 from embedstream.stores.pgschema import PgStoreConfig

@@ -30,9 +30,13 @@ from embedstream.wire.events import (
     decode_request,
     decode_result,
     encode_request,
+    event_object,
     request_from_doc,
 )
 from embedstream.wire.headers import (
+    DOC_CHUNK_SEQ,
+    DOC_ID,
+    DOC_VERSION,
     ENQUEUED_AT,
     ERROR_ATTEMPTS,
     ERROR_CLASS,
@@ -54,6 +58,7 @@ from embedstream.wire.headers import (
     TRUNCATED_FROM,
     Headers,
     RetryState,
+    chunk_headers,
     dead_letter_headers,
     headers_dict,
     read_retry_state,
@@ -71,6 +76,9 @@ from embedstream.wire.vectors import (
 )
 
 __all__ = [
+    "DOC_CHUNK_SEQ",
+    "DOC_ID",
+    "DOC_VERSION",
     "ENCODING_FORMATS",
     "ENQUEUED_AT",
     "ERROR_ATTEMPTS",
@@ -110,6 +118,7 @@ __all__ = [
     "all_finite",
     "base64_dimensions",
     "base64_floats",
+    "chunk_headers",
     "dead_letter_headers",
     "decode_base64",
     "decode_output",
@@ -117,6 +126,7 @@ __all__ = [
     "decode_result",
     "encode_base64",
     "encode_request",
+    "event_object",
     "float32_bytes",
     "headers_dict",
     "read_retry_state",

@@ -28,6 +28,10 @@ RETRY_FIRST_ERROR = HEADER_PREFIX + "retry.first_error"
 RETRY_FIRST_FAILURE = HEADER_PREFIX + "retry.first_failure"
 PRIORITY = HEADER_PREFIX + "priority"
 ENQUEUED_AT = HEADER_PREFIX + "enqueued_at"
+# On a dead letter of a document's chunk: which document, version and chunk it was.
+DOC_ID = HEADER_PREFIX + "doc.id"
+DOC_VERSION = HEADER_PREFIX + "doc.version"
+DOC_CHUNK_SEQ = HEADER_PREFIX + "doc.chunk_seq"
 # On a result whose text was cut to the per-input limit: the token estimate before cutting.
 TRUNCATED_FROM = HEADER_PREFIX + "truncated_from_tokens"
 
@@ -48,6 +52,14 @@ def dead_letter_headers(failure: Failure) -> Headers:
         FAILURE_LAST: rfc3339(failure.last_failure_ms),
     }
     return [(name, value.encode("utf-8")) for name, value in pairs.items()]
+
+
+def chunk_headers(doc_id: str, version: str, chunk_seq: int) -> Headers:
+    return [
+        (DOC_ID, doc_id.encode("utf-8")),
+        (DOC_VERSION, version.encode("utf-8")),
+        (DOC_CHUNK_SEQ, str(chunk_seq).encode()),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
