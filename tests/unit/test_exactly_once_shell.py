@@ -198,3 +198,19 @@ async def test_a_partition_assigned_while_stopping_gets_no_producer() -> None:
         await asyncio.wait_for(h.consumer.assign({LOW}), 1)
         await asyncio.sleep(0.05)
         assert len(producers.made) == made
+
+
+async def test_a_documents_chunks_and_final_record_commit_with_its_offset() -> None:
+    """Exactly-once: a document's chunk results and its final record are in the transactions
+    of its input partition, with the offset; a consumer reading committed data sees them all
+    and in order."""
+    cluster = fake_cluster()
+    text = "\n\n".join(f"{word} " * 12 for word in ("alpha", "bravo", "charlie"))
+    cluster.produce(LOW.topic, orjson.dumps({"doc_id": "d", "text": text}), b"d", partition=0)
+    small = {"chunk_max_tokens": 40, "chunk_overlap_tokens": 0, "chunk_min_tokens": 0}
+    async with running(
+        GatedBackend(), cluster=cluster, transactional=Producers(cluster), **small
+    ) as h:
+        await eventually(lambda: h.committed(LOW) == 1)
+    kinds = [orjson.loads(r.value or b"")["type"] for r in cluster.records(NAMES.results)]
+    assert kinds == ["chunk", "chunk", "chunk", "complete"]

@@ -8,16 +8,18 @@ pauses, commits and retry records can be driven step by step without a broker.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, ProducerFenced
+from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.producer.transaction_manager import TransactionState
 
 from embedstream.kafka.protocols import RebalanceListener, RecordHeaders
+
+_PARTITIONER = DefaultPartitioner()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +89,9 @@ class FakeCluster:
         tps = self.partitions_of(topic)
         if not tps:
             raise KeyError(f"no topic {topic}")
-        if partition is None:
-            partition = zlib.crc32(key or b"") % len(tps)
+        if partition is None:  # by key as aiokafka does (murmur2), whichever way it is sent
+            ids = list(range(len(tps)))
+            partition = _PARTITIONER(key, ids, ids) if key is not None else 0
         log = self.logs[TopicPartition(topic, partition)]
         record = FakeRecord(topic, partition, len(log), key, value, tuple(headers), timestamp)
         log.append(record)
