@@ -3,7 +3,7 @@ classifies every failure.
 
 Two request paths, one behaviour. The lean path (the default) posts an orjson body with one
 pre-built header set over a kept-alive aiohttp session (``engine/lean_http.py``): about a
-tenth of the client CPU per call of the openai SDK, whose request building and httpx
+sixth of the client CPU per call of the openai SDK, whose request building and httpx
 transport cost ~2.5 ms per single-text call. The SDK path (``sdk=True``) stays for what needs
 the SDK; its own retries are off: retrying is the pipeline's job (retry topic, backoff), so a
 retry is never doubled nor hidden from metrics. Both paths classify failures by the same
