@@ -1,6 +1,6 @@
 """Where the client's CPU goes: per call, over a backlog's calls, and with no provider at all.
 
-    python bench/bench_percall.py                 # client CPU per single-text call
+    python bench/bench_percall.py                 # client CPU per call: SDK vs lean path
     python bench/bench_percall.py --timeline      # a 100,000-text backlog, call by call
     python bench/bench_percall.py --overhead      # zero-latency embed_many vs a bare asyncio loop
     python bench/bench_percall.py --profile       # any of them under cProfile (top 25 lines)
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
 import socket
 import subprocess
@@ -42,7 +43,9 @@ def simulator(base_ms: float, per_token_ms: float) -> Iterator[str]:
     port = free_port()
     command = [sys.executable, "-m", "embedstream", "simulate", "--port", str(port)]
     command += ["--base-ms", str(base_ms), "--per-token-ms", str(per_token_ms), "--capacity", "8"]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # This checkout's simulator, whatever `embedstream` is installed from.
+    env = {**os.environ, "PYTHONPATH": os.path.join(os.path.dirname(__file__), "..", "stream")}
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -73,18 +76,56 @@ class TimedBackend:
         await self.inner.close()
 
 
-async def per_call(calls: int) -> None:
+PATHS = {"sdk": True, "lean": False}  # OpenAIEmbedder(sdk=...)
+
+
+async def per_call(calls: int, rounds: int) -> None:
+    """Client CPU per call of each request path, A/B in one run: the paths take turns in
+    rounds, so a neighbour's load falls on both alike. Directly on the embedder (the request
+    path alone), and through BatchingClient (the whole engine, one text per call)."""
+    texts = make_texts(256)
+    per_round = max(calls // rounds, 1)
+    cpu: dict[tuple[str, str], float] = {}
     with simulator(0.0, 0.0) as url:
-        async with BatchingClient(base_url=url, api_key="x", max_wait_ms=0) as client:
-            for i in range(50):  # connections open, caches warm
-                await client.embed(f"warm-up {i}")
-            cpu, wall = time.process_time(), time.monotonic()
-            for i in range(calls):
-                await client.embed(f"text number {i} with a few words")
-            cpu, wall = time.process_time() - cpu, time.monotonic() - wall
-    print(f"{calls} single-text calls in turn, zero-latency simulator in another process:")
-    per_cpu, per_wall = cpu / calls * 1e3, wall / calls * 1e3
-    print(f"  client CPU per call {per_cpu:.2f} ms, wall per call {per_wall:.2f} ms")
+        embedders = {
+            name: OpenAIEmbedder(base_url=url, api_key="x", timeout_s=30, sdk=sdk)
+            for name, sdk in PATHS.items()
+        }
+        clients = {
+            name: BatchingClient(embedder, base_url=url, api_key="x", max_wait_ms=0)
+            for name, embedder in embedders.items()
+        }
+        for client in clients.values():
+            client.start()
+        try:
+            for name, embedder in embedders.items():  # connections open, caches warm
+                for i in range(50):
+                    await embedder.embed(BatchCall("m", [f"warm-up {i}"], "base64", None))
+                    await clients[name].embed(f"warm-up {i}")
+            for _ in range(rounds):
+                for name, embedder in embedders.items():
+                    for size, sent in (("1 text", 1), ("256 texts", 256)):
+                        n = per_round if sent == 1 else max(per_round // 8, 1)
+                        start = time.process_time()
+                        for i in range(n):
+                            batch = [f"{i} {t}" for t in texts[:sent]]
+                            await embedder.embed(BatchCall("m", batch, "base64", None))
+                        spent = (time.process_time() - start) / n
+                        cpu[name, size] = cpu.get((name, size), 0.0) + spent / rounds
+                    start = time.process_time()
+                    for i in range(per_round):
+                        await clients[name].embed(f"text number {i} with a few words")
+                    spent = (time.process_time() - start) / per_round
+                    key = (name, "BatchingClient.embed, 1 text")
+                    cpu[key] = cpu.get(key, 0.0) + spent / rounds
+        finally:
+            for client in clients.values():
+                await client.close()
+    print(f"client CPU per call, zero-latency simulator in another process, {rounds} rounds:")
+    print(f"  {'':34} {'sdk µs':>9} {'lean µs':>9} {'lean/sdk':>9}")
+    for what in ("1 text", "256 texts", "BatchingClient.embed, 1 text"):
+        sdk, lean = cpu["sdk", what] * 1e6, cpu["lean", what] * 1e6
+        print(f"  {what:34} {sdk:9.0f} {lean:9.0f} {lean / sdk:9.2f}")
 
 
 async def timeline(items: int, encoding_format: str) -> None:
@@ -161,6 +202,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="under cProfile")
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--encoding-format", choices=["float", "base64"], default="base64")
     ns = parser.parse_args()
     run: Callable[[], Awaitable[None]]
@@ -169,7 +211,7 @@ def main() -> None:
     elif ns.overhead:
         run = lambda: overhead(ns.items)  # noqa: E731
     else:
-        run = lambda: per_call(ns.calls)  # noqa: E731
+        run = lambda: per_call(ns.calls, ns.rounds)  # noqa: E731
     profile = cProfile.Profile()
     if ns.profile:
         profile.enable()

@@ -14,6 +14,7 @@ from embedstream.core.limits import (
     UnknownProfile,
     batch_violations,
     check_item,
+    default_buffered_items,
     effective_limits,
     profile,
 )
@@ -220,3 +221,19 @@ def test_batch_violations_agree_with_each_limit(counts: list[int]) -> None:
         and all(c <= SMALL.max_tokens_per_input for c in counts)
     )
     assert (batch_violations(SMALL, counts, "float") == []) == within
+
+
+@pytest.mark.parametrize(
+    ("batch", "slots", "max_bytes", "item_bytes", "expected"),
+    [
+        (256, 4, 64 * 2**20, 1024, 5_000),  # the library defaults: as today
+        (2048, 8, 64 * 2**20, 1024, 32_768),  # the case: two full calls per slot
+        (2048, 8, 16 * 2**20, 1024, 16_384),  # the byte bound wins
+        (2048, 8, 1 * 2**20, 1024, 2048),  # ... but never under one batch
+        (32, 1, 64 * 2**20, 1024, 5_000),
+    ],
+)
+def test_the_default_buffer_fills_the_asked_batches(
+    batch: int, slots: int, max_bytes: int, item_bytes: int, expected: int
+) -> None:
+    assert default_buffered_items(batch, slots, max_bytes, item_bytes) == expected

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
+from embedstream.core.highguard import HighGuard
 from embedstream.core.lanes import Priority
 from embedstream.core.outage import OutageDetector
 from embedstream.core.ratelimit import AnnouncedBudget, RateLimits
@@ -42,8 +43,11 @@ class Governor:
         min_low_share: float = 0.1,
         rpm: float | None = None,
         tpm: float | None = None,
+        high_guard: HighGuard | None = None,
     ) -> None:
         self._clock = clock
+        # What low leaves to high while high traffic is recent; None: the scheduler's rules.
+        self.high_guard = high_guard
         self.limit = ConcurrencyLimit(
             max_concurrency, adaptive=adaptive, target_latency_s=target_latency_s
         )
@@ -76,12 +80,33 @@ class Governor:
         if self.blocked_for() > 0:
             return None
         self._scheduler.set_max_concurrency(self.limit.limit)
-        return self._scheduler.pick(high_ready, low_ready, self.low_in_flight, self.in_flight)
+        return self._scheduler.pick(
+            high_ready, low_ready, self.low_in_flight, self.in_flight, self._low_cap()
+        )
+
+    def _low_cap(self) -> int | None:
+        if self.high_guard is None:
+            return None
+        share = self._scheduler.min_low_share
+        return self.high_guard.low_slot_cap(self.limit.limit, share, self._clock())
+
+    def saw_high(self) -> None:
+        """A high item arrived: the high guard, if any, counts high traffic as recent."""
+        if self.high_guard is not None:
+            self.high_guard.saw_high(self._clock())
+
+    def low_call_cap(self, max_items: int) -> int:
+        """Most inputs in the next low call (fewer while the high guard is active)."""
+        if self.high_guard is None:
+            return max_items
+        return self.high_guard.low_call_cap(max_items, self._clock())
 
     def lane_slots(self, lane: Priority) -> int:
         """Calls this lane may have in flight at once."""
         if lane is Priority.LOW:
-            return max(1, min(self.limit.limit - 1, self._scheduler.low_slot_cap))
+            cap = min(self.limit.limit - 1, self._scheduler.low_slot_cap)
+            guarded = self._low_cap()
+            return max(1, cap if guarded is None else min(cap, guarded))
         return self.limit.limit
 
     def idle_slots(self, lane: Priority) -> int:

@@ -47,9 +47,15 @@ class LaneScheduler:
         self._max_concurrency = n
 
     def pick(
-        self, high_ready: bool, low_ready: bool, low_in_flight: int, in_flight: int
+        self,
+        high_ready: bool,
+        low_ready: bool,
+        low_in_flight: int,
+        in_flight: int,
+        low_cap: int | None = None,
     ) -> Priority | None:
-        """The lane to dispatch from now, or None.
+        """The lane to dispatch from now, or None. ``low_cap`` narrows rule 2 (e.g. more slots
+        kept for high while high traffic is recent: ``core/highguard.py``).
 
         Picking commits the credit, so call it only when you will dispatch what it returns.
         """
@@ -57,7 +63,8 @@ class LaneScheduler:
             raise ValueError(f"need 0 <= low_in_flight <= in_flight: {low_in_flight}, {in_flight}")
         if in_flight >= self._max_concurrency:
             return None
-        low_ok = low_ready and low_in_flight < self.low_slot_cap
+        cap = self.low_slot_cap if low_cap is None else min(low_cap, self.low_slot_cap)
+        low_ok = low_ready and low_in_flight < cap
         if high_ready and low_ok:
             self._credit += self.min_low_share
             if self._credit >= 1.0 - _EPSILON:

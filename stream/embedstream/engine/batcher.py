@@ -100,6 +100,8 @@ class Batcher(Generic[T]):
         bucket.add(Pending(tokens, self._clock(), payload))
         self._buffered += 1
         self._buffered_by_priority[key.priority] += 1
+        if key.priority is Priority.HIGH:
+            self.governor.saw_high()
         self._wake.set()
 
     def drop_where(self, predicate: Callable[[T], bool]) -> list[T]:
@@ -236,6 +238,8 @@ class Batcher(Generic[T]):
         slots = self.governor.idle_slots(lane)
         cost = self.cost.cost(cost_key(bucket.key))
         size = spread_length(counts, len(bucket), slots, self._limits, cost)
+        if lane is Priority.LOW:  # smaller low calls while high traffic is recent
+            size = min(size, self.governor.low_call_cap(self._limits.max_items))
         items = bucket.take(size)
         if bucket and size < batch_length(counts, self._limits):
             self._spreading[bucket.key] = reason  # a piece of a plan: the rest follow now

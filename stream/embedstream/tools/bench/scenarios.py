@@ -7,6 +7,8 @@
   finished; latency runs from each item's *scheduled* arrival, so a client that falls
   behind pays for it in latency instead of hiding it (no coordinated omission).
 - **endpoint**: a closed loop and a backlog on a real endpoint, within a budget of texts.
+- **flood**: a low backlog submitted at once while high requests arrive (Poisson) during
+  its drain: the high latency, and the low drain rate beside its rate with no high traffic.
 
 Each scenario gets a fresh client. A throwaway client on the same embedder first opens its
 connections with a few calls that are not counted; the measured client starts with the cost
@@ -17,10 +19,12 @@ cold calls would teach it a wrong slope: its first backlog would be cut badly).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
 from embedstream.engine.client import BatchingClient
@@ -275,6 +279,11 @@ class _Completions:
     def count(self) -> float:
         return float(self._finished)
 
+    @property
+    def errors(self) -> int:
+        """Futures that finished without a vector."""
+        return self._finished - len(self.latencies)
+
     def done(self, since: float, future: asyncio.Future[object]) -> None:
         now = asyncio.get_running_loop().time()
         if not future.cancelled() and future.exception() is None:
@@ -291,6 +300,50 @@ class _Completions:
         except TimeoutError:
             return False
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class FloodFigures:
+    low_items: int
+    low_per_s: float  # the backlog's items over the time to its last vector
+    high: Percentiles | None  # from each high request's scheduled arrival; None: no high
+    high_items: int
+    failed: int
+
+
+async def flood_on(
+    client: BatchingClient, low_texts: Sequence[str], high_rate: float, *, seed: int = 1
+) -> FloodFigures:
+    """Submit ``low_texts`` at once (priority low) on a started client, and high requests at
+    ``high_rate``/s (Poisson; 0: none) until the backlog is drained."""
+    loop = asyncio.get_running_loop()
+    low = _Completions(len(low_texts))
+    start = loop.time()
+    for text in low_texts:
+        client.submit(text, priority="low").add_done_callback(functools.partial(low.done, start))
+    high = _Completions(0)
+    generator = None
+    if high_rate > 0:
+        # Enough arrivals for any drain; the generator stops when the backlog is done.
+        arrivals = poisson_arrivals(high_rate, GRACE_S, seed=seed)
+        texts = [f"high {i} {t}" for i, t in enumerate(make_texts(len(arrivals), seed=seed))]
+        high = _Completions(len(texts))
+        deadlines = [start + 0.05 + a for a in arrivals]
+        generator = asyncio.create_task(_release(client, texts, deadlines, high))
+    await low.wait(GRACE_S + len(low_texts) / 1000.0)
+    end = max(low.finished_at) if low.finished_at else loop.time()
+    if generator is not None:
+        generator.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await generator
+        await asyncio.sleep(1.0)  # the high requests sent before the end get their answers
+    return FloodFigures(
+        low_items=len(low.latencies),
+        low_per_s=len(low.latencies) / (end - start),
+        high=latency_percentiles(high.latencies) if high_rate > 0 else None,
+        high_items=len(high.latencies),
+        failed=len(low_texts) - len(low.latencies) + high.errors,
+    )
 
 
 async def endpoint(ctx: BenchContext, callers: int, budget: int) -> list[ScenarioResult]:
