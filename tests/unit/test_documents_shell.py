@@ -19,7 +19,7 @@ from embedstream.wire.documents import ChunkResult, DocumentComplete, DocumentIn
 from tests.unit.harness import LOW, NAMES, GatedBackend, Harness, running
 
 # Small chunks, so a few short paragraphs make several chunks.
-SMALL = {"chunk_max_tokens": 40, "chunk_overlap_tokens": 0, "chunk_min_tokens": 0}
+SMALL: dict[str, Any] = {"chunk_max_tokens": 40, "chunk_overlap_tokens": 0, "chunk_min_tokens": 0}
 
 
 def paragraphs(*words: str) -> str:

@@ -8,11 +8,11 @@ import re
 from typing import Any
 
 import pytest
+from embedsim.model import SimulatorConfig
+from embedsim.server import SimulatorServer
 from embedstream.engine.embedder import AzureTarget, BatchCall, OpenAIEmbedder
 from embedstream.engine.lean_http import env_proxy
 from embedstream.errors import EmbedStreamError
-from embedstream.tools.simulator.model import SimulatorConfig
-from embedstream.tools.simulator.server import SimulatorServer
 
 KEY = "sk-secret-key"
 TEXTS = [f"text {i}" for i in range(6)]

@@ -8,6 +8,7 @@ gave its partitions up in a loop, a commit loop that died on a broken producer).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 from embedstream.kafka.transactions import transactional_id
@@ -207,7 +208,11 @@ async def test_a_documents_chunks_and_final_record_commit_with_its_offset() -> N
     cluster = fake_cluster()
     text = "\n\n".join(f"{word} " * 12 for word in ("alpha", "bravo", "charlie"))
     cluster.produce(LOW.topic, orjson.dumps({"doc_id": "d", "text": text}), b"d", partition=0)
-    small = {"chunk_max_tokens": 40, "chunk_overlap_tokens": 0, "chunk_min_tokens": 0}
+    small: dict[str, Any] = {
+        "chunk_max_tokens": 40,
+        "chunk_overlap_tokens": 0,
+        "chunk_min_tokens": 0,
+    }
     async with running(
         GatedBackend(), cluster=cluster, transactional=Producers(cluster), **small
     ) as h:
