@@ -12,24 +12,30 @@ from pathlib import Path
 
 import aiokafka
 import pytest
-from aiokafka import AIOKafkaProducer
 from embedstream.kafka.aiokafka_private import (
     SUPPORTED_AIOKAFKA,
     AiokafkaTransactionalProducer,
     PrivateApiMissing,
     missing_private_attributes,
 )
+from embedstream.kafka.clients import consumer_for, producer_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_the_installed_aiokafka_has_every_private_attribute_embedstream_reads() -> None:
-    assert await missing_private_attributes() == [], aiokafka.__version__
+    producer = producer_for("127.0.0.1:1", transactional_id="t", enable_idempotence=True)
+    consumer = consumer_for("127.0.0.1:1", group_id="g")
+    try:
+        assert missing_private_attributes(producer, consumer) == [], aiokafka.__version__
+    finally:
+        await producer.stop()
+        await consumer.stop()
 
 
 async def test_a_fresh_transactional_producer_reads_uninitialized_and_nothing_pending() -> None:
     producer = AiokafkaTransactionalProducer(
-        AIOKafkaProducer(transactional_id="t", enable_idempotence=True)
+        producer_for("127.0.0.1:1", transactional_id="t", enable_idempotence=True)
     )
     try:
         assert producer.transaction_state == "UNINITIALIZED"
@@ -39,7 +45,7 @@ async def test_a_fresh_transactional_producer_reads_uninitialized_and_nothing_pe
 
 
 async def test_a_missing_private_attribute_is_an_error_naming_it_and_the_supported_range() -> None:
-    raw = AIOKafkaProducer(transactional_id="t", enable_idempotence=True)
+    raw = producer_for("127.0.0.1:1", transactional_id="t", enable_idempotence=True)
     try:
         del raw._txn_manager  # as if upstream renamed it
         with pytest.raises(PrivateApiMissing, match=r"_txn_manager.*aiokafka>=0\.12,<0\.15"):

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiokafka
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.producer.message_accumulator import MessageBatch
 
 from embedstream.kafka.protocols import RecordHeaders
@@ -126,33 +127,25 @@ async def fetch_cluster(consumer: AIOKafkaConsumer) -> Any:
     return await _private(consumer, "_client").fetch_all_metadata()
 
 
-async def missing_private_attributes() -> list[str]:
-    """Every private name above that the installed aiokafka lacks (for the unit test); must run
-    in an event loop, builds clients but connects nothing."""
-    producer = AIOKafkaProducer(transactional_id="embedstream-check", enable_idempotence=True)
-    consumer = AIOKafkaConsumer(group_id="embedstream-check")
+def missing_private_attributes(producer: AIOKafkaProducer, consumer: AIOKafkaConsumer) -> list[str]:
+    """Every private name above that the installed aiokafka lacks, on a transactional producer
+    and a group consumer (neither started), for the unit test."""
     missing: list[str] = []
 
     def check(label: str, obj: object, *names: str) -> None:
         missing.extend(f"{label}.{n}" for n in names if not hasattr(obj, n))
 
-    try:
-        check("AIOKafkaProducer", producer, "_txn_manager", "_message_accumulator")
-        manager = getattr(producer, "_txn_manager", None)
-        check("TransactionManager", manager, "state", "_transaction_waiter")
-        accumulator = getattr(producer, "_message_accumulator", None)
-        check("MessageAccumulator", accumulator, "_batches", "_pending_batches")
-        if accumulator is not None and hasattr(accumulator, "create_builder"):
-            batch = MessageBatch(TopicPartition("t", 0), accumulator.create_builder(), 1.0, 0.0)
-            check("MessageBatch", batch, "_drain_waiter", "future")
-        else:
-            missing.append("MessageAccumulator.create_builder (to check MessageBatch)")
-        check("AIOKafkaConsumer", consumer, "_coordinator", "_client")
-        from aiokafka.consumer.group_coordinator import GroupCoordinator
-
-        check("GroupCoordinator", GroupCoordinator, "request_rejoin")
-        check("AIOKafkaClient", getattr(consumer, "_client", None), "fetch_all_metadata")
-    finally:
-        await producer.stop()
-        await consumer.stop()
+    check("AIOKafkaProducer", producer, "_txn_manager", "_message_accumulator")
+    manager = getattr(producer, "_txn_manager", None)
+    check("TransactionManager", manager, "state", "_transaction_waiter")
+    accumulator = getattr(producer, "_message_accumulator", None)
+    check("MessageAccumulator", accumulator, "_batches", "_pending_batches")
+    if accumulator is not None and hasattr(accumulator, "create_builder"):
+        batch = MessageBatch(TopicPartition("t", 0), accumulator.create_builder(), 1.0, 0.0)
+        check("MessageBatch", batch, "_drain_waiter", "future")
+    else:
+        missing.append("MessageAccumulator.create_builder (to check MessageBatch)")
+    check("AIOKafkaConsumer", consumer, "_coordinator", "_client")
+    check("GroupCoordinator", GroupCoordinator, "request_rejoin")
+    check("AIOKafkaClient", getattr(consumer, "_client", None), "fetch_all_metadata")
     return missing
