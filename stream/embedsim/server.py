@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 import orjson
@@ -28,22 +28,9 @@ from embedsim.cli import DEFAULT_HOST, DEFAULT_PORT
 from embedsim.cli import add_cli_arguments as add_cli_arguments
 from embedsim.cli import config_from_args as config_from_args
 from embedsim.config import SimulatorConfig
-from embedsim.errors import (
-    ApiError,
-    authenticate,
-    invalid_request,
-    not_found,
-    rate_limited,
-    server_error,
-)
-from embedsim.flavors import Flavor
-from embedsim.model import (
-    CallRecord,
-    Stats,
-    TokenBucket,
-    decide_faults,
-    latency_s,
-)
+from embedsim.errors import ApiError, authenticate, invalid_request, server_error
+from embedsim.limits import RateLimits
+from embedsim.model import CallRecord, Stats, decide_faults, latency_s
 from embedsim.protocol import (
     EmbeddingRequest,
     build_response,
@@ -53,7 +40,7 @@ from embedsim.protocol import (
     model_list,
     parse_request,
 )
-from embedsim.quota import Quotas
+from embedsim.responses import error_response, json_response, route_of, url_host
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +73,7 @@ class SimulatorServer:
         self._clock = clock
         self.stats = Stats()
         self._capacity = asyncio.Semaphore(self._config.capacity)
-        self._bucket: TokenBucket | None = None
-        self._quotas = Quotas(0.0, 0.0, 60.0, now=self._clock())
-        self._rate_limited_until = 0.0
-        self._apply_rate_limits(self._config, window_changed=True)
+        self._limits = RateLimits(self._config, clock)
         self._handlers: set[asyncio.Task[object]] = set()
         self._flaky_failures: dict[str, int] = {}
         self.calls: list[CallRecord] = []  # filled when config.record_calls is set
@@ -112,9 +96,9 @@ class SimulatorServer:
             raise
         self._runner = runner
         bound_port = runner.addresses[0][1]
-        self._url = f"http://{_url_host(host)}:{bound_port}"
+        self._url = f"http://{url_host(host)}:{bound_port}"
         # The rate-limit window counts from start, not from construction.
-        self._apply_rate_limits(self._config, window_changed=True)
+        self._limits.apply(self._config, window_changed=True)
 
     async def stop(self) -> None:
         """Stop listening. Calls still running (hung ones included) are cancelled."""
@@ -166,35 +150,12 @@ class SimulatorServer:
             if fixed in changes and changes[fixed] != getattr(self._config, fixed):
                 raise ValueError(f"{fixed} cannot change while the simulator runs")
         new = self._config.replace(**changes)
-        self._apply_rate_limits(new, window_changed="rate_limit_for_s" in changes)
+        self._limits.apply(new, window_changed="rate_limit_for_s" in changes)
         self._config = new
         return new
 
     def reset_stats(self) -> None:
         self.stats.reset()
-
-    def _apply_rate_limits(self, config: SimulatorConfig, *, window_changed: bool) -> None:
-        now = self._clock()
-        if window_changed:
-            self._rate_limited_until = now + config.rate_limit_for_s
-            self._quotas = _quotas(config, now)
-        elif _quota_settings(config) != _quota_settings(self._config):
-            self._quotas = _quotas(config, now)
-        if config.rate_limit_rps <= 0:
-            self._bucket = None
-        elif self._bucket is None or self._bucket.rate != config.rate_limit_rps:
-            self._bucket = TokenBucket(
-                config.rate_limit_rps, max(1.0, config.rate_limit_rps), now=now
-            )
-
-    def _check_rate_limit(self) -> None:
-        now = self._clock()
-        if now < self._rate_limited_until:
-            raise rate_limited(self._rate_limited_until - now)
-        if self._bucket is not None:
-            wait_s = self._bucket.take(now)
-            if wait_s > 0:
-                raise rate_limited(wait_s)
 
     # ----------------------------------------------------------------- HTTP
 
@@ -230,7 +191,7 @@ class SimulatorServer:
                 received_at, inputs, error.status,
                 float(retry_after) if retry_after else None, request, fields,
             )  # fmt: skip
-            return _error_response(error, self._config.flavor_rules)
+            return error_response(error, self._config.flavor_rules)
         finally:
             if task is not None:
                 self._handlers.discard(task)
@@ -258,7 +219,7 @@ class SimulatorServer:
         self, request: web.Request, inputs: list[str], fields: dict[str, object]
     ) -> web.Response:
         config = self._config  # one consistent view for the whole call
-        deployment = _route_of(request, config.flavor_rules)
+        deployment = route_of(request, config.flavor_rules)
         body = await request.read()
         # Parsed once (counting a big call's tokens is most of the simulator's own CPU), but
         # a malformed body is refused only after the key and the rate limit, as providers do.
@@ -273,11 +234,11 @@ class SimulatorServer:
             with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
                 fields.update((k, v) for k, v in orjson.loads(body).items() if k != "input")
         authenticate(config, request.headers)
-        self._check_rate_limit()
+        self._limits.check_rate()
         if parsed is None:
             assert refusal is not None
             raise refusal
-        announced = self._check_quotas(parsed.total_tokens)
+        announced = self._limits.check_quotas(parsed.total_tokens)
         check_rejected_texts(config, parsed)
         if flaky_failure(config, parsed, self._flaky_failures):
             raise server_error()
@@ -300,46 +261,36 @@ class SimulatorServer:
             finally:
                 self.stats.leave()
         self.stats.record_served(parsed)
-        response = _json_response(answer)
+        response = json_response(answer)
         response.headers.update(announced)
         return response
-
-    def _check_quotas(self, tokens: int) -> Mapping[str, str]:
-        """Count the call against the announced budgets; the headers it is answered with."""
-        now = self._clock()
-        wait_s = self._quotas.admit(tokens, now)
-        if wait_s > 0:
-            error = rate_limited(wait_s)
-            error.headers.update(self._quotas.headers(now))
-            raise error
-        return self._quotas.headers(now)
 
     async def _handle_models(self, request: web.Request) -> web.Response:
         try:
             authenticate(self._config, request.headers)
         except ApiError as error:
-            return _error_response(error, self._config.flavor_rules)
-        return _json_response(model_list(self._config))
+            return error_response(error, self._config.flavor_rules)
+        return json_response(model_list(self._config))
 
     async def _handle_model(self, request: web.Request) -> web.Response:
         try:
             authenticate(self._config, request.headers)
-            return _json_response(find_model(request.match_info["model"], self._config))
+            return json_response(find_model(request.match_info["model"], self._config))
         except ApiError as error:
-            return _error_response(error, self._config.flavor_rules)
+            return error_response(error, self._config.flavor_rules)
 
     async def _handle_healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     async def _handle_stats(self, request: web.Request) -> web.Response:
-        return _json_response(self.stats.to_json())
+        return json_response(self.stats.to_json())
 
     async def _handle_reset_stats(self, request: web.Request) -> web.Response:
         self.reset_stats()
-        return _json_response(self.stats.to_json())
+        return json_response(self.stats.to_json())
 
     async def _handle_get_faults(self, request: web.Request) -> web.Response:
-        return _json_response(self._config.to_json())
+        return json_response(self._config.to_json())
 
     async def _handle_set_faults(self, request: web.Request) -> web.Response:
         try:
@@ -349,48 +300,8 @@ class SimulatorServer:
             config = self.set_faults(**changes)
         except (ValueError, TypeError) as error:  # orjson.JSONDecodeError is a ValueError
             error_body = invalid_request(str(error), param=None, code="invalid_value")
-            return _json_response(error_body.body(), status=error_body.status)
-        return _json_response(config.to_json())
-
-
-def _quota_settings(config: SimulatorConfig) -> tuple[float, float, float]:
-    return (config.rate_limit_rpm, config.rate_limit_tpm, config.rate_limit_burst_s)
-
-
-def _quotas(config: SimulatorConfig, now: float) -> Quotas:
-    return Quotas(config.rate_limit_rpm, config.rate_limit_tpm, config.rate_limit_burst_s, now)
-
-
-def _json_response(body: object, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
-
-
-def _error_response(error: ApiError, flavor: Flavor) -> web.Response:
-    body = error.body_for(flavor)
-    response = (
-        web.Response(status=error.status, text=body)
-        if isinstance(body, str)
-        else _json_response(body, status=error.status)
-    )
-    response.headers.update(error.headers)
-    return response
-
-
-def _route_of(request: web.Request, flavor: Flavor) -> str | None:
-    """The Azure deployment a request names (None on /v1/embeddings); a 404 for the route of
-    another flavor, or an Azure call without api-version, as the real servers answer."""
-    deployment = request.match_info.get("deployment")
-    if (deployment is not None) != (flavor.name == "azure"):
-        raise not_found(f"no route {request.path} on a {flavor.name} server")
-    if deployment is not None and not request.query.get("api-version"):
-        raise ApiError(404, "Resource not found", error_type="invalid_request_error", code="404")
-    return deployment
-
-
-def _url_host(host: str) -> str:
-    if host in ("", "0.0.0.0", "::"):  # wildcard binds are reachable via loopback
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host else host
+            return json_response(error_body.body(), status=error_body.status)
+        return json_response(config.to_json())
 
 
 # --------------------------------------------------------------------------- CLI

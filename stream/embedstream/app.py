@@ -14,7 +14,6 @@ import logging
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
 from embedstream.core import configured
 from embedstream.core.costmodel import CostModels
@@ -32,6 +31,7 @@ from embedstream.kafka.clients import (
     connection_for,
     make_consumer,
     make_producer,
+    make_transactional_producer,
 )
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.documents import DocumentFlow
@@ -40,7 +40,7 @@ from embedstream.kafka.handoff import Handoff
 from embedstream.kafka.outcomes import KafkaOutcomes
 from embedstream.kafka.partitions import Assignment
 from embedstream.kafka.processor import Parts, Processor
-from embedstream.kafka.protocols import Consumer, Producer
+from embedstream.kafka.protocols import Consumer, Producer, TransactionalProducer
 from embedstream.kafka.sink import DirectWriter, Sink, Writer
 from embedstream.kafka.topics import configured_topics, topic_settings
 from embedstream.kafka.transactions import PartitionTransactions
@@ -102,7 +102,7 @@ def build_service(
     token_counter: TokenCounter = estimate_tokens,
     consumer: Consumer | None = None,
     producer: Producer | None = None,
-    transactional_producer: Callable[[str], Any] | None = None,
+    transactional_producer: Callable[[str], TransactionalProducer] | None = None,
 ) -> Service:
     """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
     transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
@@ -118,12 +118,7 @@ def build_service(
     if settings.delivery == "exactly_once":
         transactions = PartitionTransactions(
             settings.group_id,
-            transactional_producer
-            or (
-                lambda txn_id: make_producer(
-                    settings, transactional_id=txn_id, enable_idempotence=True
-                )
-            ),
+            transactional_producer or (lambda tid: make_transactional_producer(settings, tid)),
         )
         writer = transactions
     sink = Sink(writer, names)

@@ -16,6 +16,7 @@ from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey, Priority
+from embedstream.engine.cache import EmbeddingCache, MemoryTier, RedisTier
 from embedstream.engine.client import BatchingClient
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
@@ -161,6 +162,43 @@ async def test_a_client_whose_redis_is_down_embeds_from_the_provider(
     assert vectors == [expected_vector(MODEL, t, DIMS) for t in ["one", "two", "one"]]
 
 
+async def test_vectors_computed_while_redis_was_down_or_paused_reach_it_once_it_answers(
+    simulator: SimulatorServer, redis_server: RedisServer
+) -> None:
+    """Vectors computed during an outage and in the pause just after Redis came back used to
+    stay in the memory tier only: another process paid for them again."""
+    options: dict[str, Any] = {
+        "base_url": simulator.url,
+        "model": MODEL,
+        "cache": "redis",
+        "cache_url": redis_server.url,
+        "cache_max_items": 1,
+    }
+    down = [f"while down {i}" for i in range(20)]
+    back = [f"just after the restart {i}" for i in range(20)]
+    cache = EmbeddingCache(
+        provider_identity(simulator.url, "openai"),
+        MemoryTier(1, 0),
+        RedisTier(redis_server.url, 0, 0.25),
+    )
+    redis_server.stop()
+    async with BatchingClient(**options, embedding_cache=cache) as client:
+        await client.embed(down)
+        await cache.flush()  # the look-up and the write failed: Redis is paused
+        redis_server.start()  # same port, empty
+        await client.embed(back)  # within the pause: Redis is not asked
+        for _ in range(200):  # no more traffic: written once the pause is over
+            if redis_server.command("DBSIZE") == 40:
+                break
+            await asyncio.sleep(0.02)
+        assert redis_server.command("DBSIZE") == 40
+    served = simulator.stats.inputs
+    async with BatchingClient(**options) as other:  # another process: only Redis knows them
+        vectors = await other.embed(down + back)
+    assert simulator.stats.inputs == served
+    assert vectors == [expected_vector(MODEL, t, DIMS) for t in down + back]
+
+
 async def test_redis_stopped_mid_run_loses_nothing_and_hits_resume_after_a_restart(
     bootstrap: str, unique_prefix: str, simulator: SimulatorServer, redis_server: RedisServer
 ) -> None:
@@ -190,11 +228,13 @@ async def test_redis_stopped_mid_run_loses_nothing_and_hits_resume_after_a_resta
         await asyncio.sleep(1.1)  # past the pause after the last failure
         refill = {f"refill-{i}": f"after restart {i}" for i in range(50)}
         assert check_results(await produce_and_collect(settings, refill), refill) == [False] * 50
-        for _ in range(100):  # written to Redis in the background, just after the results
-            if redis_server.command("DBSIZE") == 50:
+        # Written to Redis in the background, just after the results: the refill, and the
+        # 100 vectors computed while Redis was down (kept for it, not only in memory).
+        for _ in range(100):
+            if redis_server.command("DBSIZE") == 150:
                 break
             await asyncio.sleep(0.02)
-        assert redis_server.command("DBSIZE") == 50
+        assert redis_server.command("DBSIZE") == 150
         repeat = {f"repeat-{i}": f"after restart {i}" for i in range(50)}
         served_before = simulator.stats.inputs
         assert check_results(await produce_and_collect(settings, repeat), repeat) == [True] * 50

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
 from embedsim.server import SimulatorServer
 from embedstream.core.lanes import InputLane
 from embedstream.kafka.admin import topic_names
-from embedstream.kafka.clients import make_producer
+from embedstream.kafka.clients import make_transactional_producer
 from embedstream.kafka.partitions import PartitionState
+from embedstream.kafka.protocols import TransactionalProducer
 from embedstream.kafka.sink import Output
 from embedstream.kafka.transactions import Fenced, PartitionTransactions, transactional_id
 from embedstream.kafka.work import Origin
@@ -76,8 +76,8 @@ async def test_a_fenced_producer_leaves_no_exception_unretrieved(
     tp = TopicPartition(names.requests_low, 0)
     owner = PartitionState(tp, InputLane.LOW)
 
-    def producer(txn_id: str) -> Any:
-        return make_producer(settings, transactional_id=txn_id, enable_idempotence=True)
+    def producer(txn_id: str) -> TransactionalProducer:
+        return make_transactional_producer(settings, txn_id)
 
     transactions = PartitionTransactions(settings.group_id, producer)
     newer = producer(transactional_id(settings.group_id, tp.topic, tp.partition))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,8 +20,11 @@ import orjson
 import pytest
 from embedsim import SimulatorConfig, expected_vector
 from embedsim.server import SimulatorServer
-from embedstream.errors import env_var
+from embedstream.errors import ConfigError, env_var
 from embedstream.kafka.admin import topic_names
+from embedstream.kafka.clients import connection_for, producer_for
+from embedstream.kafka.preflight import check_connection
+from embedstream.settings import load_settings
 from embedstream.tools.embedded import free_port
 
 from tests.integration.helpers import (
@@ -195,6 +199,28 @@ async def test_every_command_fails_fast_on_a_wrong_password(
     env |= {"EMBEDSTREAM_SASL_PASSWORD_FILE": "", "EMBEDSTREAM_SASL_PASSWORD": "canary-wrong"}
     run = await embedstream_cli(*command, env=env, stdin=b'{"id": "x", "text": "y"}\n')
     _assert_fails_fast(run, "sasl_password")
+
+
+async def test_a_ca_file_rewritten_in_place_is_used_by_the_next_connection(
+    secured_broker: SecuredBroker, tmp_path: Path
+) -> None:
+    """Certificate rotation without a restart: the SSL context used to be built once per
+    process, so a CA bundle (or client certificate) replaced in place was ignored until then."""
+    cafile = tmp_path / "ca.pem"
+    shutil.copyfile(_other_ca(tmp_path), cafile)
+    overrides = {"bootstrap_servers": secured_broker.sasl_ssl, **secured_broker.sasl_settings()}
+    settings = load_settings(env={}, overrides=overrides | {"ssl_cafile": str(cafile)})
+    with pytest.raises(ConfigError, match="ssl_cafile"):
+        await check_connection(connection_for(settings), timeout_s=30, client_id="rotation")
+    shutil.copyfile(secured_broker.ca, cafile)  # the same path, now the broker's CA
+    connection = connection_for(settings)  # the same settings: the same cached connection
+    await check_connection(connection, timeout_s=30, client_id="rotation")
+    producer = producer_for(connection)
+    await producer.start()  # a real client trusts the broker now too
+    try:
+        assert await producer.client.fetch_all_metadata() is not None
+    finally:
+        await producer.stop()
 
 
 # --------------------------------------------------------------------------- canaries

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from embedstream.core.cachekeys import cache_key
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.lru import TtlLru
+from embedstream.engine import cache as cache_module
 from embedstream.engine.cache import REDIS_PAUSE_S, WARN_INTERVAL_S, EmbeddingCache, MemoryTier
 from embedstream.engine.jobs import Job
 from embedstream.ops.metrics import Metrics
@@ -244,6 +246,44 @@ async def test_the_shared_tier_is_used_again_once_it_answers(
     hits, _ = await cache.look_up([job("b")], key_of)
     assert [h.vector for h in hits] == [[2.0]]
     assert counted(registry, "embedstream_cache_hits_total", tier="redis") == 1
+
+
+async def test_vectors_stored_while_redis_fails_or_pauses_are_written_once_it_answers(
+    metrics: Metrics,
+) -> None:
+    """Redis restarted: the first write fails, and for the pause after it every store used to
+    go to the memory tier only (other processors paid for those texts again)."""
+    clock = FakeClock()
+    shared = FakeShared(fail=ConnectionError("restarting"))
+    cache = make(metrics, shared, clock, max_items=1)
+    await stored(cache, KEY, ["failed"], [[1.0]])  # the write fails: Redis is paused
+    shared.fail = None  # Redis is back, but the cache leaves it alone for the pause
+    for text in ["paused-1", "paused-2"]:
+        await stored(cache, KEY, [text], [[2.0]])
+    assert shared.puts == 1 and cache.unwritten == 3
+    clock.advance(REDIS_PAUSE_S)
+    await stored(cache, KEY, ["after"], [[3.0]])
+    assert sorted(shared.entries) == sorted(
+        cache_key("p", KEY, t) for t in ["failed", "paused-1", "paused-2", "after"]
+    )
+    assert shared.puts == 2 and cache.unwritten == 0  # the backlog in one command
+
+
+async def test_the_backlog_for_redis_keeps_the_newest_entries_up_to_its_bound(
+    metrics: Metrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "MAX_UNWRITTEN", 3)
+    clock = FakeClock()
+    shared = FakeShared(fail=ConnectionError("down"))
+    cache = make(metrics, shared, clock)
+    for i in range(6):
+        await stored(cache, KEY, [f"t{i}"], [[float(i)]])
+    assert cache.unwritten == 3
+    shared.fail = None
+    clock.advance(REDIS_PAUSE_S)
+    await cache.store(KEY, [], [])
+    await cache.flush()
+    assert sorted(shared.entries) == sorted(cache_key("p", KEY, f"t{i}") for i in (3, 4, 5))
 
 
 async def test_writes_go_to_redis_in_the_background_and_coalesce(metrics: Metrics) -> None:

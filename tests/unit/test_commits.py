@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka.errors import CommitFailedError
 from embedstream.core.offsets import PartitionOffsets
 from embedstream.kafka.commits import OffsetCommitter
+from embedstream.kafka.protocols import TransactionalProducer
 from embedstream.kafka.transactions import Fenced, PartitionTransactions
 
 
@@ -17,7 +19,7 @@ class FakeConsumer:
         self.fail = fail
         self.commits: list[dict[Any, int]] = []
 
-    async def commit(self, offsets: dict[Any, int]) -> None:
+    async def commit(self, offsets: Mapping[Any, int]) -> None:
         if self.fail:
             raise CommitFailedError("rebalancing")
         self.commits.append(dict(offsets))
@@ -50,9 +52,13 @@ async def test_a_commit_refused_during_a_rebalance_is_retried_later() -> None:
     assert consumer.commits == [{"done": 3, "busy": 1}]
 
 
+def _no_producer(transactional_id: str) -> TransactionalProducer:
+    raise AssertionError("a commit never makes a producer")
+
+
 class FencedTransactions(PartitionTransactions):
     def __init__(self) -> None:
-        super().__init__("g", lambda tid: None)
+        super().__init__("g", _no_producer)
 
     async def commit(self, tp: Any, offset: int) -> bool:
         raise Fenced(str(tp))

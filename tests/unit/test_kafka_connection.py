@@ -11,6 +11,7 @@ import pytest
 from embedstream.errors import ConfigError
 from embedstream.kafka.connection import (
     KafkaConnection,
+    ReloadingSSLContext,
     TokenFileProvider,
     as_connection,
     connection_for,
@@ -160,3 +161,38 @@ async def test_every_producer_takes_the_compression_setting(codec: str) -> None:
 
     producer = make_producer(load_settings(env={}, overrides={"compression_type": codec}))
     assert producer._compression_type == (None if codec == "none" else codec)
+
+
+def _trusted_ca(context: ssl.SSLContext) -> set[tuple[str, str]]:
+    """The subject of the (only) CA the context trusts."""
+    subject: tuple[tuple[tuple[str, str], ...], ...] = context.get_ca_certs()[0]["subject"]  # type: ignore[assignment]
+    return {name for rdn in subject for name in rdn}
+
+
+def test_a_rotated_client_certificate_or_ca_is_used_by_the_next_connection(
+    pki: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cafile, certfile, keyfile = tmp_path / "ca.pem", tmp_path / "c.pem", tmp_path / "c.key"
+    for source, target in [
+        (pki["ca"].cert, cafile),
+        (pki["plain"].cert, certfile),
+        (pki["plain"].key, keyfile),
+    ]:
+        target.write_bytes(source.read_bytes())
+    files = {"ssl_cafile": str(cafile), "ssl_certfile": str(certfile), "ssl_keyfile": str(keyfile)}
+    context = connection_for(load_settings(env={}, overrides=_tls(**files))).ssl_context
+    assert isinstance(context, ReloadingSSLContext)
+    before = context.current()
+    assert context.current() is before  # nothing changed: nothing rebuilt
+    assert _trusted_ca(before) == {("commonName", "ca")}
+    # A half-done rotation (the new certificate, the old key) keeps the previous context.
+    certfile.write_bytes(pki["other"].cert.read_bytes())
+    assert context.current() is before
+    assert "do not load" in caplog.text
+    keyfile.write_bytes(pki["other"].key.read_bytes())
+    cafile.write_bytes(pki["dir"].joinpath("other-ca.pem").read_bytes())
+    after = context.current()
+    assert after is not before
+    assert _trusted_ca(after) == {("commonName", "other-ca")}
+    # What asyncio calls for every TLS connection, a reconnect of a running client included.
+    assert context.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="h").context is after

@@ -17,24 +17,23 @@ TP = TopicPartition("in", 0)
 
 
 @dataclass
-class TxnManager:
-    fatal: bool = False
-
-    def is_fatal_error(self) -> bool:
-        return self.fatal
-
-
-@dataclass
 class FakeTxnProducer:
     """Records transactions; `fail_commit` raises that error from the next commit."""
 
     transactional_id: str
     fail_commit: BaseException | None = None
-    _txn_manager: TxnManager = field(default_factory=TxnManager)
+    fatal: bool = False
     committed: list[list[bytes | None]] = field(default_factory=list)
     aborted: int = 0
     stopped: bool = False
     _open: list[bytes | None] = field(default_factory=list)
+
+    @property
+    def transaction_state(self) -> str:
+        return "FATAL_ERROR" if self.fatal else "READY"
+
+    def pending_futures(self) -> list[asyncio.Future[Any]]:
+        return []
 
     async def start(self) -> None:
         return None
@@ -43,12 +42,19 @@ class FakeTxnProducer:
         self.stopped = True
 
     async def begin_transaction(self) -> None:
-        assert not self._txn_manager.fatal, "Invalid state transition"
+        assert not self.fatal, "Invalid state transition"
         self._open = []
 
-    async def send(self, topic: str, value: bytes | None, **_: Any) -> asyncio.Future[None]:
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        headers: Any = None,
+    ) -> asyncio.Future[object]:
         self._open.append(value)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         future.set_result(None)
         return future
 
@@ -59,7 +65,7 @@ class FakeTxnProducer:
         if self.fail_commit is not None:
             error, self.fail_commit = self.fail_commit, None
             if isinstance(error, ProducerFenced):
-                self._txn_manager.fatal = True
+                self.fatal = True
             raise error
         self.committed.append(self._open)
 

@@ -10,9 +10,11 @@ every processor and client. The only module that imports ``redis``.
 Redis is never a single point of failure: a look-up that fails or takes longer than
 `cache_timeout_ms` counts as a miss (the text goes to the provider as if there were no cache);
 a write that fails (or takes `WRITE_TIMEOUT_FACTOR` times as long: it delays nobody) is
-dropped. Either is counted in `embedstream_cache_errors_total` and logged once per interval,
-not per call; that operation then leaves Redis alone for a second before trying again, so an
-outage costs one timeout per second rather than one per fetch.
+kept for later. Either is counted in `embedstream_cache_errors_total` and logged once per
+interval, not per call; that operation then leaves Redis alone for a second before trying
+again, so an outage costs one timeout per second rather than one per fetch. Vectors computed
+meanwhile (during an outage, and in the pause just after Redis came back) wait in a bounded
+backlog and are written once Redis answers, so other processors do not pay for them again.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -49,8 +52,11 @@ REDIS_PAUSE_S = 1.0  # after a failure, Redis is not asked again for this long
 # `embed()` of 100,000 texts does not ask Redis for hundreds of megabytes in one reply.
 MGET_CHUNK = 1000
 WRITE_CHUNK = 1000  # entries per Redis write command
-# Entries waiting for Redis beyond this are dropped (Redis cannot keep up; memory stays bounded).
+# The backlog of entries waiting for Redis (slow, down, or in the pause after a failure) keeps
+# the newest this many, and this many bytes (a minute of a busy processor at 1536 dimensions);
+# older ones are dropped, so memory stays bounded through an outage of any length.
 MAX_UNWRITTEN = 20_000
+MAX_UNWRITTEN_BYTES = 64 * 1024 * 1024
 CLOSE_WRITE_S = 2.0  # on close, how long the last writes may take
 # Writes run in the background and hold nothing, so a busy event loop (which makes any await
 # look slow) must not make them fail: they get this many times the look-up timeout.
@@ -168,8 +174,10 @@ class EmbeddingCache:
         self._paused_until = {"get": 0.0, "write": 0.0}  # per operation, after a failure
         self._last_warning: float | None = None
         self._failures_since_warning = 0
-        self._unwritten: list[tuple[str, bytes]] = []  # stored in memory, not yet in Redis
+        self._unwritten: deque[tuple[str, bytes]] = deque()  # stored in memory, not in Redis
+        self._unwritten_bytes = 0
         self._writer: asyncio.Task[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None  # the backlog's next try after a pause
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -219,20 +227,25 @@ class EmbeddingCache:
             for text, vector in zip(texts, vectors, strict=True)
         ]
         await self._memory.put_many(entries)
-        if self._shared is None or not self._shared_usable("write"):
+        if self._shared is None:
             return
-        self._unwritten.extend(entries)
-        if len(self._unwritten) > MAX_UNWRITTEN:
-            del self._unwritten[: len(self._unwritten) - MAX_UNWRITTEN]
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_unwritten())
+        self._keep_unwritten(entries, at_front=False)
+        self._start_writer()
 
     async def flush(self) -> None:
-        """Wait until what was stored so far has been written to Redis (or given up on)."""
+        """Wait until what was stored so far has been written to Redis, or is waiting for the
+        pause after a failure to end."""
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
+    @property
+    def unwritten(self) -> int:
+        """Entries stored in memory that Redis has not got yet."""
+        return len(self._unwritten)
+
     async def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
         if self._writer is not None:
             try:
                 await asyncio.wait_for(self.flush(), CLOSE_WRITE_S)
@@ -242,20 +255,56 @@ class EmbeddingCache:
         if self._shared is not None:
             await self._shared.close()
 
+    def _keep_unwritten(self, entries: Sequence[tuple[str, bytes]], *, at_front: bool) -> None:
+        """Add to the backlog (a chunk that failed goes back in front, in order), then drop
+        the oldest beyond MAX_UNWRITTEN entries or MAX_UNWRITTEN_BYTES."""
+        if at_front:
+            self._unwritten.extendleft(reversed(entries))
+        else:
+            self._unwritten.extend(entries)
+        self._unwritten_bytes += _size(entries)
+        while len(self._unwritten) > MAX_UNWRITTEN or (
+            self._unwritten_bytes > MAX_UNWRITTEN_BYTES and len(self._unwritten) > 1
+        ):
+            self._unwritten_bytes -= _size([self._unwritten.popleft()])
+
+    def _start_writer(self) -> None:
+        """Write the backlog now, or once the pause after a failure is over."""
+        if not self._unwritten or (self._writer is not None and not self._writer.done()):
+            return
+        if self._shared_usable("write"):
+            self._writer = asyncio.create_task(self._write_unwritten())
+        else:
+            self._start_writer_later()
+
+    def _retry_writer(self) -> None:
+        self._retry = None
+        self._start_writer()
+
     async def _write_unwritten(self) -> None:
-        """The one Redis writer: sends what accumulated meanwhile, a chunk per command."""
+        """The one Redis writer: sends what accumulated meanwhile, a chunk per command. A
+        failed chunk goes back to the backlog, tried again after the pause."""
         assert self._shared is not None
         while self._unwritten:
             if not self._shared_usable("write"):
-                self._unwritten.clear()
+                self._start_writer_later()
                 return
-            chunk = self._unwritten[:WRITE_CHUNK]
-            del self._unwritten[:WRITE_CHUNK]
+            chunk = [
+                self._unwritten.popleft() for _ in range(min(WRITE_CHUNK, len(self._unwritten)))
+            ]
+            self._unwritten_bytes -= _size(chunk)
             try:
                 async with asyncio.timeout(self._timeout_s * WRITE_TIMEOUT_FACTOR):
                     await self._shared.put_many(chunk)
             except (RedisError, OSError, TimeoutError) as exc:
                 self._shared_failed("write", exc)
+                self._keep_unwritten(chunk, at_front=True)
+
+    def _start_writer_later(self) -> None:
+        """Not only on the next store: with no traffic, Redis still gets what it missed."""
+        if self._retry is None:
+            delay = max(0.01, self._paused_until["write"] - self._clock())
+            self._retry = asyncio.get_running_loop().call_later(delay, self._retry_writer)
 
     def _decode(self, job: J, key: BucketKey, data: bytes) -> Hit[J] | None:
         dimensions = len(data) // 4
@@ -301,6 +350,10 @@ class EmbeddingCache:
             )  # fmt: skip
             self._last_warning = now
             self._failures_since_warning = 0
+
+
+def _size(entries: Iterable[tuple[str, bytes]]) -> int:
+    return sum(len(key) + len(value) for key, value in entries)
 
 
 def _describe(exc: BaseException) -> str:

@@ -10,6 +10,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from embedstream.kafka.aiokafka_private import (
+    AiokafkaTransactionalProducer,
+    fetch_cluster,
+    request_rejoin,
+)
 from embedstream.kafka.connection import (
     KafkaConnection,
     KafkaTarget,
@@ -17,7 +22,7 @@ from embedstream.kafka.connection import (
     connection_for,
 )
 from embedstream.kafka.preflight import check_connection
-from embedstream.kafka.protocols import Producer
+from embedstream.kafka.protocols import Producer, TransactionalProducer
 from embedstream.settings import Settings
 
 __all__ = [
@@ -34,7 +39,9 @@ __all__ = [
     "make_consumer",
     "make_producer",
     "make_reader",
+    "make_transactional_producer",
     "producer_for",
+    "request_rejoin",
 ]
 
 
@@ -100,6 +107,13 @@ def make_producer(settings: Settings, **overrides: Any) -> AIOKafkaProducer:
     return producer_for(connection_for(settings), **options)
 
 
+def make_transactional_producer(settings: Settings, txn_id: str) -> TransactionalProducer:
+    """The producer of one input partition's transactions (exactly-once)."""
+    return AiokafkaTransactionalProducer(
+        make_producer(settings, transactional_id=txn_id, enable_idempotence=True)
+    )
+
+
 async def check_broker(settings: Settings) -> None:
     """Fail fast, naming the setting, when the cluster cannot be reached, trusted or logged in
     to with these settings (see :mod:`embedstream.kafka.preflight`)."""
@@ -108,15 +122,6 @@ async def check_broker(settings: Settings) -> None:
         timeout_s=settings.connect_timeout_s,
         client_id=f"{settings.client_id}-preflight",
     )
-
-
-def request_rejoin(consumer: object) -> None:
-    """Ask the group coordinator for a rebalance (aiokafka has no public call for it): after
-    losing a partition it still holds, the group must decide anew who owns it."""
-    coordinator = getattr(consumer, "_coordinator", None)
-    rejoin = getattr(coordinator if coordinator is not None else consumer, "request_rejoin", None)
-    if rejoin is not None:
-        rejoin()
 
 
 def broker_probe(producer: Producer) -> Callable[[], Awaitable[object]]:
@@ -136,5 +141,5 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPar
     `partitions_for_topic` only reads the consumer's metadata cache, which knows nothing of a
     topic the consumer has not subscribed to yet, so ask the cluster directly.
     """
-    cluster = await consumer._client.fetch_all_metadata()
+    cluster = await fetch_cluster(consumer)
     return [TopicPartition(topic, p) for p in sorted(cluster.partitions_for_topic(topic) or ())]

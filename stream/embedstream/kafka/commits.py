@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Protocol
 
+from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from embedstream.core.offsets import PartitionOffsets
@@ -19,21 +20,27 @@ from embedstream.kafka.transactions import Fenced, PartitionTransactions
 log = logging.getLogger(__name__)
 
 
+class OffsetCommitting(Protocol):
+    """What the committer asks of the consumer (at-least-once)."""
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None: ...
+
+
 class OffsetCommitter:
     def __init__(
         self,
-        consumer: Any,
-        trackers: Mapping[Any, PartitionOffsets],
+        consumer: OffsetCommitting,
+        trackers: Mapping[TopicPartition, PartitionOffsets],
         transactions: PartitionTransactions | None,
-        on_lost: Callable[[Any], Awaitable[None]],
+        on_lost: Callable[[TopicPartition], Awaitable[None]],
     ) -> None:
         self._consumer = consumer
         self._trackers = trackers
         self._transactions = transactions
         self._on_lost = on_lost  # a partition another member owns now
 
-    async def commit(self, partitions: Iterable[Any]) -> None:
-        due = {}
+    async def commit(self, partitions: Iterable[TopicPartition]) -> None:
+        due: dict[TopicPartition, int] = {}
         for tp in partitions:
             tracker = self._trackers.get(tp)
             offset = tracker.to_commit() if tracker else None
@@ -53,7 +60,7 @@ class OffsetCommitter:
         self._mark(due)
 
     async def _commit_in_transactions(
-        self, transactions: PartitionTransactions, due: dict[Any, int]
+        self, transactions: PartitionTransactions, due: dict[TopicPartition, int]
     ) -> None:
         for tp, offset in due.items():
             try:
@@ -67,7 +74,7 @@ class OffsetCommitter:
             if committed:
                 self._mark({tp: offset})
 
-    def _mark(self, committed: dict[Any, int]) -> None:
+    def _mark(self, committed: dict[TopicPartition, int]) -> None:
         for tp, offset in committed.items():
             tracker = self._trackers.get(tp)
             if tracker is not None:

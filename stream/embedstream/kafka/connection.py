@@ -5,12 +5,19 @@ the verify reader, the produce/consume tools) takes its connection options from 
 :class:`KafkaConnection`, so a secured cluster needs the settings once and nothing can bypass
 them. Problems with the certificate files are found here, before any connection, and name the
 setting at fault (OpenSSL reports most of them as an anonymous "PEM lib" error).
+
+The certificate files are read again when they change (a rotated client certificate, key or
+CA bundle): every new TLS connection, a reconnect of a running client included, checks their
+(path, mtime_ns, size) and uses a context built from what they hold now
+(:class:`ReloadingSSLContext`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import os
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +27,8 @@ from aiokafka.abc import AbstractTokenProvider
 
 from embedstream.errors import ConfigError
 from embedstream.settings import SASL_PROTOCOLS, TLS_PROTOCOLS, Settings
+
+log = logging.getLogger(__name__)
 
 
 class TokenFileProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka is untyped
@@ -65,7 +74,7 @@ class KafkaConnection:
             sasl_username=settings.sasl_username if sasl else None,
             sasl_password=settings.sasl_password if sasl else None,
             sasl_oauth_token_file=settings.sasl_oauth_token_file if sasl else None,
-            ssl_context=build_ssl_context(settings) if protocol in TLS_PROTOCOLS else None,
+            ssl_context=ReloadingSSLContext(settings) if protocol in TLS_PROTOCOLS else None,
             ssl_cafile=settings.ssl_cafile,
             ssl_certfile=settings.ssl_certfile,
         )
@@ -116,8 +125,68 @@ def as_connection(target: KafkaTarget) -> KafkaConnection:
 @functools.lru_cache(maxsize=16)
 def connection_for(settings: Settings) -> KafkaConnection:
     """One connection (and one SSL context) per settings object: the exactly-once mode makes a
-    producer per input partition, and loading certificates for each would be wasted work."""
+    producer per input partition, and loading certificates for each would be wasted work. The
+    context itself reloads changed certificate files (see :class:`ReloadingSSLContext`)."""
     return KafkaConnection.from_settings(settings)
+
+
+FileStamp = tuple[tuple[str, int, int] | tuple[str, None, None], ...]
+
+
+def _stamp(paths: tuple[str, ...]) -> FileStamp:
+    found: list[tuple[str, int, int] | tuple[str, None, None]] = []
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except OSError:
+            found.append((path, None, None))
+        else:
+            found.append((path, status.st_mtime_ns, status.st_size))
+    return tuple(found)
+
+
+class ReloadingSSLContext(ssl.SSLContext):
+    """The client context of :func:`build_ssl_context`, rebuilt when one of its files changes.
+
+    aiokafka keeps one context per client for its whole life and hands it to asyncio for every
+    connection, which calls ``wrap_bio``: that is where the files' (path, mtime_ns, size) are
+    compared (a few ``stat`` calls per connection) and, if they changed, a fresh context is
+    built and used. Files that do not load (a rotation half done) leave the previous context in
+    use, with a warning, and are tried again at the next connection."""
+
+    def __new__(cls, settings: Settings) -> ReloadingSSLContext:
+        return super().__new__(cls, ssl.PROTOCOL_TLS_CLIENT)
+
+    def __init__(self, settings: Settings) -> None:
+        files = (settings.ssl_cafile, settings.ssl_certfile, settings.ssl_keyfile)
+        self._settings = settings
+        self._files = tuple(f for f in files if f)
+        self._stamp = _stamp(self._files)
+        self._current = build_ssl_context(settings)  # ConfigError naming the setting
+        self.check_hostname = self._current.check_hostname  # what callers may read
+
+    def current(self) -> ssl.SSLContext:
+        """The context for a new connection, built from the files as they are now."""
+        stamp = _stamp(self._files)
+        if stamp != self._stamp:
+            try:
+                self._current = build_ssl_context(self._settings)
+            except ConfigError as exc:
+                log.warning("TLS files changed but do not load (%s); keeping the previous", exc)
+            else:
+                self._stamp = stamp
+                log.info("TLS files changed; new connections use them")
+        return self._current
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        return self.current().wrap_bio(incoming, outgoing, server_side, server_hostname, session)
 
 
 def build_ssl_context(settings: Settings) -> ssl.SSLContext:

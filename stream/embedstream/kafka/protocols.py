@@ -88,3 +88,34 @@ class Producer(Protocol):
         self, batch: Any, topic: str, *, partition: int
     ) -> asyncio.Future[Any]: ...
     async def partitions_for(self, topic: str) -> set[int]: ...
+
+
+class TransactionalProducer(Protocol):
+    """A producer with a transactional id, one per input partition (kafka/transactions.py).
+    aiokafka's, adapted in `kafka/aiokafka_private.py`; the fakes in `embedstream.testing`."""
+
+    async def start(self) -> None: ...  # init_transactions: fences the id's previous owner
+    async def stop(self) -> None: ...
+    async def begin_transaction(self) -> None: ...
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = ...,
+        key: bytes | None = ...,
+        *,
+        headers: RecordHeaders | None = ...,
+    ) -> asyncio.Future[object]: ...
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_id: str
+    ) -> None: ...
+    async def commit_transaction(self) -> None: ...
+    async def abort_transaction(self) -> None: ...
+    @property
+    def transaction_state(self) -> str:
+        """aiokafka's TransactionState name: READY between transactions, FATAL_ERROR once
+        fenced or failed for good (begin_transaction would then trip an assertion)."""
+        ...
+
+    def pending_futures(self) -> list[asyncio.Future[Any]]:
+        """Futures the producer may park a fatal error on, which nobody else awaits."""
+        ...

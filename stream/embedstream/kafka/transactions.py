@@ -18,15 +18,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka import TopicPartition
 from aiokafka.errors import (
     InvalidProducerEpoch,
     KafkaError,
     ProducerFenced,
 )
 
+from embedstream.kafka.protocols import TransactionalProducer
 from embedstream.kafka.sink import Output
 
 log = logging.getLogger(__name__)
@@ -68,24 +71,34 @@ def transactional_id(group_id: str, topic: str, partition: int) -> str:
     return f"embedstream-{group_id}-{topic}-{partition}"
 
 
+@dataclass(eq=False)
+class _Partition:
+    """One input partition's transaction state. The lock outlives assignments: a release waits
+    for a transaction in progress, and the next assignment's fence waits for the release."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    producer: TransactionalProducer | None = None
+    outbox: Outbox | None = None  # None while the partition is not assigned here
+    owner: object | None = None  # the assignment (PartitionState) whose outputs it takes
+    starting: bool = False  # opened; the producer (the fence) not started yet
+
+
 class PartitionTransactions:
     """The outboxes and transactional producers of the partitions this member owns."""
 
-    def __init__(self, group_id: str, make_producer: Callable[[str], Any]) -> None:
+    def __init__(
+        self, group_id: str, make_producer: Callable[[str], TransactionalProducer]
+    ) -> None:
         self._group_id = group_id
         self._make_producer = make_producer
-        self._producers: dict[Any, Any] = {}
-        self._outboxes: dict[Any, Outbox] = {}
-        self._owners: dict[Any, object | None] = {}
-        self._starting: set[Any] = set()  # opened; the producer not started yet
-        self._locks: dict[Any, asyncio.Lock] = {}
+        self._partitions: dict[TopicPartition, _Partition] = {}
 
     # The staging writer the sink uses in exactly-once mode.
     async def write(self, output: Output) -> None:
-        for tp, outbox in self._outboxes.items():
+        for tp, part in self._partitions.items():
             if tp.topic == output.origin.topic and tp.partition == output.origin.partition:
-                if output.owner is None or output.owner is self._owners.get(tp):
-                    outbox.stage(output)
+                if part.outbox is not None and (output.owner is None or output.owner is part.owner):
+                    part.outbox.stage(output)
                     return
                 break  # read under an earlier assignment, which this one reads again
         # The partition was revoked while this item was in flight: its next owner redoes it.
@@ -97,54 +110,53 @@ class PartitionTransactions:
             await self.write(output)
 
     def staged(self) -> int:
-        return sum(len(o) for o in self._outboxes.values())
+        return sum(len(p.outbox) for p in self._partitions.values() if p.outbox is not None)
 
-    def open(self, tp: Any, owner: object | None = None) -> None:
+    def open(self, tp: TopicPartition, owner: object | None = None) -> None:
         """A fresh outbox, at once: records read from here on have somewhere to stage.
         `owner` is the assignment (PartitionState) whose outputs it takes."""
-        self._outboxes[tp] = Outbox()
-        self._owners[tp] = owner
-        self._starting.add(tp)
-        self._locks.setdefault(tp, asyncio.Lock())
+        part = self._partitions.setdefault(tp, _Partition())
+        part.outbox, part.owner, part.starting = Outbox(), owner, True
 
-    async def assign(self, tp: Any) -> bool:
+    async def assign(self, tp: TopicPartition) -> bool:
         """Start the partition's producer, which fences the previous owner's transactions;
         False if it did not start (the caller gives the partition up) or the partition was
         released meanwhile.
 
         Commits wait for it (same lock), so nothing is committed before the fence is up."""
-        owner = self._owners.get(tp)
-        async with self._locks[tp]:
+        part = self._partitions[tp]
+        owner = part.owner
+        async with part.lock:
             try:
-                if tp not in self._producers:
+                if part.producer is None:
                     producer = await self._start_producer(tp)
-                    if tp not in self._outboxes or self._owners.get(tp) is not owner:
+                    if part.outbox is None or part.owner is not owner:
                         # Released (or assigned anew) while it started: not this one's.
-                        await _stop(self._producers.pop(tp, producer))
+                        part.producer = None
+                        await _stop(producer)
                         return False
+                    part.producer = producer
                 return True
             except (KafkaError, TimeoutError, OSError) as exc:
                 log.error("transactional producer for %s did not start (%r)", tp, exc)
                 return False
             finally:
-                self._starting.discard(tp)
+                part.starting = False
 
-    async def release(self, tp: Any) -> None:
-        self._outboxes.pop(tp, None)
-        self._owners.pop(tp, None)
-        self._starting.discard(tp)
-        async with self._locks.setdefault(tp, asyncio.Lock()):
+    async def release(self, tp: TopicPartition) -> None:
+        part = self._partitions.setdefault(tp, _Partition())
+        part.outbox, part.owner, part.starting = None, None, False
+        async with part.lock:
             # After a transaction in progress: a producer is never stopped in its middle.
-            producer = self._producers.pop(tp, None)
-            if producer is not None:
-                await _stop(producer)
+            await self._drop_producer(part)
 
     async def close(self) -> None:
         """Stop every partition's producer (at shutdown)."""
-        for tp in list(self._producers):
-            await self.release(tp)
+        for tp, part in list(self._partitions.items()):
+            if part.producer is not None:
+                await self.release(tp)
 
-    async def commit(self, tp: Any, offset: int) -> bool:
+    async def commit(self, tp: TopicPartition, offset: int) -> bool:
         """Write the outputs below `offset` and commit `offset`, atomically; False when the
         partition's producer is still starting (nothing done: try again next time).
 
@@ -156,15 +168,16 @@ class PartitionTransactions:
         (see Handoff). A new producer is never made here: initialising the transactional id
         would fence the rightful owner if this member were the zombie.
         """
-        outbox = self._outboxes.get(tp)
-        if outbox is None:
+        part = self._partitions.get(tp)
+        outbox = part.outbox if part is not None else None
+        if part is None or outbox is None:
             raise Fenced(f"{tp} is not assigned here")
-        async with self._locks[tp]:
-            if tp in self._starting:
+        async with part.lock:
+            if part.starting:
                 return False  # assigned a moment ago: its producer (the fence) comes first
-            producer = self._producers.get(tp)
+            producer = part.producer
             if producer is None or _is_fatal(producer):
-                await self._drop_producer(tp)
+                await self._drop_producer(part)
                 raise Fenced(f"{tp}: no usable transactional producer; waiting for reassignment")
             outputs = outbox.below(offset)
             try:
@@ -172,18 +185,23 @@ class PartitionTransactions:
                     self._transaction(producer, outputs, {tp: offset}), TXN_TIMEOUT_S
                 )
             except FENCING_ERRORS as exc:
-                await self._drop_producer(tp)
+                await self._drop_producer(part)
                 raise Fenced(f"{tp}: producer fenced by a newer owner ({exc!r})") from exc
             except (KafkaError, TimeoutError, OSError, AssertionError) as exc:
                 # AssertionError: aiokafka's transaction state machine after a cut-off commit.
-                await self._drop_producer(tp)
+                await self._drop_producer(part)
                 raise Fenced(f"{tp}: transaction failed, outcome unknown ({exc!r})") from exc
             outbox.drop_below(offset)
             return True
 
-    async def _transaction(self, producer: Any, outputs: list[Output], offsets: Any) -> None:
+    async def _transaction(
+        self,
+        producer: TransactionalProducer,
+        outputs: list[Output],
+        offsets: Mapping[TopicPartition, int],
+    ) -> None:
         await producer.begin_transaction()
-        sends: list[asyncio.Future[Any]] = []
+        sends: list[asyncio.Future[object]] = []
         try:
             for o in outputs:
                 sends.append(await producer.send(o.topic, o.value, key=o.key, headers=o.headers))
@@ -204,64 +222,45 @@ class PartitionTransactions:
                     await asyncio.wait_for(producer.abort_transaction(), ABORT_TIMEOUT_S)
             raise
 
-    async def _start_producer(self, tp: Any) -> Any:
+    async def _start_producer(self, tp: TopicPartition) -> TransactionalProducer:
         producer = self._make_producer(transactional_id(self._group_id, tp.topic, tp.partition))
         try:
             await asyncio.wait_for(producer.start(), TXN_TIMEOUT_S)  # init_transactions fences
         except BaseException:
             await _stop(producer)  # no "Unclosed AIOKafkaProducer" for one that never started
             raise
-        self._producers[tp] = producer
         return producer
 
-    async def _drop_producer(self, tp: Any) -> None:
-        producer = self._producers.pop(tp, None)
+    async def _drop_producer(self, part: _Partition) -> None:
+        producer, part.producer = part.producer, None
         if producer is not None:
             await _stop(producer)
 
 
-def _is_fatal(producer: Any) -> bool:
-    """aiokafka's transaction manager went to FATAL_ERROR: the producer can do nothing more
-    (and begin_transaction would trip an assertion)."""
-    return transaction_state(producer) == "FATAL_ERROR"
+def _is_fatal(producer: TransactionalProducer) -> bool:
+    """The producer's transaction manager went to FATAL_ERROR: it can do nothing more (and
+    begin_transaction would trip an assertion)."""
+    return producer.transaction_state == "FATAL_ERROR"
 
 
-def transaction_state(producer: Any) -> str:
-    """The name of aiokafka's transaction state (READY between transactions, FATAL_ERROR once
-    fenced or failed for good). A producer without a transaction manager counts as READY."""
-    manager = getattr(producer, "_txn_manager", None)
-    state = getattr(manager, "state", None)
-    if state is None and manager is not None and manager.is_fatal_error():
-        return "FATAL_ERROR"  # a fake that only says whether it is fatal
-    return str(getattr(state, "name", "READY"))
-
-
-async def _stop(producer: Any) -> None:
+async def _stop(producer: TransactionalProducer) -> None:
     _retrieve_internal_failures(producer)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(producer.stop(), STOP_TIMEOUT_S)
     _retrieve_internal_failures(producer)
 
 
-def _retrieve_internal_failures(producer: Any) -> None:
+def _retrieve_internal_failures(producer: TransactionalProducer) -> None:
     """aiokafka parks a fatal error (ProducerFenced) on futures nobody awaits once no commit
     is in progress: its transaction waiter, and the drain waiter of every batch its sender
     failed. Each would be logged as "Future exception was never retrieved" when collected (a
     fenced zombie logged hundreds). The error is handled here (the producer is dropped), so
     mark them retrieved."""
-    manager = getattr(producer, "_txn_manager", None)
-    futures = [getattr(manager, "_transaction_waiter", None)]
-    accumulator = getattr(producer, "_message_accumulator", None)
-    batches = [b for queue in getattr(accumulator, "_batches", {}).values() for b in queue]
-    batches += list(getattr(accumulator, "_pending_batches", ()))
-    for batch in batches:
-        futures += [getattr(batch, "_drain_waiter", None), getattr(batch, "future", None)]
-    for future in futures:
-        if isinstance(future, asyncio.Future):
-            if future.done():
-                _retrieve(future)
-            else:  # it may fail after this: retrieved when it does
-                future.add_done_callback(_retrieve)
+    for future in producer.pending_futures():
+        if future.done():
+            _retrieve(future)
+        else:  # it may fail after this: retrieved when it does
+            future.add_done_callback(_retrieve)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

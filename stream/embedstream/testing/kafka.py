@@ -297,7 +297,7 @@ class FakeProducer:
 
 
 class FakeTransactionManager:
-    """What embedstream reads of aiokafka's transaction manager: its state."""
+    """aiokafka's transaction state machine, as far as embedstream relies on it."""
 
     def __init__(self) -> None:
         self.state = TransactionState.UNINITIALIZED
@@ -324,21 +324,24 @@ class FakeTransactionalProducer:
     stopped: bool = False
     committed_transactions: int = 0
     epoch: int = -1
-    _txn_manager: FakeTransactionManager = field(default_factory=FakeTransactionManager)
+    manager: FakeTransactionManager = field(default_factory=FakeTransactionManager)
     _records: list[tuple[str, bytes | None, bytes | None, RecordHeaders]] = field(
         default_factory=list
     )
     _offsets: dict[TopicPartition, int] = field(default_factory=dict)
 
     @property
-    def state(self) -> TransactionState:
-        return self._txn_manager.state
+    def transaction_state(self) -> str:
+        return str(self.manager.state.name)
+
+    def pending_futures(self) -> list[asyncio.Future[Any]]:
+        return []  # every future it makes is returned to the caller
 
     async def start(self) -> None:
         if self.start_gate is not None:
             await self.start_gate.wait()
         self.epoch = self.cluster.init_transactions(self.transactional_id)
-        self._txn_manager.to(TransactionState.READY)
+        self.manager.to(TransactionState.READY)
         self.started = True
 
     async def stop(self) -> None:
@@ -346,11 +349,11 @@ class FakeTransactionalProducer:
 
     def _check_epoch(self) -> None:
         if self.cluster.txn_epochs.get(self.transactional_id) != self.epoch:
-            self._txn_manager.to(TransactionState.FATAL_ERROR)
+            self.manager.to(TransactionState.FATAL_ERROR)
             raise ProducerFenced()
 
     async def begin_transaction(self) -> None:
-        self._txn_manager.to(TransactionState.IN_TRANSACTION)
+        self.manager.to(TransactionState.IN_TRANSACTION)
         self._records, self._offsets = [], {}
 
     async def send(
@@ -379,14 +382,14 @@ class FakeTransactionalProducer:
 
     async def commit_transaction(self) -> None:
         self._check_epoch()
-        self._txn_manager.to(TransactionState.COMMITTING_TRANSACTION)
+        self.manager.to(TransactionState.COMMITTING_TRANSACTION)
         if self.stall_commits:
             self.stall_commits -= 1
             raise TimeoutError("no answer to EndTxn (fake)")
         self.cluster.commit_transaction(self.transactional_id, self._records, self._offsets)
         self.committed_transactions += 1
-        self._txn_manager.to(TransactionState.READY)
+        self.manager.to(TransactionState.READY)
 
     async def abort_transaction(self) -> None:
         self._records, self._offsets = [], {}
-        self._txn_manager.to(TransactionState.READY)
+        self.manager.to(TransactionState.READY)
