@@ -12,16 +12,15 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
 from collections.abc import Callable
 
 from embedstream.core import configured
-from embedstream.core.costmodel import CostModels
+from embedstream.core.clock import Clock
 from embedstream.core.intake import Intake
 from embedstream.core.tokens import TokenCounter, estimate_tokens
-from embedstream.engine.batcher import Batcher
+from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache
-from embedstream.engine.calls import BatchCaller
+from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.admission import Admission
@@ -103,10 +102,12 @@ def build_service(
     consumer: Consumer | None = None,
     producer: Producer | None = None,
     transactional_producer: Callable[[str], TransactionalProducer] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Service:
     """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
     transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
-    pass the in-memory fakes of `embedstream.testing.kafka`."""
+    pass the in-memory fakes of `embedstream.testing.kafka`. Every part reads time from
+    `clock`."""
     metrics = metrics or Metrics()
     backend = backend or default_backend(settings)
     names = configured_topics(settings)  # ConfigError if a topic has two roles
@@ -114,46 +115,28 @@ def build_service(
     producer = producer or make_producer(settings)
     assignment = Assignment(names.lane_of)
     transactions: PartitionTransactions | None = None
-    writer: Writer = DirectWriter(producer)
+    writer: Writer = DirectWriter(producer, clock)
     if settings.delivery == "exactly_once":
         transactions = PartitionTransactions(
             settings.group_id,
             transactional_producer or (lambda tid: make_transactional_producer(settings, tid)),
         )
         writer = transactions
-    sink = Sink(writer, names)
+    sink = Sink(writer, names, clock)
     documents = DocumentFlow(sink, metrics, include_text=settings.include_chunk_text)
-    outcomes = KafkaOutcomes(sink, metrics, documents)
-    governor = configured.governor(settings, time.monotonic)
-    cost = CostModels()  # the latency model learned from calls, shared by caller and batcher
+    outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     cache = build_cache(settings, metrics)
-    caller = BatchCaller(
-        backend,
-        outcomes,
-        governor,
-        max_attempts=settings.max_attempts,
-        backoff=configured.backoff(settings),
-        observer=metrics,
-        cost=cost,
-        cache=cache,
-    )
-    batcher: Batcher[WorkItem] = Batcher(
-        configured.batch_limits(settings),
-        caller.dispatch,
-        governor=governor,
+    engine: Engine[WorkItem] = build_engine(
+        settings, backend, outcomes, clock=clock, observer=metrics, cache=cache,
         backlog=assignment.lag_of,
-        observer=metrics,
-        cost=cost,
-        observe_dispatch=False,  # the batch-call path reports real call latencies
-    )
-    waiting = WaitingRetries(lambda item: batcher.add(item.key, item.tokens, item))
+    )  # fmt: skip
+    batcher = engine.batcher
+    waiting = WaitingRetries(batcher, clock)
     documents.bind(waiting.hold_or_submit)
-    committer = OffsetCommitter(
-        consumer, assignment.offsets(), transactions, on_lost=lambda tp: handoff.lost(tp)
-    )
+    committer = OffsetCommitter(consumer, assignment.offsets(), transactions)
     handoff = Handoff(
         assignment, batcher, waiting, sink, committer, transactions,
-        drain_timeout_s=settings.drain_timeout_s, consumer=consumer,
+        drain_timeout_s=settings.drain_timeout_s, consumer=consumer, clock=clock,
     )  # fmt: skip
     intake = Intake(settings, configured.provider_limits(settings), token_counter)
     processor = Processor(
@@ -167,13 +150,14 @@ def build_service(
             admission=Admission(intake, names, max_delay_ms=int(settings.retry_backoff_cap_ms)),
             outcomes=outcomes,
             batcher=batcher,
-            caller=caller,
-            governor=governor,
+            caller=engine.caller,
+            governor=engine.governor,
             waiting=waiting,
             committer=committer,
             handoff=handoff,
             transactions=transactions,
             cache=cache,
+            clock=clock,
         )
     )
     health = Health(processor, metrics, broker_probe(producer))

@@ -10,10 +10,6 @@ from embedstream.kafka.protocols import TransactionalProducer
 from embedstream.kafka.transactions import Fenced, PartitionTransactions
 
 
-async def _ignore(tp: Any) -> None:
-    return None
-
-
 class FakeConsumer:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
@@ -37,7 +33,7 @@ def trackers() -> dict[str, PartitionOffsets]:
 
 async def test_commits_explicit_safe_offsets_once() -> None:
     consumer, tracked = FakeConsumer(), trackers()
-    committer = OffsetCommitter(consumer, tracked, None, on_lost=_ignore)
+    committer = OffsetCommitter(consumer, tracked, None)
     await committer.commit(tracked)
     await committer.commit(tracked)  # nothing moved: nothing sent
     assert consumer.commits == [{"done": 3, "busy": 1}]
@@ -45,7 +41,7 @@ async def test_commits_explicit_safe_offsets_once() -> None:
 
 async def test_a_commit_refused_during_a_rebalance_is_retried_later() -> None:
     consumer, tracked = FakeConsumer(fail=True), trackers()
-    committer = OffsetCommitter(consumer, tracked, None, on_lost=_ignore)
+    committer = OffsetCommitter(consumer, tracked, None)
     await committer.commit(tracked)  # no exception escapes
     consumer.fail = False
     await committer.commit(tracked)
@@ -64,12 +60,6 @@ class FencedTransactions(PartitionTransactions):
         raise Fenced(str(tp))
 
 
-async def test_a_fenced_partition_is_let_go() -> None:
-    lost: list[Any] = []
-
-    async def let_go(tp: Any) -> None:
-        lost.append(tp)
-
-    committer = OffsetCommitter(FakeConsumer(), trackers(), FencedTransactions(), let_go)
-    await committer.commit(["done"])
-    assert lost == ["done"]
+async def test_a_fenced_partition_is_reported_lost() -> None:
+    committer = OffsetCommitter(FakeConsumer(), trackers(), FencedTransactions())
+    assert await committer.commit(["done"]) == {"done"}

@@ -6,11 +6,17 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
+from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.kafka.sink import ENQUEUE_WAITERS, DirectWriter, Output, OutputUnwritable
 from embedstream.kafka.work import Origin
 from embedstream.testing.kafka import FakeBatch, FakeCluster, FakeProducer
 
 OUTPUT = Output(Origin("in", 0, 7), "results", b"id", b"{}", [])
+
+
+def writer(producer: FakeProducer, retry_for_s: float = 5) -> DirectWriter:
+    """Retries a millisecond apart, in real time: the writer's backoff is what is tested."""
+    return DirectWriter(producer, SYSTEM_CLOCK, retry_for_s=retry_for_s, first_delay_s=0.001)
 
 
 def FlakyProducer(failures: int) -> FakeProducer:
@@ -19,14 +25,16 @@ def FlakyProducer(failures: int) -> FakeProducer:
 
 async def test_a_failed_write_is_retried_until_the_broker_takes_it() -> None:
     producer = FlakyProducer(failures=3)
-    await DirectWriter(producer, retry_for_s=5, first_delay_s=0.001).write(OUTPUT)
+    await DirectWriter(producer, SYSTEM_CLOCK, retry_for_s=5, first_delay_s=0.001).write(OUTPUT)
     assert [(r.topic, r.value) for r in producer.sent] == [("results", b"{}")]
 
 
 async def test_a_write_that_keeps_failing_gives_up_without_pretending_success() -> None:
     producer = FlakyProducer(failures=10**6)
     with pytest.raises(OutputUnwritable):
-        await DirectWriter(producer, retry_for_s=0.05, first_delay_s=0.001).write(OUTPUT)
+        await DirectWriter(producer, SYSTEM_CLOCK, retry_for_s=0.05, first_delay_s=0.001).write(
+            OUTPUT
+        )
     assert producer.sent == []
 
 
@@ -36,7 +44,7 @@ async def test_many_outputs_go_out_as_one_batch_per_partition_keyed_like_the_pro
     outputs = [
         Output(Origin("in", 0, i), "results", f"id-{i}".encode(), b"v", []) for i in range(50)
     ]
-    await DirectWriter(producer).write_many(outputs)
+    await DirectWriter(producer, SYSTEM_CLOCK).write_many(outputs)
     records = cluster.records("results")
     assert sorted(r.key or b"" for r in records) == sorted(o.key or b"" for o in outputs)
     partitioner = DefaultPartitioner()
@@ -48,7 +56,9 @@ async def test_a_batch_write_the_broker_refuses_is_retried_whole() -> None:
     cluster = FakeCluster({"results": 2})
     producer = FakeProducer(cluster, fail_next=1)
     outputs = [Output(Origin("in", 0, i), "results", b"k%d" % i, b"v", []) for i in range(10)]
-    await DirectWriter(producer, retry_for_s=5, first_delay_s=0.001).write_many(outputs)
+    await DirectWriter(producer, SYSTEM_CLOCK, retry_for_s=5, first_delay_s=0.001).write_many(
+        outputs
+    )
     assert len({r.key for r in cluster.records("results")}) == 10
 
 
@@ -68,7 +78,9 @@ async def test_a_refused_batch_is_retried_alone_never_the_batches_already_writte
     producer.send_batch = flaky  # type: ignore[method-assign]
     producer.create_batch = lambda: FakeBatch(capacity=10)  # type: ignore[method-assign]
     outputs = [Output(Origin("in", 0, i), "results", b"k%d" % i, b"v", []) for i in range(30)]
-    await DirectWriter(producer, retry_for_s=5, first_delay_s=0.001).write_many(outputs)
+    await DirectWriter(producer, SYSTEM_CLOCK, retry_for_s=5, first_delay_s=0.001).write_many(
+        outputs
+    )
     keys = [r.key or b"" for r in cluster.records("results")]
     assert sorted(keys) == sorted(o.key or b"" for o in outputs)  # each exactly once
 
@@ -97,7 +109,7 @@ async def test_one_writer_at_a_time_joins_a_partitions_queue() -> None:
     writers waiting on one partition ran out of their timeout within seconds."""
     cluster = FakeCluster({"results": 1})
     producer = QueueingProducer(cluster)
-    writer = DirectWriter(producer)
+    writer = DirectWriter(producer, SYSTEM_CLOCK)
     calls = [
         [Output(Origin("in", 0, c * 10 + i), "results", b"k%d" % c, b"v", []) for i in range(10)]
         for c in range(20)

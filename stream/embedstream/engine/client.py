@@ -19,21 +19,21 @@ import contextlib
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, overload
 
 from embedstream.core import configured
-from embedstream.core.lanes import BucketKey, Pending, Priority
+from embedstream.core.clock import Clock
+from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.limits import check_item
 from embedstream.core.observer import EngineObserver
-from embedstream.core.policy import FlushReason
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.build import build_engine
 from embedstream.engine.cache import EmbeddingCache, build_cache
-from embedstream.engine.calls import BatchCaller
+from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
 from embedstream.engine.jobs import Embedded, Job, Outcomes
 from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, TransientError
@@ -58,9 +58,19 @@ class _Request(Job):
 class _Callers(Outcomes[_Request]):
     """Outcomes delivered to the awaiting callers; retries wait in memory, then rejoin."""
 
-    def __init__(self, batcher: Batcher[_Request]) -> None:
-        self._batcher = batcher
+    def __init__(self) -> None:
+        self._batcher: Batcher[_Request] | None = None
         self._waiting: dict[_Request, asyncio.TimerHandle] = {}
+
+    def attach(self, batcher: Batcher[_Request]) -> None:
+        """The batcher retries rejoin: built after these outcomes, which its caller needs."""
+        self._batcher = batcher
+
+    @property
+    def batcher(self) -> Batcher[_Request]:
+        if self._batcher is None:
+            raise RuntimeError("_Callers.attach() was never called")
+        return self._batcher
 
     async def succeeded(
         self, key: BucketKey, done: Sequence[Embedded[_Request]], dimensions: int
@@ -70,16 +80,16 @@ class _Callers(Outcomes[_Request]):
                 embedded.job.future.set_result(embedded.vector)
 
     async def retry_later(self, job: _Request, error: EmbedStreamError, delay_s: float) -> None:
-        self._batcher.expect()
+        self.batcher.expect()
         loop = asyncio.get_running_loop()
         self._waiting[job] = loop.call_later(delay_s, self._rejoin, job)
 
     def _rejoin(self, job: _Request) -> None:
         del self._waiting[job]
         if job.future.done():
-            self._batcher.forget_expected()
+            self.batcher.forget_expected()
         else:
-            self._batcher.add_expected(job.key, job.tokens, job)
+            self.batcher.add_expected(job.key, job.tokens, job)
 
     async def dead_letter(self, job: _Request, error: EmbedStreamError) -> None:
         if not job.future.done():
@@ -95,7 +105,7 @@ class _Callers(Outcomes[_Request]):
         for job, handle in list(self._waiting.items()):
             handle.cancel()
             del self._waiting[job]
-            self._batcher.forget_expected()
+            self.batcher.forget_expected()
             self.abandoned([job])
 
 
@@ -116,6 +126,7 @@ class BatchingClient:
         token_counter: TokenCounter = estimate_tokens,
         observer: EngineObserver | None = None,
         embedding_cache: EmbeddingCache | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         **setting_values: Any,
     ) -> None:
         """`embedding_cache` replaces the one the `cache` settings would build (tests, or one
@@ -125,28 +136,23 @@ class BatchingClient:
         self._limits = configured.provider_limits(self.settings)
         self._profile = configured.profile_label(self.settings)
         self._count_tokens = token_counter
-        self.governor = configured.governor(self.settings, time.monotonic)
-        self._batcher: Batcher[_Request] = Batcher(
-            configured.batch_limits(self.settings),
-            self._dispatch,
-            governor=self.governor,
-            observer=observer,
-            observe_dispatch=False,  # the batch-call path reports real call latencies
-        )
-        self._callers = _Callers(self._batcher)
         self._cache = embedding_cache or build_cache(self.settings, observer)
-        self._to_look_up: list[_Request] = []  # submitted in this loop turn, not yet looked up
-        self._look_ups: set[asyncio.Task[None]] = set()
-        self._caller = BatchCaller(
+        self._callers = _Callers()
+        engine = build_engine(
+            self.settings,
             self._backend,
             self._callers,
-            self.governor,
-            max_attempts=self.settings.max_attempts,
-            backoff=configured.backoff(self.settings),
+            clock=clock,
             observer=observer,
-            cost=self._batcher.cost,
             cache=self._cache,
+            keep=_still_awaited,
         )
+        self._callers.attach(engine.batcher)
+        self.governor = engine.governor
+        self._batcher = engine.batcher
+        self._caller = engine.caller
+        self._to_look_up: list[_Request] = []  # submitted in this loop turn, not yet looked up
+        self._look_ups: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
 
     @property
@@ -371,13 +377,6 @@ class BatchingClient:
     async def embed_many(self, texts: Sequence[str], *, priority: Lane = "low") -> list[Vector]:
         return await self.embed(list(texts), priority=priority)
 
-    async def _dispatch(
-        self, key: BucketKey, batch: list[Pending[_Request]], reason: FlushReason
-    ) -> None:
-        live = [pending for pending in batch if not pending.payload.future.done()]
-        if live:
-            await self._caller.dispatch(key, live, reason)
-
 
 def _key_of(job: _Request) -> BucketKey:
     return job.key
@@ -394,3 +393,8 @@ def _resolve(settings: Settings | None, values: dict[str, Any]) -> Settings:
     resolved = dataclasses.replace(settings, **values)
     validate(resolved)
     return resolved
+
+
+def _still_awaited(request: _Request) -> bool:
+    """A caller that gave up (timeout, cancel) needs no call."""
+    return not request.future.done()

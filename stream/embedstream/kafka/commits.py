@@ -8,7 +8,7 @@ the partition's transaction together with its staged outputs (kafka/transactions
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from aiokafka import TopicPartition
@@ -32,14 +32,14 @@ class OffsetCommitter:
         consumer: OffsetCommitting,
         trackers: Mapping[TopicPartition, PartitionOffsets],
         transactions: PartitionTransactions | None,
-        on_lost: Callable[[TopicPartition], Awaitable[None]],
     ) -> None:
         self._consumer = consumer
         self._trackers = trackers
         self._transactions = transactions
-        self._on_lost = on_lost  # a partition another member owns now
 
-    async def commit(self, partitions: Iterable[TopicPartition]) -> None:
+    async def commit(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Commit what is safe of `partitions`; the partitions found lost meanwhile (another
+        member's producer fenced ours): their work is the caller's to drop."""
         due: dict[TopicPartition, int] = {}
         for tp in partitions:
             tracker = self._trackers.get(tp)
@@ -47,32 +47,34 @@ class OffsetCommitter:
             if offset is not None:
                 due[tp] = offset
         if not due:
-            return
+            return set()
         if self._transactions is not None:
-            await self._commit_in_transactions(self._transactions, due)
-            return
+            return await self._commit_in_transactions(self._transactions, due)
         try:
             await self._consumer.commit(due)
         except (CommitFailedError, IllegalStateError, KafkaError) as exc:
             # A rebalance is under way; the next owner re-reads from the last good commit.
             log.warning("commit of %d partitions failed (%s); will retry", len(due), exc)
-            return
+            return set()
         self._mark(due)
+        return set()
 
     async def _commit_in_transactions(
         self, transactions: PartitionTransactions, due: dict[TopicPartition, int]
-    ) -> None:
+    ) -> set[TopicPartition]:
+        lost: set[TopicPartition] = set()
         for tp, offset in due.items():
             try:
                 committed = await transactions.commit(tp, offset)
             except Fenced as exc:
                 log.error("giving up %s (%s); dropping its work", tp, exc)
-                await self._on_lost(tp)
+                lost.add(tp)
                 continue
             except (KafkaError, TimeoutError, OSError):
                 continue  # logged by the transactions; the outputs stay staged for next time
             if committed:
                 self._mark({tp: offset})
+        return lost
 
     def _mark(self, committed: dict[TopicPartition, int]) -> None:
         for tp, offset in committed.items():

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
+from embedstream.core.clock import Clock
 from embedstream.engine.batcher import Batcher
 from embedstream.kafka.clients import request_rejoin
 from embedstream.kafka.commits import OffsetCommitter
@@ -49,7 +49,9 @@ class Handoff:
         *,
         drain_timeout_s: float,
         consumer: Consumer,
+        clock: Clock,
     ) -> None:
+        self._monotonic = clock.monotonic
         self._assignment = assignment
         self._batcher = batcher
         self._waiting = waiting
@@ -113,18 +115,19 @@ class Handoff:
         try:
             await self._waiting.hand_back(revoked, self._sink)
             self._batcher.hurry()
-            deadline = time.monotonic() + self._drain_timeout_s
-            while self._assignment.pending_in(revoked) and time.monotonic() < deadline:
+            deadline = self._monotonic() + self._drain_timeout_s
+            while self._assignment.pending_in(revoked) and self._monotonic() < deadline:
                 self._assignment.progress.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
-                        self._assignment.progress.wait(), deadline - time.monotonic()
+                        self._assignment.progress.wait(), deadline - self._monotonic()
                     )
             unfinished = self._assignment.pending_in(revoked)
             if unfinished:
                 log.warning("revoke: %d items unfinished after %.0fs; the next owner redoes them",
                             unfinished, self._drain_timeout_s)  # fmt: skip
-            await self._committer.commit(revoked)
+            for tp in await self._committer.commit(revoked):
+                await self.lost(tp)
         finally:
             for tp in revoked:
                 await self.forget(tp)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import orjson
 
+from embedstream.core.clock import Clock
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import EngineObserver
 from embedstream.engine.cache import Hit
@@ -23,7 +24,7 @@ from embedstream.errors import EmbedStreamError
 from embedstream.kafka.documents import DocumentFlow
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
-from embedstream.kafka.sink import OutputUnwritable, Sink, now_ms
+from embedstream.kafka.sink import OutputUnwritable, Sink
 from embedstream.kafka.work import ChunkOf, WorkItem
 from embedstream.wire import ChunkResult, EmbedResult, Failure, Vector, chunk_headers
 
@@ -40,12 +41,12 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         sink: Sink,
         observer: ResultObserver,
         documents: DocumentFlow,
-        clock_ms: Callable[[], int] = now_ms,
+        clock: Clock,
     ) -> None:
         self.sink = sink
         self.documents = documents
         self._observer = observer
-        self._clock_ms = clock_ms
+        self._clock_ms = clock.wall_ms
         self._writing: set[asyncio.Task[None]] = set()
 
     @property

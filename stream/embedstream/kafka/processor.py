@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from embedstream.core.clock import Clock
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.offsets import PartitionOffsets
@@ -23,6 +24,7 @@ from embedstream.core.policy import BatchLimits
 from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
+from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.kafka.admission import Admission
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.documents import DocumentStart
@@ -31,7 +33,6 @@ from embedstream.kafka.handoff import Handoff, Listener
 from embedstream.kafka.outcomes import KafkaOutcomes
 from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Producer, Record
-from embedstream.kafka.sink import now_ms
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.user_errors import topics_must_exist
 from embedstream.kafka.waiting import WaitingRetries
@@ -70,6 +71,7 @@ class Parts:
     handoff: Handoff
     transactions: PartitionTransactions | None
     cache: EmbeddingCache | None = None
+    clock: Clock = SYSTEM_CLOCK
 
 
 class Processor:
@@ -239,7 +241,7 @@ class Processor:
             return []  # committed by the previous owner (exactly-once): not ours to redo
         p.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
-        verdict = p.admission.admit(record, state, now_ms())
+        verdict = p.admission.admit(record, state, p.clock.wall_ms())
         if isinstance(verdict, Failure):
             await p.outcomes.refused(record, state, verdict)
             return []
@@ -281,7 +283,8 @@ class Processor:
 
     async def _commit_all(self) -> None:
         p = self.parts
-        await p.committer.commit(list(p.assignment.offsets()))
+        for tp in await p.committer.commit(list(p.assignment.offsets())):
+            await p.handoff.lost(tp)
 
 
 def _bucket_key(item: WorkItem) -> BucketKey:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -19,6 +18,7 @@ from typing import Protocol, TypeVar
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
+from embedstream.core.clock import Clock
 from embedstream.core.lanes import Priority
 from embedstream.kafka.protocols import Producer, RecordBatch
 from embedstream.kafka.topics import TopicNames
@@ -35,10 +35,6 @@ from embedstream.wire import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +80,14 @@ class DirectWriter:
     item cannot be committed before its output is written anyway."""
 
     def __init__(
-        self, producer: Producer, retry_for_s: float = WRITE_RETRY_S, first_delay_s: float = 0.5
+        self,
+        producer: Producer,
+        clock: Clock,
+        retry_for_s: float = WRITE_RETRY_S,
+        first_delay_s: float = 0.5,
     ) -> None:
         self._producer = producer
+        self._monotonic = clock.monotonic
         self._retry_for_s = retry_for_s
         self._first_delay_s = first_delay_s
         self._partitioner = DefaultPartitioner()
@@ -146,13 +147,13 @@ class DirectWriter:
         )
 
     async def _retrying(self, topic: str, send: Callable[[], Awaitable[T]]) -> T:
-        deadline = time.monotonic() + self._retry_for_s
+        deadline = self._monotonic() + self._retry_for_s
         delay = self._first_delay_s
         while True:
             try:
                 return await send()
             except (KafkaError, OSError) as exc:
-                if time.monotonic() + delay > deadline:
+                if self._monotonic() + delay > deadline:
                     raise OutputUnwritable(f"{topic}: {exc!r}") from exc
                 log.warning("write to %s failed (%r); retrying in %.1fs", topic, exc,
                             delay)  # fmt: skip
@@ -166,9 +167,10 @@ def _append(batch: RecordBatch, output: Output) -> bool:
 
 
 class Sink:
-    def __init__(self, writer: Writer, topics: TopicNames) -> None:
+    def __init__(self, writer: Writer, topics: TopicNames, clock: Clock) -> None:
         self._writer = writer
         self._topics = topics
+        self._clock_ms = clock.wall_ms
 
     async def result(self, item: WorkItem, result: EmbedResult | ChunkResult) -> None:
         await self._writer.write(self._result_output(item, result))
@@ -197,7 +199,7 @@ class Sink:
             attempts=item.attempts,
             not_before_ms=not_before_ms,
             first_error=item.first_error or error,
-            first_failure_ms=item.first_failure_ms or now_ms(),
+            first_failure_ms=item.first_failure_ms or self._clock_ms(),
             high_priority=item.priority is Priority.HIGH,
             enqueued_at_ms=item.timestamp_ms,
         )

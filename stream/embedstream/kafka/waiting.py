@@ -9,26 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 
 from aiokafka import TopicPartition
 
+from embedstream.core.clock import Clock
 from embedstream.core.delayed import DelayQueue
-from embedstream.kafka.sink import Sink, now_ms
+from embedstream.engine.batcher import Batcher
+from embedstream.kafka.sink import Sink
 from embedstream.kafka.work import WorkItem
 
 
 class WaitingRetries:
-    def __init__(
-        self, submit: Callable[[WorkItem], None], clock_ms: Callable[[], int] = now_ms
-    ) -> None:
-        self._submit = submit
-        self._clock_ms = clock_ms
+    def __init__(self, batcher: Batcher[WorkItem], clock: Clock) -> None:
+        self._batcher = batcher
+        self._clock_ms = clock.wall_ms
         self._queue: DelayQueue[WorkItem] = DelayQueue()
         self._wake = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._queue)
+
+    def _submit(self, item: WorkItem) -> None:
+        self._batcher.add(item.key, item.tokens, item)
 
     def hold_or_submit(self, item: WorkItem) -> None:
         if item.not_before_ms > self._clock_ms():
