@@ -11,7 +11,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 SCHEMA_DIR = Path(__file__).parents[2] / "topics" / "schemas"
-SCHEMA_NAMES = ["request", "result", "dead_letter_headers"]
+SCHEMA_NAMES = ["request", "result", "dead_letter_headers", "document", "document_output"]
 
 
 @cache
@@ -152,3 +152,24 @@ def test_what_the_code_writes_matches_the_schemas() -> None:
         "InvalidEvent", "invalid_json", "bad", 0, "t", 0, 7, 1_767_225_600_000, 1_767_225_600_001
     )
     validator("dead_letter_headers").validate(headers_dict(dead_letter_headers(failure)))
+
+
+def test_what_the_code_writes_for_documents_matches_the_schemas() -> None:
+    """Document events the parser takes, and every document record the processor writes."""
+    import orjson
+    from embedstream.wire.document_events import document_from_doc
+    from embedstream.wire.documents import ChunkResult, DocumentComplete, DocumentIncomplete
+
+    event = {"doc_id": "d", "text": "", "version": 3, "metadata": {"k": 1}, "dimensions": 8}
+    document_from_doc(event)  # the parser takes it ...
+    validator("document").validate(event)  # ... and so does the schema
+    records = [
+        ChunkResult("d", "3", 0, 2, (0, 5), [0.5], "m", 1, 2, False, None, 1, 3.0),
+        ChunkResult("d", "3", 1, 2, (4, 9), "AAAA", "m", 1, 2, True, {"k": 1}, 0, 3.0, "text"),
+        DocumentComplete("d", "3", 2, {"k": 1}),
+        DocumentComplete("e", "x", 0, None),
+        DocumentIncomplete("d", "3", 2, (1,), None),
+    ]
+    for record in records:
+        validator("document_output").validate(orjson.loads(record.encode()))
+    assert not validator("document_output").is_valid({"type": "complete", "doc_id": "d"})
