@@ -163,7 +163,7 @@ def test_what_the_code_writes_for_documents_matches_the_schemas() -> None:
     event = {"doc_id": "d", "text": "", "version": 3, "metadata": {"k": 1}, "dimensions": 8}
     document_from_doc(event)  # the parser takes it ...
     validator("document").validate(event)  # ... and so does the schema
-    records = [
+    records: list[ChunkResult | DocumentComplete | DocumentIncomplete] = [
         ChunkResult("d", "3", 0, 2, (0, 5), [0.5], "m", 1, 2, False, None, 1, 3.0),
         ChunkResult("d", "3", 1, 2, (4, 9), "AAAA", "m", 1, 2, True, {"k": 1}, 0, 3.0, "text"),
         DocumentComplete("d", "3", 2, {"k": 1}),

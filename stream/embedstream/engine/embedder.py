@@ -15,14 +15,10 @@ The only module that imports ``openai``.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
 import os
-import sys
 import time
 import urllib.parse
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -43,6 +39,7 @@ from embedstream.errors import (
     http_reason,
 )
 from embedstream.settings import Settings, header_secrets
+from embedstream.wire.vectors import base64_float_count, base64_floats, encode_base64
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,36 +346,23 @@ def _vector(embedding: object, as_base64: bool) -> tuple[list[float] | str, int]
 
 def _base64_floats(text: str) -> int:
     """How many float32 a base64 string holds, from its length alone (no decoding)."""
-    padding = 2 if text.endswith("==") else 1 if text.endswith("=") else 0
-    size = len(text) // 4 * 3 - padding
-    if not text or len(text) % 4 or size % 4:
-        raise TransientError(
-            Reason.MALFORMED_RESPONSE, f"base64 embedding of {len(text)} characters is no float32"
-        )
-    return size // 4
+    try:
+        return base64_float_count(text)
+    except ValueError as exc:
+        raise TransientError(Reason.MALFORMED_RESPONSE, f"base64 embedding: {exc}") from None
 
 
 def _decoded(text: str) -> list[float]:
     try:
-        raw = binascii.a2b_base64(text, strict_mode=True)
-    except binascii.Error as exc:
+        vector = base64_floats(text).tolist()
+    except ValueError as exc:
         raise TransientError(Reason.MALFORMED_RESPONSE, f"bad base64 embedding: {exc}") from None
-    floats = array("f", raw)
-    if _BIG_ENDIAN:
-        floats.byteswap()  # the wire format is little-endian float32
-    vector = floats.tolist()
     _check_finite(vector)
     return vector
 
 
 def _encoded(vector: list[float]) -> str:
-    floats = array("f", vector)
-    if _BIG_ENDIAN:
-        floats.byteswap()
-    return base64.b64encode(floats.tobytes()).decode("ascii")
-
-
-_BIG_ENDIAN = sys.byteorder == "big"
+    return encode_base64(vector)
 
 
 def _check_finite(vector: list[float]) -> None:

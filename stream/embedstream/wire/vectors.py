@@ -72,6 +72,16 @@ def base64_dimensions(encoded: str) -> int:
     return (len(encoded) * 3 // 4 - padding) // 4
 
 
+def base64_float_count(encoded: str) -> int:
+    """Like :func:`base64_dimensions`, but checked: ValueError unless the length is that of
+    a whole float32 array (the provider's answer is not trusted)."""
+    padding = 2 if encoded.endswith("==") else 1 if encoded.endswith("=") else 0
+    size = len(encoded) // 4 * 3 - padding
+    if not encoded or len(encoded) % 4 or size % 4:
+        raise ValueError(f"base64 of {len(encoded)} characters is no float32 array")
+    return size // 4
+
+
 def all_finite(values: Iterable[float]) -> bool:
     """True when no value is NaN or infinite: one sum instead of a check per float (NaN and
     infinity propagate through a sum; finite float32 values cannot overflow a double)."""

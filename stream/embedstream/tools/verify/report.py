@@ -21,14 +21,13 @@ records (every result of an id beyond its first) number at most ``max_duplicates
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
-import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from embedstream.wire.vectors import decode_base64
 
 # (model, text, dimensions) -> the vector a correct pipeline returns, e.g. the simulator's
 # embedsim.model.expected_vector.
@@ -331,13 +330,7 @@ def _vector_problem(
 def decode_embedding(value: object) -> list[float]:
     """A result's ``embedding``: a list of numbers, or base64 of little-endian float32."""
     if isinstance(value, str):
-        try:
-            data = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise ValueError(f"invalid base64 ({exc})") from None
-        if len(data) % 4:
-            raise ValueError(f"{len(data)} bytes is not a float32 array")
-        return list(struct.unpack(f"<{len(data) // 4}f", data))
+        return decode_base64(value)
     if isinstance(value, list):
         if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value):
             raise ValueError("a component is not a number")
