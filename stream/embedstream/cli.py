@@ -174,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="stop after S seconds without a record (default: wait forever)",
     )
+    consume.add_argument(
+        "--documents",
+        action="store_true",
+        help="only documents' records: chunks, complete/incomplete, tombstones (as "
+        '{"type": "deleted", "doc_id": ...}); with --dead-letters, failed chunks',
+    )
     add_settings_flags(consume, CLIENT_SETTINGS)
 
     from embedstream.tools.top.app import add_cli_arguments as add_top_arguments
@@ -370,6 +376,7 @@ async def _consume(ns: argparse.Namespace) -> int:
         from_beginning=ns.from_beginning,
         limit=ns.limit,
         idle_timeout_s=ns.idle_timeout,
+        documents_only=ns.documents,
     ):
         write_json_line(doc)
     return 0

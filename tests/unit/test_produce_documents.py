@@ -64,7 +64,7 @@ async def test_json_lines_are_keyed_by_doc_id_and_sent_byte_for_byte(tmp_path: P
 async def test_a_missing_file_fails_before_anything_is_sent(tmp_path: Path) -> None:
     (tmp_path / "ok.md").write_text("fine")
     producer = FakeProducer()
-    with pytest.raises(EmbedStreamError, match="nope.md"):
+    with pytest.raises(EmbedStreamError, match=r"nope\.md"):
         await produce_messages(
             SETTINGS,
             document_messages([tmp_path / "ok.md", tmp_path / "nope.md"]),

@@ -48,8 +48,8 @@ def parse_line(line: bytes, *, plain: bool) -> Request:
 
     JSON lines are sent byte for byte (even if invalid, so the processor dead-letters them
     with a reason), keyed by their ``id``, or for a document event by its ``doc_id`` (all
-    versions of one document then land on one partition, in order); plain lines become requests with a new id (bytes that are not UTF-8 read
-    as U+FFFD).
+    versions of one document then land on one partition, in order); plain lines become
+    requests with a new id (bytes that are not UTF-8 read as U+FFFD).
     """
     if plain:
         request_id = str(uuid.uuid4())
