@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 from pathlib import Path
 
@@ -41,7 +42,9 @@ async def test_each_file_is_one_document_keyed_by_its_path(tmp_path: Path) -> No
     )
     assert sent == 2
     for (topic, value, key), path in zip(producer.sent, paths, strict=True):
-        event = document_from_doc(orjson.loads(value))  # the processor's own parser accepts it
+        event = document_from_doc(
+            orjson.loads(value or b"")
+        )  # the processor's own parser accepts it
         assert topic == "t.requests.low"
         assert key == str(path).encode() and event.doc_id == str(path)
         assert event.text == path.read_text()  # byte for byte, blank lines kept
@@ -115,6 +118,6 @@ def test_the_help_says_why_documents_are_keyed_by_doc_id() -> None:
     parser = build_parser()
     ns = parser.parse_args(["produce", "--documents", "x.md", "y.md"])
     assert ns.files == [Path("x.md"), Path("y.md")] and ns.documents
-    produce = parser._subparsers._group_actions[0].choices["produce"]  # type: ignore[union-attr]
-    help_text = " ".join(produce.format_help().split())
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    help_text = " ".join(sub.choices["produce"].format_help().split())
     assert "one partition, in order" in help_text
