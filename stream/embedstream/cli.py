@@ -108,9 +108,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(topics, CLIENT_SETTINGS)
 
-    produce = command("produce", "publish requests from JSON lines or plain text")
+    produce = command("produce", "publish requests (or documents) from JSON lines or text")
     produce.add_argument(
-        "file", nargs="?", type=Path, default=None, help="input file (default: stdin)"
+        "files",
+        nargs="*",
+        type=Path,
+        metavar="FILE",
+        help="input file (default: stdin); with --documents, one document per file "
+        "(doc_id = the path) or JSON lines of documents (*.jsonl, *.ndjson)",
+    )
+    produce.add_argument(
+        "--documents",
+        action="store_true",
+        help="publish documents, keyed by doc_id: all versions of a document then go to one "
+        "partition, in order, and are processed in that order",
+    )
+    produce.add_argument(
+        "--delete",
+        nargs="+",
+        default=None,
+        metavar="DOC_ID",
+        help="publish a tombstone per DOC_ID (keyed like its document, so it follows it)",
     )
     produce.add_argument(
         "--priority",
@@ -156,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="stop after S seconds without a record (default: wait forever)",
     )
+    consume.add_argument(
+        "--documents",
+        action="store_true",
+        help="only documents' records: chunks, complete/incomplete, tombstones (as "
+        '{"type": "deleted", "doc_id": ...}); with --dead-letters, failed chunks',
+    )
     add_settings_flags(consume, CLIENT_SETTINGS)
 
     from embedstream.tools.top.app import add_cli_arguments as add_top_arguments
@@ -196,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.command == "produce" and ns.ids_out is not None and not ns.plain:
         parser.error("--ids-out needs --plain: only plain lines get generated ids")
+    if ns.command == "produce" and (problem := _produce_conflict(ns)):
+        parser.error(problem)
     try:
         return asyncio.run(_dispatch(ns))
     except EmbedStreamError as exc:
@@ -299,14 +325,28 @@ def _reason(exc: BaseException) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
+def _produce_conflict(ns: argparse.Namespace) -> str | None:
+    if ns.delete is not None and (ns.files or ns.documents or ns.plain):
+        return "--delete takes doc_ids only: publish documents in a separate command"
+    if ns.documents and ns.plain:
+        return "--documents and --plain exclude each other"
+    if len(ns.files) > 1 and not ns.documents:
+        return "several files need --documents (one document per file)"
+    return None
+
+
 async def _produce(ns: argparse.Namespace) -> int:
     from embedstream.kafka.topics import topic_settings
     from embedstream.tools.produce import input_size, produce_lines, read_lines
     from embedstream.tools.progress import make_progress
 
     settings = _client_settings(ns)
+    if ns.documents or ns.delete is not None:
+        from embedstream.tools.produce_documents import produce_from_args
+
+        return await produce_from_args(ns, settings, _check_kafka)
     with (
-        _open(ns.file, "rb", sys.stdin.buffer) as source,
+        _open(ns.files[0] if ns.files else None, "rb", sys.stdin.buffer) as source,
         _open(ns.ids_out, "wb", None) as ids_out,
     ):
         # The lane's first topic, where produce writes (a lane may list several).
@@ -336,6 +376,7 @@ async def _consume(ns: argparse.Namespace) -> int:
         from_beginning=ns.from_beginning,
         limit=ns.limit,
         idle_timeout_s=ns.idle_timeout,
+        documents_only=ns.documents,
     ):
         write_json_line(doc)
     return 0

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from embedsim.model import encode_base64, expected_vector
+from embedstream.core.documents import default_version
 from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
 from embedstream.kafka.clients import producer_for
 from embedstream.kafka.reader import ReadError
@@ -51,7 +52,7 @@ async def setup_topics(bootstrap: str, prefix: str) -> TopicNames:
 
 
 async def send(
-    bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes, Headers]]
+    bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes | None, Headers]]
 ) -> list[Any]:
     """Publishes and returns each record's metadata (partition, offset)."""
     producer = producer_for(bootstrap, acks="all")
@@ -241,3 +242,45 @@ async def test_verify_reads_the_embedded_broker_to_the_end() -> None:
         broker.stop()
     assert report.ok, report.summary()
     assert (report.requests, report.results, report.lost) == (200, 200, ())
+
+
+async def test_document_breaches_are_reported_from_real_topics(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    from embedstream.wire.documents import ChunkResult, DocumentComplete
+
+    names = await setup_topics(bootstrap, unique_prefix)
+    events: list[tuple[bytes | None, bytes | None, Headers]] = [
+        (b"ok", orjson.dumps({"doc_id": "ok", "text": "x", "version": 1}), []),
+        (b"hole", orjson.dumps({"doc_id": "hole", "text": "y\n\nz", "version": 1}), []),
+        (b"never", orjson.dumps({"doc_id": "never", "text": "w"}), []),
+    ]
+    await send(bootstrap, names.requests_low, events)
+    await send(bootstrap, names.requests_low, [(b"ok", None, [])])
+
+    def chunk(doc_id: str, seq: int, count: int) -> tuple[bytes, bytes | None, Headers]:
+        record = ChunkResult(doc_id, "1", seq, count, (0, 1), [1.0], MODEL, 1, 1, False, None, 1, 0)
+        return record.key, record.encode(), []
+
+    complete_ok, complete_hole = (
+        DocumentComplete("ok", "1", 1, None),
+        DocumentComplete("hole", "1", 2, None),
+    )
+    await send(
+        bootstrap,
+        names.results,
+        [
+            chunk("ok", 0, 1),
+            (complete_ok.key, complete_ok.encode(), []),
+            (b"ok", None, []),
+            chunk("hole", 1, 2),  # chunk 0 never written
+            (complete_hole.key, complete_hole.encode(), []),
+        ],
+    )
+    report = await verify(bootstrap, unique_prefix, check_vectors=False, default_model=MODEL)
+    documents = report.documents
+    assert documents is not None and not report.ok
+    assert (documents.versions, documents.tombstones, documents.deleted) == (3, 1, 1)
+    assert documents.lost == ("never@" + default_version("w"),)
+    assert documents.violations == ("hole@1: complete without chunks [0]",)
+    assert report.requests == 0 and report.unparseable_requests == 0  # none mistaken for requests

@@ -23,7 +23,7 @@ class FakeProducer:
     """Records sends; each send's acknowledgement is already done."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes, bytes | None]] = []
+        self.sent: list[tuple[str, bytes | None, bytes | None]] = []
         self.started = self.stopped = False
 
     async def start(self) -> None:
@@ -32,7 +32,9 @@ class FakeProducer:
     async def stop(self) -> None:
         self.stopped = True
 
-    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> asyncio.Future[Any]:
+    async def send(
+        self, topic: str, value: bytes | None, key: bytes | None = None
+    ) -> asyncio.Future[Any]:
         self.sent.append((topic, value, key))
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         done.set_result(None)
@@ -90,7 +92,7 @@ async def test_ids_out_round_trips_plain_texts() -> None:
     assert sent == 4
     rows = [line.split("\t", 1) for line in ids_out.getvalue().decode().splitlines()]
     by_id = {request_id: text for request_id, text in rows}
-    requests = [orjson.loads(value) for _, value, _ in producer.sent]
+    requests = [orjson.loads(value or b"") for _, value, _ in producer.sent]
     # Every generated id maps to exactly the text sent with it, in input order.
     assert [by_id[r["id"]] for r in requests] == texts
     assert [r["text"] for r in requests] == texts

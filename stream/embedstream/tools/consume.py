@@ -1,4 +1,8 @@
-"""`embedstream consume`: read results (or dead letters) and print them as JSON lines."""
+"""`embedstream consume`: read results (or dead letters) and print them as JSON lines.
+
+Results of documents print as they are on the topic (``"type"``: chunk, complete, incomplete);
+a tombstone, which has no value, prints as ``{"type": "deleted", "doc_id": <its key>}``.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from embedstream.kafka.clients import connection_for, make_reader, partitions_of
 from embedstream.kafka.topics import configured_topics
 from embedstream.kafka.user_errors import kafka_user_errors
 from embedstream.settings import Settings
-from embedstream.wire import headers_dict
+from embedstream.wire import DOC_ID, headers_dict
 
 
 async def consume_records(
@@ -24,8 +28,11 @@ async def consume_records(
     from_beginning: bool,
     limit: int | None,
     idle_timeout_s: float | None,
+    documents_only: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Outcomes as dicts: results parsed, dead letters with their headers and original value."""
+    """Outcomes as dicts: results parsed, dead letters with their headers and original value.
+    With ``documents_only``, only documents' records (their results, or their chunks' dead
+    letters); ``limit`` counts the records printed."""
     names = configured_topics(settings)
     topic = names.dead_letters if dead_letters else names.results
     naming = "topic_dlq" if dead_letters else "topic_results"
@@ -68,7 +75,9 @@ async def consume_records(
             last_data = time.monotonic()
             for records in batch.values():
                 for record in records:
-                    yield _outcome(record, dead_letters)
+                    if documents_only and not is_document_record(record, dead_letters):
+                        continue
+                    yield outcome(record, dead_letters)
                     count += 1
                     if limit is not None and count >= limit:
                         return
@@ -76,9 +85,22 @@ async def consume_records(
         await consumer.stop()
 
 
-def _outcome(record: Any, dead_letter: bool) -> dict[str, Any]:
+DELETED = "deleted"
+
+
+def outcome(record: Any, dead_letter: bool) -> dict[str, Any]:
+    """One record as printed. A result that is not a JSON object (nothing the processor
+    writes) prints as its key and raw value rather than stopping the command."""
     if not dead_letter:
-        doc: dict[str, Any] = orjson.loads(record.value)
+        key = record.key.decode("utf-8", "replace") if record.key else None
+        if record.value is None:
+            return {"type": DELETED, "doc_id": key}
+        try:
+            doc = orjson.loads(record.value)
+        except orjson.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict):
+            return {"key": key, "value": record.value.decode("utf-8", "replace")}
         return doc
     return {
         "key": record.key.decode("utf-8", "replace") if record.key else None,
@@ -87,6 +109,19 @@ def _outcome(record: Any, dead_letter: bool) -> dict[str, Any]:
         "partition": record.partition,
         "offset": record.offset,
     }
+
+
+def is_document_record(record: Any, dead_letter: bool) -> bool:
+    """A document's output: a tombstone or a typed result; a dead letter naming a doc_id."""
+    if dead_letter:
+        return any(name == DOC_ID for name, _ in record.headers or ())
+    if record.value is None:
+        return True
+    try:
+        doc = orjson.loads(record.value)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(doc, dict) and "type" in doc and "doc_id" in doc
 
 
 def write_json_line(doc: dict[str, Any], out: IO[bytes] = sys.stdout.buffer) -> None:

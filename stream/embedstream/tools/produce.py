@@ -1,4 +1,8 @@
-"""`embedstream produce`: publish request events from a file or stdin as they are read."""
+"""`embedstream produce`: publish request events from a file or stdin as they are read.
+
+Documents (files, JSON lines of document events) and tombstones are published by
+:mod:`embedstream.tools.produce_documents` through the same :class:`Sender`.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +31,9 @@ class Sender(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def send(self, topic: str, value: bytes, key: bytes | None = None) -> Awaitable[Any]: ...
+    async def send(
+        self, topic: str, value: bytes | None, key: bytes | None = None
+    ) -> Awaitable[Any]: ...
 
 
 class Request(NamedTuple):
@@ -41,8 +47,9 @@ def parse_line(line: bytes, *, plain: bool) -> Request:
     """One input line (without its line break) as the request to send.
 
     JSON lines are sent byte for byte (even if invalid, so the processor dead-letters them
-    with a reason); plain lines become requests with a new id (bytes that are not UTF-8 read
-    as U+FFFD).
+    with a reason), keyed by their ``id``, or for a document event by its ``doc_id`` (all
+    versions of one document then land on one partition, in order); plain lines become
+    requests with a new id (bytes that are not UTF-8 read as U+FFFD).
     """
     if plain:
         request_id = str(uuid.uuid4())
@@ -53,7 +60,7 @@ def parse_line(line: bytes, *, plain: bool) -> Request:
         doc = orjson.loads(line)
     except orjson.JSONDecodeError:
         return Request(line, None)
-    key = doc.get("id") if isinstance(doc, dict) else None
+    key = doc.get("id", doc.get("doc_id")) if isinstance(doc, dict) else None
     return Request(line, key.encode() if isinstance(key, str) else None)
 
 

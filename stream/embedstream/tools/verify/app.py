@@ -16,11 +16,20 @@ from typing import Any
 
 import orjson
 
+from embedstream.core.documents import default_version
+from embedstream.errors import InvalidEvent
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.clients import KafkaTarget, check_broker, connection_for
 from embedstream.kafka.reader import TopicRecord, read_topics
 from embedstream.kafka.topics import TopicNames, configured_topics, topic_names, topic_settings
 from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
+from embedstream.tools.verify.documents import (
+    ChunkLetter,
+    DocumentReport,
+    PublishedEvent,
+    check_documents,
+    chunk_letter,
+)
 from embedstream.tools.verify.report import (
     DeadLetter,
     ExpectedVector,
@@ -29,8 +38,10 @@ from embedstream.tools.verify.report import (
     ResultRecord,
     VerificationReport,
     build_report,
+    source_location,
 )
-from embedstream.wire import TRUNCATED_FROM, headers_dict
+from embedstream.wire import TRUNCATED_FROM, EmbedResult, decode_output, headers_dict
+from embedstream.wire.documents import DocumentRecord
 
 
 @dataclass
@@ -43,6 +54,23 @@ class Readback:
     results: list[ResultRecord] = field(default_factory=list)
     unparseable_results: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    # Documents: events and tombstones as published, their records as written (each in its
+    # partition's order), the chunks dead-lettered for good.
+    documents: list[PublishedEvent] = field(default_factory=list)
+    document_records: list[DocumentRecord] = field(default_factory=list)
+    chunk_letters: list[ChunkLetter] = field(default_factory=list)
+
+    def document_report(self) -> DocumentReport | None:
+        """None when no document went in or came out: nothing of documents to report."""
+        if not (self.documents or self.document_records or self.chunk_letters):
+            return None
+        located = (source_location(letter.headers) for letter in self.dead_letters)
+        return check_documents(
+            self.documents,
+            self.document_records,
+            chunk_letters=self.chunk_letters,
+            dead_lettered=[location for location in located if location is not None],
+        )
 
     def report(
         self, *, check_vectors: bool, default_model: str, max_duplicates: int = 0
@@ -64,6 +92,7 @@ class Readback:
             unparseable_requests=self.unparseable_requests,
             unparseable_results=self.unparseable_results,
             repeated_requests={rid: n for rid, n in self.request_counts.items() if n > 1},
+            documents=self.document_report(),
         )
 
 
@@ -78,7 +107,9 @@ async def read_back(
     everything = [*names.requests, names.results, names.dead_letters]
     async with aclosing(read_topics(kafka, everything, timeout_s=timeout_s)) as records:
         async for record in records:
-            if record.topic in request_topics:
+            if record.topic in request_topics and (event := parse_document(record)):
+                found.documents.append(event)
+            elif record.topic in request_topics:
                 rid, info = parse_request(record)
                 if rid is None:
                     found.unparseable_requests.append(
@@ -87,12 +118,22 @@ async def read_back(
                 else:
                     found.request_counts[rid] += 1
                     found.requests.setdefault(rid, info)  # the first occurrence is checked
+            elif record.topic == names.results and is_document_output(record):
+                try:
+                    output = decode_output(record.key, record.value)
+                except InvalidEvent:
+                    found.unparseable_results += 1
+                else:
+                    assert not isinstance(output, EmbedResult)  # it has a "type"
+                    found.document_records.append(output)
             elif record.topic == names.results:
                 result = parse_result(record)
                 if result is None:
                     found.unparseable_results += 1
                 else:
                     found.results.append(result)
+            elif letter := chunk_letter(headers_dict(record.headers)):
+                found.chunk_letters.append(letter)
             else:
                 found.dead_letters.append(
                     DeadLetter(_request_id(_json(record.value)), headers_dict(record.headers))
@@ -138,6 +179,33 @@ def parse_request(record: TopicRecord) -> tuple[str | None, RequestInfo]:
         topic=record.topic,
     )
     return rid, info
+
+
+def parse_document(record: TopicRecord) -> PublishedEvent | None:
+    """A document event or tombstone on a request topic (None: a plain request, or junk).
+
+    Lenient like :func:`parse_request`: a document the processor will reject is still a
+    published version, which must then end in a dead letter."""
+    location = (record.topic, record.partition, record.offset)
+    if record.value is None:
+        if not record.key:
+            return None
+        return PublishedEvent(record.key.decode("utf-8", "replace"), None, location)
+    doc = _json(record.value)
+    if not isinstance(doc, dict) or "id" in doc or not isinstance(doc.get("doc_id"), str):
+        return None
+    version = doc.get("version")
+    if version is None and isinstance(doc.get("text"), str):
+        version = default_version(doc["text"])
+    return PublishedEvent(doc["doc_id"], str(version), location)
+
+
+def is_document_output(record: TopicRecord) -> bool:
+    """A results record of a document: a tombstone, or a value with a ``type``."""
+    if record.value is None:
+        return True
+    doc = _json(record.value)
+    return isinstance(doc, dict) and "type" in doc
 
 
 def parse_result(record: TopicRecord) -> ResultRecord | None:

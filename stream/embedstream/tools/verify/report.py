@@ -16,7 +16,9 @@ Definitions (all id lists are sorted):
   dead letter accounts for, as ``topic:partition:offset``.
 
 The report is ``ok`` when nothing is lost, misattributed or in both, and the duplicate result
-records (every result of an id beyond its first) number at most ``max_duplicates``.
+records (every result of an id beyond its first), with the documents' duplicate records,
+number at most ``max_duplicates``; documents (:mod:`embedstream.tools.verify.documents`), when
+checked, must keep their output contract.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from embedstream.tools.verify.documents import DocumentReport
 from embedstream.wire.vectors import decode_base64
 
 # (model, text, dimensions) -> the vector a correct pipeline returns, e.g. the simulator's
@@ -96,6 +99,7 @@ class VerificationReport:
     vectors_checked: bool = False
     vectors_compared: int = 0
     vectors_skipped: int = 0  # truncated results or requests without a text
+    documents: DocumentReport | None = None  # None: nothing of documents was checked
 
     @property
     def duplicate_results(self) -> int:
@@ -104,12 +108,13 @@ class VerificationReport:
 
     @property
     def ok(self) -> bool:
-        return not (
+        documents = self.documents or DocumentReport()
+        return documents.ok and not (
             self.lost
             or self.misattributed
             or self.in_both
             or self.unparseable_lost
-            or self.duplicate_results > self.max_duplicates
+            or self.duplicate_results + documents.duplicates > self.max_duplicates
         )
 
     def summary(self) -> str:
@@ -165,6 +170,8 @@ class VerificationReport:
         listing("in both", self.in_both)
         listing("unparseable requests not dead-lettered", self.unparseable_lost)
         listing("unknown results", self.unknown_results)
+        if self.documents is not None:
+            lines.extend(self.documents.summary_lines())
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -189,6 +196,7 @@ class VerificationReport:
             "vectors_checked": self.vectors_checked,
             "vectors_compared": self.vectors_compared,
             "vectors_skipped": self.vectors_skipped,
+            "documents": None if self.documents is None else self.documents.to_json(),
         }
 
 
@@ -204,8 +212,10 @@ def build_report(
     unparseable_requests: Sequence[Location] = (),
     unparseable_results: int = 0,
     repeated_requests: Mapping[str, int] | None = None,
+    documents: DocumentReport | None = None,
 ) -> VerificationReport:
-    """Compare requests with their outcomes.
+    """Compare requests with their outcomes (``documents``: the documents' own check, folded
+    into the verdict).
 
     ``expected`` enables the vector check; the model is the request's, else ``default_model``,
     else the result's own ``model`` field, and the dimensions are the request's, else the
@@ -259,6 +269,7 @@ def build_report(
         vectors_checked=expected is not None,
         vectors_compared=compared,
         vectors_skipped=skipped,
+        documents=documents,
     )
 
 
