@@ -132,7 +132,7 @@ async def test_rate_limited_provider_pauses_and_loses_nothing(
             window = (c.received_at + 0.05, c.received_at + c.retry_after_s - 0.01)
             inside = [d for d in calls if window[0] < d.received_at < window[1]]
             assert not inside, (c, inside[:3])
-        assert max(held for held, _ in samples) <= settings.max_buffered_items
+        assert max(held for held, _ in samples) <= settings.buffered_items_limit
         assert any(paused for _, paused in samples)
 
 

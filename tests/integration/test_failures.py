@@ -276,7 +276,7 @@ async def test_rejected_key_pauses_without_dead_letters_and_never_leaks_the_key(
             assert not service.health.readiness().ready
             assert "provider_usable" in service.health.readiness().reasons()
             assert processor.paused_count() > 0
-            assert processor.held <= settings.max_buffered_items
+            assert processor.held <= settings.buffered_items_limit
             simulator.set_faults(auth_key=canary)  # the key is accepted again
             seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=120)
             assert service.health.readiness().ready

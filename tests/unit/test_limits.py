@@ -14,11 +14,11 @@ from embedstream.core.limits import (
     UnknownProfile,
     batch_violations,
     check_item,
-    default_buffered_items,
     effective_limits,
     profile,
 )
 from embedstream.settings import ProviderProfile
+from embedstream.settings.derived import default_buffered_items
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -221,26 +221,3 @@ def batch_violations(
     if encoding_format not in limits.encoding_formats:
         problems.append(f"encoding_format {encoding_format!r} not allowed")
     return problems
-
-
-# What the buffer holds by default when max_buffered_items is left alone: at least this.
-MIN_DEFAULT_BUFFERED_ITEMS = 5_000
-
-
-def default_buffered_items(
-    max_batch_size: int, max_concurrency: int, max_buffered_bytes: int, item_bytes: int
-) -> int:
-    """The default of ``max_buffered_items``: two full calls per slot (one round in flight, the
-    next one cut and waiting), so the batches the user asked for can fill; never under
-    MIN_DEFAULT_BUFFERED_ITEMS nor one batch, and within ``max_buffered_bytes`` at
-    ``item_bytes`` per buffered item (the byte bound wins, down to one batch)."""
-    for name, value in (
-        ("max_batch_size", max_batch_size),
-        ("max_concurrency", max_concurrency),
-        ("max_buffered_bytes", max_buffered_bytes),
-        ("item_bytes", item_bytes),
-    ):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    wanted = max(MIN_DEFAULT_BUFFERED_ITEMS, 2 * max_batch_size * max_concurrency)
-    return max(max_batch_size, min(wanted, max_buffered_bytes // item_bytes))

@@ -19,6 +19,7 @@ from embedstream.core.lanes import Priority
 from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Record
 from embedstream.settings import Settings
+from embedstream.settings.derived import ITEM_RESIDENT_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class Fetcher:
     def __init__(self, consumer: Consumer, assignment: Assignment, settings: Settings) -> None:
         self._consumer = consumer
         self._assignment = assignment
-        self._limit = settings.max_buffered_items
+        self._limit = settings.buffered_items_limit
         self._byte_limit = settings.max_buffered_bytes
         self._max_poll = settings.max_poll_records
         # Until records are seen, assume large ones: the first fetch must not overshoot.
@@ -41,9 +42,11 @@ class Fetcher:
 
     @property
     def pressure(self) -> int:
-        """Held items, or the bytes held expressed as items if that is the tighter bound."""
+        """Held items, or the bytes held expressed as items if that is the tighter bound (each
+        item's Python objects counted besides its value: see settings/derived.py)."""
         a = self._assignment
-        by_bytes = -(-a.held_bytes * self._limit // self._byte_limit)
+        held_bytes = a.held_bytes + a.held * ITEM_RESIDENT_BYTES
+        by_bytes = -(-held_bytes * self._limit // self._byte_limit)
         return max(a.held, by_bytes)
 
     def budget(self) -> int:

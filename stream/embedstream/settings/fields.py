@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from embedstream.settings.derived import ITEM_RESIDENT_BYTES, default_buffered_items
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
 from embedstream.settings.parsing import header_map, header_secrets, json_object, topic_list
@@ -23,6 +24,15 @@ from embedstream.settings.types import SettingSpec
 class Settings(DocumentFields, CoreFields):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     README reference."""
+
+    @property
+    def buffered_items_limit(self) -> int:
+        """max_buffered_items, or its derived default when unset."""
+        if self.max_buffered_items is not None:
+            return self.max_buffered_items
+        return default_buffered_items(
+            self.max_batch_size, self.max_concurrency, self.max_buffered_bytes, ITEM_RESIDENT_BYTES
+        )
 
     @property
     def allowed_model_set(self) -> frozenset[str]:

@@ -191,12 +191,18 @@ class CoreFields:
     rate_limit_tpm: float = setting(
         0.0, "Most estimated tokens per minute (token bucket); 0 is unlimited.", _L, ge=0
     )
-    max_buffered_items: int = setting(
-        5_000, "Most items held in memory; above it fetching pauses.", _L, gt=0
+    max_buffered_items: int | None = setting(
+        None,
+        "Most items held in memory; above it fetching pauses. Unset: two full calls per slot "
+        "(2 x max_batch_size x max_concurrency, at least 5000, at least one batch) within "
+        "max_buffered_bytes.",
+        _L,
+        gt=0,
     )
     max_buffered_bytes: int = setting(
         64 * 1024 * 1024,
-        "Most request bytes held in memory; above it fetching pauses.",
+        "Most bytes held in memory (request bytes plus about 1 KiB per item for what it costs "
+        "in Python); above it fetching pauses.",
         _L,
         gt=0,
     )

@@ -53,6 +53,10 @@ def parse_value(name: str, kind: str, value: Any, *, secret: bool = False) -> An
     """``value`` as the type named ``kind``; ConfigError naming setting ``name`` if it is not
     one (never echoing a secret)."""
     try:
+        if kind in ("int | None", "float | None"):  # optional numbers: unset is None
+            if value is None:
+                return None
+            kind = kind.removesuffix(" | None")
         if kind in ("int", "float"):
             if isinstance(value, bool):  # an int subclass, but `max_wait_ms = true` is a mistake
                 raise ValueError(value)
