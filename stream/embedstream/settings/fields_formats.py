@@ -23,8 +23,8 @@ class FormatFields:
     output_format: OutputFormat = setting(
         "json",
         "What results are written as: json, or avro / json_schema in the registry wire format "
-        "(the result schema is registered under <results topic>-value at start). Document "
-        "chunk and final records stay JSON.",
+        "(the result schema is registered at start under the results topic's -value subject). "
+        "Document chunk and final records stay JSON.",
         _F,
     )
     schema_registry_url: str | None = setting(

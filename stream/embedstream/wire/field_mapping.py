@@ -75,16 +75,16 @@ class MappedEvent:
 def map_fields(record: dict[str, Any], mapping: FieldMapping) -> MappedEvent:
     """The request dict of one decoded record; raises InvalidEvent."""
     doc_id = None
-    if mapping.doc_id_field is not None and _lookup(record, mapping.doc_id_field) is not None:
+    if mapping.doc_id_field is not None and lookup(record, mapping.doc_id_field) is not None:
         doc_id = _identifier(record, mapping.doc_id_field)
     fields: dict[str, Any] = {}
-    if doc_id is None or _lookup(record, mapping.id_field) is not None:
+    if doc_id is None or lookup(record, mapping.id_field) is not None:
         # A document needs no request id (its chunks get theirs from the doc_id).
         fields["id"] = _identifier(record, mapping.id_field)
     fields["text"] = _text(record, mapping.text_field)
     paths = mapping.optional or {}
     for name in OPTIONAL_REQUEST_FIELDS:
-        value = _lookup(record, paths[name]) if name in paths else record.get(name)
+        value = lookup(record, paths[name]) if name in paths else record.get(name)
         if value is not None:
             fields[name] = plain(value)
     high_priority = None
@@ -96,7 +96,7 @@ def map_fields(record: dict[str, Any], mapping: FieldMapping) -> MappedEvent:
 _MISSING = object()
 
 
-def _lookup(record: dict[str, Any], path: str) -> Any:
+def lookup(record: dict[str, Any], path: str) -> Any:
     """The value at a dotted path, or None if any part is absent (or null)."""
     value: Any = record
     for part in path.split("."):
@@ -109,7 +109,7 @@ def _lookup(record: dict[str, Any], path: str) -> Any:
 
 
 def _required(record: dict[str, Any], path: str) -> Any:
-    value = _lookup(record, path)
+    value = lookup(record, path)
     if value is None:
         raise InvalidEvent(Reason.MISSING_FIELD, f"mapped field {path!r} is missing or null")
     return value
@@ -139,7 +139,7 @@ def _identifier(record: dict[str, Any], path: str) -> str:
 
 
 def _priority(record: dict[str, Any], path: str) -> bool | None:
-    value = _lookup(record, path)
+    value = lookup(record, path)
     if value is None:
         return None
     if isinstance(value, bool):
