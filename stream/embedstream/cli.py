@@ -355,7 +355,8 @@ def _produce_schema(ns: argparse.Namespace, settings: Settings) -> str | None:
                           "its schema: set the registry's address")  # fmt: skip
     with _open(ns.schema, "rb", None) as file:
         assert file is not None
-        return file.read().decode("utf-8", "replace")
+        text: str = file.read().decode("utf-8", "replace")
+        return text
 
 
 async def _consume(ns: argparse.Namespace) -> int:
