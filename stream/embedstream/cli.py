@@ -353,10 +353,13 @@ def _produce_schema(ns: argparse.Namespace, settings: Settings) -> str | None:
     if not settings.schema_registry_url:
         raise ConfigError("schema_registry_url", f"produce --format {ns.format} registers "
                           "its schema: set the registry's address")  # fmt: skip
+    from embedstream.tools.produce_formats import record_encoder
+
     with _open(ns.schema, "rb", None) as file:
         assert file is not None
         text: str = file.read().decode("utf-8", "replace")
-        return text
+    record_encoder(ns.format, text)  # a schema that does not parse fails before any connection
+    return text
 
 
 async def _consume(ns: argparse.Namespace) -> int:

@@ -53,15 +53,17 @@ class LineFraming:
 
 async def line_framing(settings: Settings, fmt: str, schema: str, topic: str) -> LineFraming:
     """Register ``schema`` (its text) under ``<topic>-value``; the framing of its lines."""
-    encode, indexes = _record_encoder(fmt, schema)
+    encode, indexes = record_encoder(fmt, schema)
     async with registry_client(settings) as client:
         schema_id = await client.register(f"{topic}-value", SCHEMA_TYPES[fmt], schema)
     return LineFraming(settings, schema_id, encode, indexes)
 
 
-def _record_encoder(
+def record_encoder(
     fmt: str, schema: str
 ) -> tuple[Callable[[dict[str, Any]], bytes], tuple[int, ...] | None]:
+    """The encoder of records of ``schema`` and its message indexes (Protobuf); an
+    EmbedStreamError (one line) if the schema is not one of ``fmt``."""
     try:
         if fmt == "avro":
             from embedstream.wire.formats.avro import AvroEncoder
