@@ -22,6 +22,13 @@ from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
+from embedstream.engine.formats import (
+    registered_result_encoder,
+    registry_client,
+    schema_decoders,
+    uses_registry,
+)
+from embedstream.engine.registry import RegistryClient
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.admission import Admission
 from embedstream.kafka.clients import (
@@ -56,10 +63,17 @@ log = logging.getLogger(__name__)
 class Service:
     """A processor with its health loop and ops server: what `embedstream run` runs."""
 
-    def __init__(self, processor: Processor, health: Health, ops_server: OpsServer | None) -> None:
+    def __init__(
+        self,
+        processor: Processor,
+        health: Health,
+        ops_server: OpsServer | None,
+        registry: RegistryClient | None = None,
+    ) -> None:
         self.processor = processor
         self.health = health
         self.ops_server = ops_server
+        self.registry = registry  # the schema registry, with a registry input or output format
 
     @property
     def metrics_port(self) -> int | None:
@@ -74,6 +88,11 @@ class Service:
             await self.ops_server.start(settings.metrics_host, settings.metrics_port)
         health_task = asyncio.create_task(self._health())
         try:
+            if self.registry is not None:  # before any result is written
+                sink = self.processor.parts.outcomes.sink
+                sink.result_values = await registered_result_encoder(
+                    settings, self.registry, configured_topics(settings).results
+                )
             await self.processor.run()
         finally:
             health_task.cancel()
@@ -81,6 +100,8 @@ class Service:
                 await health_task
             if self.ops_server is not None:
                 await self.ops_server.stop()
+            if self.registry is not None:
+                await self.registry.close()
 
     async def _health(self) -> None:
         # Probing the broker through a producer that has not bootstrapped yet fails (and
@@ -139,6 +160,12 @@ def build_service(
         drain_timeout_s=settings.drain_timeout_s, consumer=consumer, clock=clock,
     )  # fmt: skip
     intake = Intake(settings, configured.provider_limits(settings), token_counter)
+    registry = registry_client(settings) if uses_registry(settings) else None
+    decoders = None if registry is None else schema_decoders(settings, registry)
+    admission = Admission(
+        intake, names, max_delay_ms=int(settings.retry_backoff_cap_ms), decoders=decoders,
+        max_event_bytes=settings.max_event_bytes, max_document_bytes=settings.max_document_bytes,
+    )  # fmt: skip
     processor = Processor(
         Parts(
             settings=settings,
@@ -147,7 +174,7 @@ def build_service(
             producer=producer,
             assignment=assignment,
             fetcher=Fetcher(consumer, assignment, settings),
-            admission=Admission(intake, names, max_delay_ms=int(settings.retry_backoff_cap_ms)),
+            admission=admission,
             outcomes=outcomes,
             batcher=batcher,
             caller=engine.caller,
@@ -160,9 +187,10 @@ def build_service(
             clock=clock,
         )
     )
-    health = Health(processor, metrics, broker_probe(producer))
+    outage = (lambda: None) if decoders is None else (lambda: decoders.outage)
+    health = Health(processor, metrics, broker_probe(producer), registry_outage=outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
-    return Service(processor, health, ops_server)
+    return Service(processor, health, ops_server, registry)
 
 
 async def run_service(

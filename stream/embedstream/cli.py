@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from embedstream.errors import ENV_PREFIX, EmbedStreamError
+from embedstream.errors import ENV_PREFIX, ConfigError, EmbedStreamError
 from embedstream.ops.logs import discard_summaries, setup_logging
 from embedstream.settings import FIELDS, Settings
 from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
@@ -22,6 +22,8 @@ ALL_SETTINGS = tuple(FIELDS)
 COMMON_SETTINGS = CONNECTION_SETTINGS
 # The one-shot client commands also take the log level: DEBUG shows tracebacks and every line.
 CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
+# produce --format: where the schema is registered, and which fields key the records.
+REGISTRY_CLIENT_SETTINGS = ("schema_registry_url", "id_field", "doc_id_field")
 
 
 def package_version() -> str:
@@ -146,8 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="with --plain: write 'id<TAB>text' per request to FILE, to match results to texts",
     )
+    produce.add_argument(
+        "--format",
+        choices=["json", "avro", "json_schema", "protobuf"],
+        default="json",
+        help="each JSON line as a record of --schema in the Schema Registry wire format",
+    )
+    produce.add_argument(
+        "--schema", type=Path, default=None, metavar="FILE", help="the schema of --format"
+    )
     produce.add_argument("--quiet", action="store_true", help="no progress output")
-    add_settings_flags(produce, CLIENT_SETTINGS)
+    add_settings_flags(produce, (*CLIENT_SETTINGS, *REGISTRY_CLIENT_SETTINGS))
 
     consume = command("consume", "print results (or dead letters) as JSON lines")
     consume.add_argument(
@@ -340,11 +351,13 @@ async def _produce(ns: argparse.Namespace) -> int:
     from embedstream.tools.produce import input_size, produce_lines, read_lines
     from embedstream.tools.progress import make_progress
 
-    settings = _client_settings(ns)
+    settings = _settings(ns, (*CLIENT_SETTINGS, *REGISTRY_CLIENT_SETTINGS))
+    setup_logging(settings.log_level, settings.log_format, settings.secret_values())
     if ns.documents or ns.delete is not None:
         from embedstream.tools.produce_documents import produce_from_args
 
         return await produce_from_args(ns, settings, _check_kafka)
+    schema = _produce_schema(ns, settings)
     with (
         _open(ns.files[0] if ns.files else None, "rb", sys.stdin.buffer) as source,
         _open(ns.ids_out, "wb", None) as ids_out,
@@ -360,9 +373,33 @@ async def _produce(ns: argparse.Namespace) -> int:
             plain=ns.plain,
             progress=progress,
             ids_out=ids_out,
+            record_format=ns.format,
+            schema=schema,
         )
     print(f"sent {sent} requests", file=sys.stderr)
     return 0
+
+
+def _produce_schema(ns: argparse.Namespace, settings: Settings) -> str | None:
+    """The text of --schema, checked against --format and the registry setting."""
+    if ns.format == "json":
+        if ns.schema is not None:
+            raise EmbedStreamError("--schema needs --format avro, json_schema or protobuf")
+        return None
+    if ns.schema is None:
+        raise EmbedStreamError(f"--format {ns.format} needs --schema FILE")
+    if ns.plain:
+        raise EmbedStreamError("--plain sends JSON requests; it does not go with --format")
+    if not settings.schema_registry_url:
+        raise ConfigError("schema_registry_url", f"produce --format {ns.format} registers "
+                          "its schema: set the registry's address")  # fmt: skip
+    from embedstream.tools.produce_formats import record_encoder
+
+    with _open(ns.schema, "rb", None) as file:
+        assert file is not None
+        text: str = file.read().decode("utf-8", "replace")
+    record_encoder(ns.format, text)  # a schema that does not parse fails before any connection
+    return text
 
 
 async def _consume(ns: argparse.Namespace) -> int:

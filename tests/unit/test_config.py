@@ -252,6 +252,10 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_CACHE": "redis",
         "EMBEDSTREAM_CACHE_URL": "rediss://:canary-redis@cache.example:6380/0",
         "EMBEDSTREAM_EXTRA_HEADERS": '{"X-Gateway-Key": "canary-gw", "X-Route": "eu"}',
+        "EMBEDSTREAM_INPUT_FORMAT": "avro",
+        "EMBEDSTREAM_SCHEMA_REGISTRY_URL": "https://reg:canary-reg-url@registry.example",
+        "EMBEDSTREAM_SCHEMA_REGISTRY_USERNAME": "reg",
+        "EMBEDSTREAM_SCHEMA_REGISTRY_PASSWORD": "canary-reg",
     }  # fmt: skip
     settings = load_settings(env=env)
     shown = repr(settings) + str(settings.describe())
@@ -265,7 +269,11 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "ssl_keyfile_password",
         "extra_headers",
         "cache_url",
+        "schema_registry_password",
+        "schema_registry_bearer_token",
+        "schema_registry_ssl_keyfile_password",
     }
+    assert "canary-reg-url" in settings.secret_values()  # the registry URL's password alone
     # A message would quote one header value, never the whole JSON: each is masked on its own.
     assert "canary-gw" in settings.secret_values()
 

@@ -198,6 +198,16 @@ NESTED = {"e": {"id": 3, "b": {"text": "t"}}, "p": "HIGH", "d": "doc-1", "m": {"
             ),
             MappedEvent({"id": "3", "text": "t", "metadata": {"x": "AQ=="}}, "doc-1", True),
         ),
+        (  # a document needs no request id; a record without a doc_id is a plain request
+            {"doc": "d1", "text": "", "rev": 3},
+            FieldMapping(doc_id_field="doc", optional={"version": "rev"}),
+            MappedEvent({"text": "", "version": 3}, "d1"),
+        ),
+        (
+            {"id": "a", "text": "t"},
+            FieldMapping(doc_id_field="doc"),
+            MappedEvent({"id": "a", "text": "t"}),
+        ),
         (
             {"id": "a", "text": "t", "p": None},
             FieldMapping(priority_field="p"),
@@ -225,7 +235,8 @@ def test_mapping(record: dict[str, Any], mapping: FieldMapping, expected: Mapped
         ({"id": 1.5, "text": "t"}, FieldMapping(), Reason.INVALID_FIELD),
         ({"id": True, "text": "t"}, FieldMapping(), Reason.INVALID_FIELD),
         ({"id": "a", "text": "t", "p": 3}, FieldMapping(priority_field="p"), Reason.INVALID_FIELD),
-        ({"id": "a", "text": "t"}, FieldMapping(doc_id_field="doc"), Reason.MISSING_FIELD),
+        ({"text": "t"}, FieldMapping(doc_id_field="doc"), Reason.MISSING_FIELD),
+        ({"doc": 1.5, "text": "t"}, FieldMapping(doc_id_field="doc"), Reason.INVALID_FIELD),
     ],
 )
 def test_mapping_errors(record: dict[str, Any], mapping: FieldMapping, reason: str) -> None:

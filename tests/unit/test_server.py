@@ -89,6 +89,7 @@ async def test_readyz_flips_with_readiness(
         body = orjson.loads(await response.read())
     assert body["ready"] is False
     assert body["reasons"] == ["provider_usable"]
+    assert body["messages"] == ["provider unusable"]
     assert body["checks"]["provider_usable"] is False
     assert metrics.registry.get_sample_value("embedstream_ready") == 0
 
@@ -97,7 +98,12 @@ async def test_readyz_flips_with_readiness(
         assert response.status == 200
         assert response.content_type == "application/json"
         body = orjson.loads(await response.read())
-    checks_ok = {"joined_group": True, "broker_reachable": True, "provider_usable": True}
+    checks_ok = {
+        "joined_group": True,
+        "broker_reachable": True,
+        "provider_usable": True,
+        "registry_usable": True,
+    }
     assert body == {"ready": True, "checks": checks_ok}
     assert metrics.registry.get_sample_value("embedstream_ready") == 1
 
@@ -108,3 +114,11 @@ async def test_stop_releases_port(metrics: Metrics, checks: Checks) -> None:
     await ops.stop()
     with pytest.raises(RuntimeError):
         _ = ops.port
+
+
+def test_readiness_says_the_registry_is_unavailable_and_why() -> None:
+    down = Readiness(True, True, True, registry_usable=False, registry_problem="GET /x: 503")
+    assert not down.ready
+    assert down.reasons() == ["registry_usable"]
+    assert down.messages() == ["schema registry unavailable: GET /x: 503"]
+    assert "registry_problem" not in down.checks()

@@ -1,5 +1,9 @@
 """Admission of one event: parse, validate, apply provider limits, cut documents. Pure.
 
+JSON values come in as bytes (:meth:`Intake.admit`); registry records come in decoded, as the
+JSON-equivalent dict their field mapping gives (:meth:`Intake.admit_object`), and from there on
+are checked exactly alike.
+
 Everything that can be decided from the record alone is decided here, before the item takes
 any buffer space, so poison input is parked in the dead-letter topic at once with a reason. A
 request becomes one item; a document becomes its chunks (each checked like a request); a keyed
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from embedstream.core import configured
 from embedstream.core.chunker import Chunk, ChunkingRules, chunk_document
@@ -70,14 +75,25 @@ class Intake:
             if value is None:
                 return tombstone_for(key)
             doc = event_object(value, max_bytes=max(s.max_event_bytes, s.max_document_bytes))
+        except InvalidEvent as exc:
+            return Rejected("InvalidEvent", exc.reason, exc.message)
+        return self.admit_object(doc, len(value))
+
+    def admit_object(
+        self, doc: dict[str, Any], size: int
+    ) -> Admitted | AdmittedDocument | Rejected:
+        """One event already decoded into its JSON-equivalent dict (a JSON event, or a registry
+        record after field mapping); ``size`` is the record value's length in bytes."""
+        s = self._settings
+        try:
             if is_document(doc):
-                if len(value) > s.max_document_bytes:
+                if size > s.max_document_bytes:
                     limit = f"limit {s.max_document_bytes} (max_document_bytes)"
-                    raise InvalidEvent(Reason.OVERSIZED, f"document is {len(value)} bytes, {limit}")
+                    raise InvalidEvent(Reason.OVERSIZED, f"document is {size} bytes, {limit}")
                 return self._admit_document(document_from_doc(doc))
-            if len(value) > s.max_event_bytes:
+            if size > s.max_event_bytes:
                 raise InvalidEvent(
-                    Reason.OVERSIZED, f"value is {len(value)} bytes, limit {s.max_event_bytes}"
+                    Reason.OVERSIZED, f"value is {size} bytes, limit {s.max_event_bytes}"
                 )
             request = request_from_doc(doc)
         except InvalidEvent as exc:

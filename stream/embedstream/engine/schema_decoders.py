@@ -13,7 +13,7 @@ import asyncio
 from collections import OrderedDict
 
 from embedstream.engine.registry import RegistryClient
-from embedstream.errors import InvalidEvent
+from embedstream.errors import InvalidEvent, RegistryUnavailable
 from embedstream.wire.field_mapping import FieldMapping, MappedEvent, map_fields
 from embedstream.wire.formats import PayloadDecoder, build_decoder
 from embedstream.wire.formats.results import ResultEncoder, result_schema
@@ -36,6 +36,9 @@ class SchemaDecoders:
         self._reader_schema = reader_schema
         self._max_schemas = max_schemas
         self._decoders: OrderedDict[int, PayloadDecoder | InvalidEvent] = OrderedDict()
+        # The registry's last failure to answer a schema look-up, until one succeeds:
+        # what /readyz reports.
+        self.outage: RegistryUnavailable | None = None
 
     async def decode(self, raw: bytes | None) -> MappedEvent:
         """The request fields of one framed value. Raises InvalidEvent (dead-letter the record)
@@ -47,7 +50,12 @@ class SchemaDecoders:
     async def decoder(self, schema_id: int) -> PayloadDecoder:
         found = self._decoders.get(schema_id)
         if found is None:
-            schema = await self._client.schema(schema_id)
+            try:
+                schema = await self._client.schema(schema_id)
+            except RegistryUnavailable as exc:
+                self.outage = exc
+                raise
+            self.outage = None
             try:
                 # protoc and schema parsing take milliseconds: off the event loop.
                 found = await asyncio.to_thread(

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from embedstream.core.flow import fetch_budget, partitions_to_pause
+from embedstream.core.holdback import HoldBacks
 from embedstream.core.lanes import Priority
 from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Record
@@ -31,8 +33,17 @@ Fetched = list[tuple[PartitionState, Sequence[Record]]]
 
 
 class Fetcher:
-    def __init__(self, consumer: Consumer, assignment: Assignment, settings: Settings) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        assignment: Assignment,
+        settings: Settings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._consumer = consumer
+        self._clock = clock
+        # Partitions paused because the schema registry could not be asked (hold_back).
+        self._holds: HoldBacks[TopicPartition] = HoldBacks()
         self._assignment = assignment
         self._limit = settings.buffered_items_limit
         self._byte_limit = settings.max_buffered_bytes
@@ -117,17 +128,29 @@ class Fetcher:
                 position = await self._consumer.position(state.tp)
                 state.lag = max(0, ends[state.tp] - position)
 
+    def hold_back(self, state: PartitionState, offset: int, retry_after_s: float | None) -> None:
+        """Read the partition again from ``offset`` after a hold (the registry is out): paused
+        now, resumed by `apply_backpressure` once the hold ends."""
+        wait = self._holds.hold(state.tp, self._clock(), retry_after_s)
+        self._consumer.seek(state.tp, offset)
+        if not state.paused:
+            self._consumer.pause(state.tp)
+            state.paused = True
+        log.warning("schema registry unavailable: %s paused at offset %d for %.1fs",
+                    state.tp, offset, wait)  # fmt: skip
+
     def apply_backpressure(self, *, provider_blocked: bool) -> None:
         states = {s.tp: s for s in self._assignment}
         paused = {tp for tp, s in states.items() if s.paused}
         # Paused until fenced (exactly-once): fetching them would only be read again later.
-        fencing = self._assignment.fencing()
-        wanted = fencing | partitions_to_pause(
+        # Held back after a registry outage: until the hold ends.
+        forced = self._assignment.fencing() | (self._holds.held(self._clock()) & set(states))
+        wanted = forced | partitions_to_pause(
             held=self.pressure,
             limit=self._limit,
             provider_blocked=provider_blocked,
-            assigned=set(states) - fencing,
-            paused=paused - fencing,
+            assigned=set(states) - forced,
+            paused=paused - forced,
             is_high=lambda tp: states[tp].lane is Priority.HIGH,
         )
         to_pause, to_resume = wanted - paused, paused - wanted

@@ -25,7 +25,7 @@ from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.clock import SYSTEM_CLOCK
-from embedstream.kafka.admission import Admission
+from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.documents import DocumentStart
 from embedstream.kafka.fetcher import Fetcher
@@ -229,19 +229,29 @@ class Processor:
             admitted: list[WorkItem] = []
             for state, records in fetched:
                 for record in records:
-                    admitted += await self._admit(state, record)
+                    made = await self._admit(state, record)
+                    if made is None:
+                        break  # held back from this record on: read again after the hold
+                    admitted += made
                 p.fetcher.update_lag(state, records[-1].offset + 1)
             await self._submit(admitted)
 
-    async def _admit(self, state: PartitionState, record: Record) -> list[WorkItem]:
+    async def _admit(self, state: PartitionState, record: Record) -> list[WorkItem] | None:
         """Track one record; the work it makes now (a request, a document's chunks, nothing);
-        dead-letter it now if it can never become work."""
+        dead-letter it now if it can never become work. None: held back, not tracked (the
+        schema registry is out; the partition reads it again after a hold)."""
         p = self.parts
         if state.floor is not None and record.offset < state.floor:
             return []  # committed by the previous owner (exactly-once): not ours to redo
+        if p.admission.framed:
+            verdict = await p.admission.admit_framed(record, state, p.clock.wall_ms())
+            if isinstance(verdict, HeldBack):
+                p.fetcher.hold_back(state, record.offset, verdict.retry_after_s)
+                return None
+        else:
+            verdict = p.admission.admit(record, state, p.clock.wall_ms())
         p.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
-        verdict = p.admission.admit(record, state, p.clock.wall_ms())
         if isinstance(verdict, Failure):
             await p.outcomes.refused(record, state, verdict)
             return []

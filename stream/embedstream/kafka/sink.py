@@ -166,11 +166,27 @@ def _append(batch: RecordBatch, output: Output) -> bool:
     return added is not None
 
 
+class ResultValues(Protocol):
+    """Results in a registry format (wire/formats/results.py ResultEncoder)."""
+
+    def encode(self, result: EmbedResult) -> bytes: ...
+
+
 class Sink:
-    def __init__(self, writer: Writer, topics: TopicNames, clock: Clock) -> None:
+    def __init__(
+        self,
+        writer: Writer,
+        topics: TopicNames,
+        clock: Clock,
+        result_values: ResultValues | None = None,
+    ) -> None:
         self._writer = writer
         self._topics = topics
         self._clock_ms = clock.wall_ms
+        # None: results as JSON, each record's own encode() (the hot path, untouched). Set
+        # before consuming starts when output_format is a registry format (the schema id comes
+        # from registering it). Chunk results stay JSON: the result schema is one record type.
+        self.result_values = result_values
 
     async def result(self, item: WorkItem, result: EmbedResult | ChunkResult) -> None:
         await self._writer.write(self._result_output(item, result))
@@ -183,10 +199,13 @@ class Sink:
         headers: Headers = []
         if item.truncated_from is not None:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
-        key = result.key if isinstance(result, ChunkResult) else item.request.id.encode()
-        return Output(
-            item.origin, self._topics.results, key, result.encode(), headers, item.partition
-        )
+        if isinstance(result, ChunkResult):
+            key, value = result.key, result.encode()
+        else:
+            key = item.request.id.encode()
+            values = self.result_values
+            value = result.encode() if values is None else values.encode(result)
+        return Output(item.origin, self._topics.results, key, value, headers, item.partition)
 
     async def document_record(
         self, key: bytes, value: bytes | None, origin: Origin, owner: object

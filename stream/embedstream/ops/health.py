@@ -48,19 +48,28 @@ class Observed(Protocol):
 
 class Health:
     def __init__(
-        self, observed: Observed, metrics: Metrics, probe_broker: Callable[[], Awaitable[object]]
+        self,
+        observed: Observed,
+        metrics: Metrics,
+        probe_broker: Callable[[], Awaitable[object]],
+        registry_outage: Callable[[], Exception | None] = lambda: None,
     ) -> None:
         self._observed = observed
+        # The schema registry's current failure to answer, None while it answers (or unused).
+        self._registry_outage = registry_outage
         self._metrics = metrics
         self._probe = probe_broker
         self.broker_reachable = True
         self._known_partitions: dict[Any, str] = {}  # partition -> its lane label
 
     def readiness(self) -> Readiness:
+        outage = self._registry_outage()
         return Readiness(
             joined_group=self._observed.joined,
             broker_reachable=self.broker_reachable,
             provider_usable=self._observed.provider_ok,
+            registry_usable=outage is None,
+            registry_problem=None if outage is None else str(outage),
         )
 
     async def run(self, interval_s: float = 1.0) -> None:

@@ -11,7 +11,7 @@ Binds 127.0.0.1 unless told otherwise: metrics and readiness are not for the ope
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import orjson
 from aiohttp import web
@@ -22,6 +22,15 @@ from embedstream.ops.metrics import Metrics
 DEFAULT_HOST = "127.0.0.1"
 
 
+# What /readyz says of each failing check, for the person reading it.
+_MESSAGES = {
+    "joined_group": "not a member of the consumer group yet",
+    "broker_reachable": "broker unreachable",
+    "provider_usable": "provider unusable",
+    "registry_usable": "schema registry unavailable",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Readiness:
     """Snapshot of the checks that must all pass before the processor counts as ready."""
@@ -29,14 +38,34 @@ class Readiness:
     joined_group: bool
     broker_reachable: bool
     provider_usable: bool
+    registry_usable: bool = True  # a JSON-only processor asks no registry
+    # The registry's last error while it is unusable: not a check, the detail of one.
+    registry_problem: str | None = field(default=None, metadata={"check": False})
 
     @property
     def ready(self) -> bool:
         return not self.reasons()
 
+    def checks(self) -> dict[str, bool]:
+        return {
+            f.name: bool(getattr(self, f.name))
+            for f in fields(self)
+            if f.metadata.get("check", True)
+        }
+
     def reasons(self) -> list[str]:
         """Names of the checks that fail, in declaration order."""
-        return [f.name for f in fields(self) if not getattr(self, f.name)]
+        return [name for name, ok in self.checks().items() if not ok]
+
+    def messages(self) -> list[str]:
+        """The failing checks in words (the registry's with its last error)."""
+        said = []
+        for name in self.reasons():
+            message = _MESSAGES.get(name, name)
+            if name == "registry_usable" and self.registry_problem:
+                message += f": {self.registry_problem}"
+            said.append(message)
+        return said
 
 
 class OpsServer:
@@ -103,9 +132,10 @@ class OpsServer:
     async def _handle_readyz(self, request: web.Request) -> web.Response:
         readiness = self._readiness()
         self._metrics.set_ready(readiness.ready)
-        body: dict[str, object] = {"ready": readiness.ready, "checks": asdict(readiness)}
+        body: dict[str, object] = {"ready": readiness.ready, "checks": readiness.checks()}
         if not readiness.ready:
             body["reasons"] = readiness.reasons()
+            body["messages"] = readiness.messages()
         return web.Response(
             body=orjson.dumps(body),
             status=200 if readiness.ready else 503,

@@ -15,13 +15,20 @@ from typing import Any
 from embedstream.settings.derived import ITEM_RESIDENT_BYTES, default_buffered_items
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
-from embedstream.settings.parsing import header_map, header_secrets, json_object, topic_list
+from embedstream.settings.fields_formats import FormatFields
+from embedstream.settings.parsing import (
+    header_map,
+    header_secrets,
+    json_object,
+    name_paths,
+    topic_list,
+)
 from embedstream.settings.secrets import masked_secret, scrub_url, url_password
 from embedstream.settings.types import SettingSpec
 
 
 @dataclass(frozen=True)
-class Settings(DocumentFields, CoreFields):
+class Settings(FormatFields, DocumentFields, CoreFields):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     README reference."""
 
@@ -47,6 +54,11 @@ class Settings(DocumentFields, CoreFields):
         return header_map(self.extra_headers)
 
     @property
+    def field_map_paths(self) -> dict[str, str]:
+        """The field_map setting as {request field: dotted path}."""
+        return name_paths("field_map", self.field_map)
+
+    @property
     def extra_body_map(self) -> dict[str, Any]:
         return json_object("extra_body", self.extra_body)
 
@@ -55,6 +67,8 @@ class Settings(DocumentFields, CoreFields):
         header of extra_headers on its own (a message would quote one value, never the JSON)."""
         found = [value for name in SECRETS if (value := getattr(self, name))]
         found += [p for value in found if (p := url_password(value))]
+        # A registry URL is not secret, but user:password@ in it is.
+        found += [p for p in [url_password(self.schema_registry_url or "")] if p]
         return found + header_secrets(self.extra_header_map)
 
     def describe(self) -> dict[str, str]:

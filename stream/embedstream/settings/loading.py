@@ -15,6 +15,7 @@ from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
 from embedstream.settings.rules import (
     validate_cache,
     validate_documents,
+    validate_formats,
     validate_provider,
     validate_security,
     validate_topics,
@@ -73,6 +74,7 @@ def validate(s: Settings) -> None:
     validate_provider(s)
     validate_cache(s)
     validate_documents(s)
+    validate_formats(s)
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

@@ -84,3 +84,32 @@ def header_secrets(headers: Mapping[str, str]) -> list[str]:
         scheme, _, credential = value.partition(" ")
         found += [value, credential.strip()] if credential.strip() and scheme else [value]
     return [secret for secret in found if secret]
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` is not a dotted field path (``body.content``), or None."""
+    if not path.strip() or any(not part.strip() for part in path.split(".")):
+        return f"field path {path!r} has an empty part"
+    return None
+
+
+def name_paths(name: str, text: str) -> dict[str, str]:
+    """``metadata=attrs,version=rev`` as {request field: dotted path}; ConfigError naming
+    setting ``name`` for a malformed entry or a field named twice."""
+    pairs: dict[str, str] = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        field, sep, path = (part.strip() for part in entry.partition("="))
+        if not sep or not field:
+            raise ConfigError(name, f"expected name=path entries, got {entry.strip()!r}")
+        problem = path_problem(path)
+        if problem:
+            raise ConfigError(name, f"{field}: {problem}")
+        if field in pairs:
+            raise ConfigError(name, f"names {field} twice")
+        pairs[field] = path
+    return pairs

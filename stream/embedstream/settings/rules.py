@@ -20,6 +20,8 @@ from embedstream.settings.parsing import (
     TOPIC_SETTINGS,
     header_map,
     json_object,
+    name_paths,
+    path_problem,
     topic_list,
     topic_name_problem,
 )
@@ -147,3 +149,49 @@ def validate_documents(s: Settings) -> None:
         raise ConfigError("chunk_min_tokens", "must not exceed chunk_max_tokens")
     if s.max_document_bytes > s.max_buffered_bytes:
         raise ConfigError("max_document_bytes", "must not exceed max_buffered_bytes")
+
+
+# --------------------------------------------------------------------------- formats
+
+_REGISTRY_FILES = (
+    "schema_registry_ssl_cafile",
+    "schema_registry_ssl_certfile",
+    "schema_registry_ssl_keyfile",
+)
+
+
+def validate_formats(s: Settings) -> None:
+    """A registry format has a registry to ask; its credentials are one kind; its TLS files
+    exist; the field mapping's paths are paths."""
+    if not s.schema_registry_url:
+        for name in ("input_format", "output_format"):
+            if getattr(s, name) != "json":
+                raise ConfigError(
+                    "schema_registry_url",
+                    f"{name}={getattr(s, name)} needs a Schema Registry, e.g. http://registry:8081",
+                )
+    elif not s.schema_registry_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            "schema_registry_url",
+            f"must start with http:// or https://, got {scrub_url(s.schema_registry_url)!r}",
+        )
+    if s.schema_registry_bearer_token and (
+        s.schema_registry_username or s.schema_registry_password
+    ):
+        raise ConfigError("schema_registry_bearer_token", "basic auth or a bearer token, not both")
+    if s.schema_registry_password and not s.schema_registry_username:
+        raise ConfigError("schema_registry_username", "must be set when the password is")
+    if s.schema_registry_ssl_keyfile and not s.schema_registry_ssl_certfile:
+        raise ConfigError("schema_registry_ssl_certfile", "must be set when the keyfile is")
+    if s.schema_registry_ssl_keyfile_password and not s.schema_registry_ssl_certfile:
+        raise ConfigError("schema_registry_ssl_keyfile_password", "is set but no certfile is")
+    for name in _REGISTRY_FILES:
+        path = getattr(s, name)
+        if path and not Path(path).is_file():
+            raise ConfigError(name, f"no such file: {path}")
+    for name in ("id_field", "text_field", "doc_id_field", "priority_field"):
+        path = getattr(s, name)
+        problem = None if path is None else path_problem(path)
+        if problem:
+            raise ConfigError(name, problem)
+    name_paths("field_map", s.field_map)

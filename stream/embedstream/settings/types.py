@@ -23,6 +23,8 @@ CacheMode = Literal["off", "memory", "redis"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+InputFormat = Literal["json", "avro", "json_schema", "protobuf"]
+OutputFormat = Literal["json", "avro", "json_schema"]
 
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -40,6 +42,8 @@ _LITERALS: dict[str, Any] = {
     "SecurityProtocol": SecurityProtocol,
     "SaslMechanism": SaslMechanism,
     "CompressionType": CompressionType,
+    "InputFormat": InputFormat,
+    "OutputFormat": OutputFormat,
 }
 _CASE_INSENSITIVE = frozenset({"LogLevel"})  # `debug` is as clear as `DEBUG`
 
@@ -99,6 +103,7 @@ class Group(StrEnum):
     CACHE = "Cache"
     OPERATIONS = "Operations"
     DOCUMENTS = "Documents"
+    FORMATS = "Formats and Schema Registry"
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ from typing import Any, BinaryIO, NamedTuple, Protocol
 
 import orjson
 
+from embedstream.errors import EmbedStreamError, InvalidEvent
 from embedstream.kafka.clients import make_producer
 from embedstream.kafka.topics import configured_topics
 from embedstream.kafka.user_errors import kafka_user_errors
 from embedstream.settings import Settings
+from embedstream.tools.produce_formats import LineFraming, line_framing
 from embedstream.tools.progress import ProduceProgress
 
 
@@ -62,6 +64,19 @@ def parse_line(line: bytes, *, plain: bool) -> Request:
         return Request(line, None)
     key = doc.get("id", doc.get("doc_id")) if isinstance(doc, dict) else None
     return Request(line, key.encode() if isinstance(key, str) else None)
+
+
+def framed_line(framing: LineFraming, line: bytes, number: int) -> Request:
+    """One JSON line as a record of the framing's schema; a line that is not one stops produce
+    with its number (a record that does not fit the schema has no bytes in its format)."""
+    try:
+        doc = orjson.loads(line)
+        if not isinstance(doc, dict):
+            raise ValueError(f"expected a JSON object, got {type(doc).__name__}")
+        return Request(framing.value(doc), framing.key(doc))
+    except (ValueError, TypeError, KeyError, InvalidEvent) as exc:
+        message = exc.message if isinstance(exc, InvalidEvent) else str(exc)
+        raise EmbedStreamError(f"line {number}: not a record of the schema: {message}") from None
 
 
 def input_size(stream: BinaryIO) -> int | None:
@@ -134,12 +149,20 @@ async def produce_lines(
     progress: ProduceProgress | None = None,
     ids_out: BinaryIO | None = None,
     producer: Sender | None = None,
+    record_format: str = "json",
+    schema: str | None = None,
 ) -> int:
     """Publish every non-blank line of ``lines``, pulling them one at a time (see
     :func:`read_lines`: a file or a pipe is never read whole). With ``plain``, ``ids_out``
-    receives ``id<TAB>text`` per request."""
+    receives ``id<TAB>text`` per request. A ``record_format`` other than json sends each line
+    as a record of ``schema`` (its text) in the registry wire format."""
     names = configured_topics(settings)  # a lane of several topics: its first one
     topic = names.requests_high if priority == "high" else names.requests_low
+    framing = None
+    if record_format != "json":
+        assert schema is not None, "a registry format needs its schema"
+        framing = await line_framing(settings, record_format, schema, topic)
+    number = 0
     sender: Sender = producer if producer is not None else make_producer(settings)
     with kafka_user_errors(settings):
         try:
@@ -152,11 +175,15 @@ async def produce_lines(
             pending: list[Awaitable[Any]] = []
             async for raw_line in lines:
                 line = raw_line.rstrip(b"\r\n")
+                number += 1
                 if progress:
                     progress.advance(0, len(raw_line))
                 if not line.strip():
                     continue
-                request = parse_line(line, plain=plain)
+                if framing is None:
+                    request = parse_line(line, plain=plain)
+                else:
+                    request = framed_line(framing, line, number)
                 pending.append(await sender.send(topic, request.value, key=request.key))
                 if ids_out is not None and request.generated_id is not None:
                     ids_out.write(f"{request.generated_id}\t{request.text}\n".encode())

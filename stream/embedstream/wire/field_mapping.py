@@ -43,7 +43,9 @@ class FieldMapping:
 
     ``optional`` maps request field names (``OPTIONAL_REQUEST_FIELDS``) to paths; a request
     field not named there is read from the top-level field of the same name when the record has
-    one, as in a JSON event. ``doc_id_field`` and ``priority_field`` are off unless set."""
+    one, as in a JSON event. ``doc_id_field`` and ``priority_field`` are off unless set; with
+    ``doc_id_field`` set, a record that has a doc_id there is a document (its id is then
+    optional) and one without is a plain request, as ``doc_id`` decides for a JSON event."""
 
     id_field: str = "id"
     text_field: str = "text"
@@ -72,18 +74,19 @@ class MappedEvent:
 
 def map_fields(record: dict[str, Any], mapping: FieldMapping) -> MappedEvent:
     """The request dict of one decoded record; raises InvalidEvent."""
-    fields: dict[str, Any] = {
-        "id": _identifier(record, mapping.id_field),
-        "text": _text(record, mapping.text_field),
-    }
+    doc_id = None
+    if mapping.doc_id_field is not None and lookup(record, mapping.doc_id_field) is not None:
+        doc_id = _identifier(record, mapping.doc_id_field)
+    fields: dict[str, Any] = {}
+    if doc_id is None or lookup(record, mapping.id_field) is not None:
+        # A document needs no request id (its chunks get theirs from the doc_id).
+        fields["id"] = _identifier(record, mapping.id_field)
+    fields["text"] = _text(record, mapping.text_field)
     paths = mapping.optional or {}
     for name in OPTIONAL_REQUEST_FIELDS:
-        value = _lookup(record, paths[name]) if name in paths else record.get(name)
+        value = lookup(record, paths[name]) if name in paths else record.get(name)
         if value is not None:
             fields[name] = plain(value)
-    doc_id = None
-    if mapping.doc_id_field is not None:
-        doc_id = _identifier(record, mapping.doc_id_field)
     high_priority = None
     if mapping.priority_field is not None:
         high_priority = _priority(record, mapping.priority_field)
@@ -93,7 +96,7 @@ def map_fields(record: dict[str, Any], mapping: FieldMapping) -> MappedEvent:
 _MISSING = object()
 
 
-def _lookup(record: dict[str, Any], path: str) -> Any:
+def lookup(record: dict[str, Any], path: str) -> Any:
     """The value at a dotted path, or None if any part is absent (or null)."""
     value: Any = record
     for part in path.split("."):
@@ -106,7 +109,7 @@ def _lookup(record: dict[str, Any], path: str) -> Any:
 
 
 def _required(record: dict[str, Any], path: str) -> Any:
-    value = _lookup(record, path)
+    value = lookup(record, path)
     if value is None:
         raise InvalidEvent(Reason.MISSING_FIELD, f"mapped field {path!r} is missing or null")
     return value
@@ -136,7 +139,7 @@ def _identifier(record: dict[str, Any], path: str) -> str:
 
 
 def _priority(record: dict[str, Any], path: str) -> bool | None:
-    value = _lookup(record, path)
+    value = lookup(record, path)
     if value is None:
         return None
     if isinstance(value, bool):

@@ -1,0 +1,86 @@
+"""What the format settings build: the registry client, the decoders of the input format (with
+its field mapping) and the encoder of results in a registry format.
+
+A missing format library or a field mapping that names no request field is a bad setting:
+:class:`ConfigError` naming it, at start, before anything is consumed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from embedstream.engine.registry import RegistryClient, RegistryConfig, RegistryRejected
+from embedstream.engine.schema_decoders import SchemaDecoders, result_encoder
+from embedstream.errors import ConfigError
+from embedstream.settings import Settings
+from embedstream.wire.field_mapping import FieldMapping
+from embedstream.wire.formats.results import ResultEncoder
+
+# The library each registry format needs (the `registry` extra).
+_LIBRARIES = {"avro": "fastavro", "json_schema": "jsonschema", "protobuf": "grpc_tools"}
+
+
+def uses_registry(settings: Settings) -> bool:
+    return settings.input_format != "json" or settings.output_format != "json"
+
+
+def registry_client(settings: Settings) -> RegistryClient:
+    for name in ("input_format", "output_format"):
+        library = _LIBRARIES.get(getattr(settings, name))
+        if library is not None and importlib.util.find_spec(library) is None:
+            raise ConfigError(name, f"needs {library}: pip install 'embedstream[registry]'")
+    if settings.schema_registry_url is None:  # the settings' rules make this unreachable
+        raise ConfigError("schema_registry_url", "must be set for a registry format")
+    return RegistryClient(
+        RegistryConfig(
+            url=settings.schema_registry_url,
+            username=settings.schema_registry_username,
+            password=settings.schema_registry_password,
+            bearer_token=settings.schema_registry_bearer_token,
+            ssl_cafile=settings.schema_registry_ssl_cafile,
+            ssl_certfile=settings.schema_registry_ssl_certfile,
+            ssl_keyfile=settings.schema_registry_ssl_keyfile,
+            ssl_keyfile_password=settings.schema_registry_ssl_keyfile_password,
+            timeout_s=settings.schema_registry_timeout_s,
+            cache_size=settings.schema_registry_cache_size,
+        )
+    )
+
+
+def field_mapping(settings: Settings) -> FieldMapping:
+    try:
+        return FieldMapping(
+            id_field=settings.id_field,
+            text_field=settings.text_field,
+            doc_id_field=settings.doc_id_field,
+            priority_field=settings.priority_field,
+            optional=settings.field_map_paths,
+        )
+    except ValueError as exc:
+        raise ConfigError("field_map", str(exc)) from None
+
+
+def schema_decoders(settings: Settings, client: RegistryClient) -> SchemaDecoders | None:
+    """The decoders of a registry input format; None for JSON."""
+    if settings.input_format == "json":
+        return None
+    return SchemaDecoders(
+        client,
+        settings.input_format,
+        field_mapping(settings),
+        max_schemas=settings.schema_registry_cache_size,
+    )
+
+
+async def registered_result_encoder(
+    settings: Settings, client: RegistryClient, results_topic: str
+) -> ResultEncoder | None:
+    """Register the result schema under ``<results topic>-value``; None for JSON results."""
+    if settings.output_format == "json":
+        return None
+    try:
+        return await result_encoder(client, settings.output_format, results_topic)
+    except RegistryRejected as exc:  # e.g. 409: incompatible with the subject's versions
+        raise ConfigError(
+            "output_format", f"the registry refused the result schema: {exc}"
+        ) from None
