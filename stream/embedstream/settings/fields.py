@@ -14,13 +14,14 @@ from typing import Any
 
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
+from embedstream.settings.fields_store import StoreFields
 from embedstream.settings.parsing import header_map, header_secrets, json_object, topic_list
 from embedstream.settings.secrets import masked_secret, scrub_url, url_password
 from embedstream.settings.types import SettingSpec
 
 
 @dataclass(frozen=True)
-class Settings(DocumentFields, CoreFields):
+class Settings(StoreFields, DocumentFields, CoreFields):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     README reference."""
 

@@ -17,6 +17,7 @@ from embedstream.settings.rules import (
     validate_documents,
     validate_provider,
     validate_security,
+    validate_store,
     validate_topics,
 )
 from embedstream.settings.secrets import scrub_url
@@ -73,6 +74,7 @@ def validate(s: Settings) -> None:
     validate_provider(s)
     validate_cache(s)
     validate_documents(s)
+    validate_store(s)
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

@@ -23,6 +23,7 @@ CacheMode = Literal["off", "memory", "redis"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+StoreIndex = Literal["none", "hnsw", "ivfflat"]
 
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -40,6 +41,7 @@ _LITERALS: dict[str, Any] = {
     "SecurityProtocol": SecurityProtocol,
     "SaslMechanism": SaslMechanism,
     "CompressionType": CompressionType,
+    "StoreIndex": StoreIndex,
 }
 _CASE_INSENSITIVE = frozenset({"LogLevel"})  # `debug` is as clear as `DEBUG`
 
@@ -52,6 +54,10 @@ def literal_choices(kind: str) -> tuple[str, ...] | None:
 def parse_value(name: str, kind: str, value: Any, *, secret: bool = False) -> Any:
     """``value`` as the type named ``kind``; ConfigError naming setting ``name`` if it is not
     one (never echoing a secret)."""
+    if kind in ("int | None", "float | None"):  # optional numbers: unset stays None
+        if value is None or value == "":
+            return None
+        kind = kind.removesuffix(" | None")
     try:
         if kind in ("int", "float"):
             if isinstance(value, bool):  # an int subclass, but `max_wait_ms = true` is a mistake
@@ -95,6 +101,7 @@ class Group(StrEnum):
     CACHE = "Cache"
     OPERATIONS = "Operations"
     DOCUMENTS = "Documents"
+    STORE = "Vector store (embedstream sink)"
 
 
 @dataclass(frozen=True)
