@@ -1,8 +1,8 @@
 """Prometheus metrics of one store writer (`embedstream sink`), on an injected registry.
 
-The names a processor also exposes (``embedstream_consumer_lag``, ``embedstream_dead_letters_total``,
-``embedstream_ready``) mean the same here, so `embedstream top` and the dashboards read a store
-writer like a processor; its lag carries ``lane="results"`` (the topic it reads).
+The names a processor also exposes (``embedstream_consumer_lag``, ``embedstream_ready``,
+``embedstream_dead_letters_total``) mean the same here, so `embedstream top` and the dashboards
+read a store writer like a processor; its lag carries ``lane="results"`` (the topic it reads).
 """
 
 from __future__ import annotations
