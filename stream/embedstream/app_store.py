@@ -12,6 +12,8 @@ import contextlib
 import logging
 import signal
 
+from embedstream.engine.client import BatchingClient
+from embedstream.errors import ConfigError, EmbedStreamError
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.clients import (
     broker_probe,
@@ -28,7 +30,9 @@ from embedstream.ops.server import OpsServer, StoreReadiness
 from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import Settings
 from embedstream.settings.rules import require_store
+from embedstream.stores.base import SearchHit
 from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
+from embedstream.wire.vectors import decode_base64
 
 log = logging.getLogger(__name__)
 
@@ -176,3 +180,32 @@ async def run_store_writer(settings: Settings, *, handle_signals: bool = True) -
 def _on_signal(writer: StoreWriter, sig: signal.Signals) -> None:
     log.info("received %s: finishing the batch in hand, then exiting", sig.name)
     writer.stop()
+
+
+async def init_store(settings: Settings, dimensions: int | None) -> str:
+    """`embedstream sink init`: create the tables now; returns what was done, in one line."""
+    dims = dimensions or settings.store_dimensions
+    if dims is None:
+        raise ConfigError("store_dimensions", "sink init needs --dimensions N (or the setting)")
+    model = settings.store_model or settings.model
+    async with PgVectorStore(store_config(settings, dims)) as store:
+        await store.init(model, dims)
+    return (
+        f"table {settings.store_schema}.{settings.store_table} ready: model {model!r}, "
+        f"{dims} dimensions, index {settings.store_index}"
+    )
+
+
+async def search_store(settings: Settings, question: str, k: int) -> list[SearchHit]:
+    """`embedstream sink search`: embed the question with the configured provider (the
+    table's model), then the k nearest searchable chunks."""
+    async with PgVectorStore(store_config(settings)) as store:
+        if store.model is None:
+            raise EmbedStreamError(
+                f"table {settings.store_schema}.{settings.store_table} does not exist yet; "
+                "run `embedstream sink` (or `embedstream sink init`) first"
+            )
+        async with BatchingClient(settings=settings) as client:
+            vector = await client.submit(question, model=store.model, encoding_format="float")
+        floats = decode_base64(vector) if isinstance(vector, str) else vector
+        return await store.search(floats, k)

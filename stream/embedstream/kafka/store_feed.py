@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from embedstream.core.backoff import Backoff
@@ -308,7 +308,7 @@ class StoreFeed:
         return set(self._assigned)
 
 
-class _Listener:
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka checks the class
     """The rebalance listener aiokafka calls; it delegates to the feed."""
 
     def __init__(self, feed: StoreFeed) -> None:

@@ -35,8 +35,9 @@ class StoreFields:
     )
     store_model: str | None = setting(
         None,
-        "Model of the table's vectors; unset: the first result's. Results of another model "
-        "are dead-lettered (model_mismatch), never mixed in.",
+        "Model of the table's vectors; unset: the first result written decides (set it when "
+        "several models reach the results topic). Results of another model are "
+        "dead-lettered (model_mismatch), never mixed in.",
         _ST,
     )
     store_index: StoreIndex = setting(
