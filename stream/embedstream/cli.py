@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sink = sub.add_parser(
         "sink",
-        usage="embedstream sink [init [--dimensions N] | search QUESTION [--k K]] [--<setting> ...]",
+        usage="embedstream sink [init [--dimensions N] | search QUESTION [--k K]] [--<name> V]",
         help="write the results topic to PostgreSQL/pgvector; init the table; search it",
         description="Run a store writer (a member of store_group_id) that keeps the vector "
         "store in step with the results topic; `init` creates the table; `search` prints the "

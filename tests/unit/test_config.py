@@ -252,6 +252,7 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_CACHE": "redis",
         "EMBEDSTREAM_CACHE_URL": "rediss://:canary-redis@cache.example:6380/0",
         "EMBEDSTREAM_EXTRA_HEADERS": '{"X-Gateway-Key": "canary-gw", "X-Route": "eu"}',
+        "EMBEDSTREAM_STORE_DSN": "postgresql://writer:canary-pg@db:5432/v?sslmode=require",
     }  # fmt: skip
     settings = load_settings(env=env)
     shown = repr(settings) + str(settings.describe())
@@ -265,7 +266,9 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "ssl_keyfile_password",
         "extra_headers",
         "cache_url",
+        "store_dsn",
     }
+    assert "canary-pg" in settings.secret_values()
     # A message would quote one header value, never the whole JSON: each is masked on its own.
     assert "canary-gw" in settings.secret_values()
 

@@ -297,3 +297,17 @@ def test_the_settings_and_the_store_agree_on_legal_table_names(name: str) -> Non
     from embedstream.stores.pgschema import IDENTIFIER
 
     assert bool(STORE_IDENTIFIER.fullmatch(name)) == bool(IDENTIFIER.fullmatch(name))
+
+
+def test_the_store_writer_exposes_its_names_and_the_shared_ones() -> None:
+    from embedstream.ops.metrics import METRIC_NAMES, PROCESSOR_METRIC_NAMES
+    from embedstream.ops.store_metrics import STORE_METRIC_NAMES
+
+    metrics = StoreMetrics()
+    exposed = {
+        family.name + "_total" if family.type == "counter" else family.name
+        for family in metrics.registry.collect()
+    }
+    shared = {"embedstream_consumer_lag", "embedstream_ready", "embedstream_dead_letters_total"}
+    assert exposed == STORE_METRIC_NAMES | shared
+    assert shared <= PROCESSOR_METRIC_NAMES and exposed <= METRIC_NAMES
