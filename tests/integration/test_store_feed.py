@@ -83,7 +83,7 @@ async def rows(settings: Settings, searchable_only: bool = True) -> list[tuple[s
             f"SELECT doc_id, version, chunk_seq FROM {settings.store_table} {where} "
             "ORDER BY doc_id, version, chunk_seq"
         )
-        return [tuple(r) for r in await cur.fetchall()]  # type: ignore[misc]
+        return [tuple(r) for r in await cur.fetchall()]
 
 
 async def exists(conn: psycopg.AsyncConnection[Any], table: str) -> bool:
