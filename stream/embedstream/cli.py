@@ -193,6 +193,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(consume, CLIENT_SETTINGS)
 
+    sink = sub.add_parser(
+        "sink",
+        usage="embedstream sink [init [--dimensions N] | search QUESTION [--k K]] [--<name> V]",
+        help="write the results topic to PostgreSQL/pgvector; init the table; search it",
+        description="Run a store writer (a member of store_group_id) that keeps the vector "
+        "store in step with the results topic; `init` creates the table; `search` prints the "
+        "chunks nearest to a question.",
+        formatter_class=_HelpFormatter,
+    )
+    sink.add_argument("action", nargs="?", choices=["run", "init", "search"], default="run")
+    sink.add_argument("question", nargs="?", default=None, help="search: the text to look up")
+    sink.add_argument("--k", type=_positive_int, default=5, help="search: how many chunks")
+    sink.add_argument(
+        "--dimensions", type=_positive_int, default=None, help="init: the vector size"
+    )
+    add_settings_flags(sink, ALL_SETTINGS)
+
     from embedstream.tools.top.app import add_cli_arguments as add_top_arguments
     from embedstream.tools.verify.app import add_cli_arguments as add_verify_arguments
 
@@ -229,6 +246,8 @@ def _debug(ns: argparse.Namespace) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
+    if ns.command == "sink" and (ns.action == "search") != (ns.question is not None):
+        parser.error("sink search needs a QUESTION; sink and sink init take none")
     if ns.command == "produce" and ns.ids_out is not None and not ns.plain:
         parser.error("--ids-out needs --plain: only plain lines get generated ids")
     if ns.command == "produce" and (problem := _produce_conflict(ns)):
@@ -255,6 +274,8 @@ async def _dispatch(ns: argparse.Namespace) -> int:
 
         await run_service(settings)
         return 0
+    if command == "sink":
+        return await _sink(ns)
     if command == "simulate":
         logging.basicConfig(level=logging.INFO)
         from embedsim.server import config_from_args, serve_forever
@@ -284,6 +305,22 @@ async def _dispatch(ns: argparse.Namespace) -> int:
 
         return await run_demo_from_args(ns)
     raise AssertionError(command)
+
+
+async def _sink(ns: argparse.Namespace) -> int:
+    settings = _settings(ns, ALL_SETTINGS)
+    setup_logging(settings.log_level, settings.log_format, settings.secret_values())
+    from embedstream import app_store
+
+    if ns.action == "init":
+        print(await app_store.init_store(settings, ns.dimensions))
+    elif ns.action == "search":
+        for hit in await app_store.search_store(settings, ns.question, ns.k):
+            text = (hit.text or "").replace("\n", " ")
+            print(f"{hit.distance:.4f}  {hit.doc_id}#{hit.chunk_seq}  {text[:200]}")
+    else:
+        await app_store.run_store_writer(settings)
+    return 0
 
 
 async def _topics(ns: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from embedstream.ops.metrics import METRIC_NAMES, Metrics
+from embedstream.ops.metrics import METRIC_NAMES, PROCESSOR_METRIC_NAMES, Metrics
 from prometheus_client import REGISTRY, CollectorRegistry
 
 
@@ -141,5 +141,5 @@ def test_metric_names_match_registry(registry: CollectorRegistry) -> None:
         family.name + "_total" if family.type == "counter" else family.name
         for family in registry.collect()
     }
-    assert exposed == METRIC_NAMES
+    assert exposed == PROCESSOR_METRIC_NAMES
     assert all(name.startswith("embedstream_") for name in METRIC_NAMES)

@@ -39,6 +39,7 @@ __all__ = [
     "make_consumer",
     "make_producer",
     "make_reader",
+    "make_store_consumer",
     "make_transactional_producer",
     "producer_for",
     "request_rejoin",
@@ -84,6 +85,26 @@ def make_consumer(settings: Settings) -> AIOKafkaConsumer:
         max_partition_fetch_bytes=max(1_048_576, settings.max_event_bytes + 1024),
         # Long batches of API calls must not look like a dead consumer.
         max_poll_interval_ms=max(300_000, int(settings.request_timeout_s * 1000 * 4)),
+    )
+
+
+def make_store_consumer(settings: Settings) -> AIOKafkaConsumer:
+    """The store writer's group member (its own group): reads the results topic, committed
+    records only, a store transaction's worth per fetch."""
+    return consumer_for(
+        connection_for(settings),
+        group_id=settings.store_group_id,
+        client_id=f"{settings.client_id}-sink",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        max_poll_records=settings.store_batch_max,
+        max_partition_fetch_bytes=max(1_048_576, settings.max_event_bytes + 1024),
+        # A store outage holds a batch for minutes of retries: not a dead consumer.
+        max_poll_interval_ms=600_000,
     )
 
 

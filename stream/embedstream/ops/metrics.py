@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import FlushReason
+from embedstream.ops.store_metrics import STORE_METRIC_NAMES
 
 LANES = tuple(lane.label for lane in Priority)
 QUEUE_LANES = (*LANES, "delayed")
@@ -21,9 +22,9 @@ FLUSH_REASONS = tuple(FlushReason)
 CACHE_TIERS = ("memory", "redis")
 CACHE_OPERATIONS = ("get", "write", "corrupt")
 
-# Every family as named in the text exposition (counters with their ``_total`` suffix);
-# histograms expose ``_bucket``, ``_sum`` and ``_count`` series under these names.
-METRIC_NAMES: frozenset[str] = frozenset(
+# Every family a processor exposes, as named in the text exposition (counters with their
+# ``_total`` suffix); histograms expose ``_bucket``, ``_sum`` and ``_count`` series under these.
+PROCESSOR_METRIC_NAMES: frozenset[str] = frozenset(
     {
         "embedstream_queue_depth",
         "embedstream_consumer_lag",
@@ -53,6 +54,8 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "embedstream_cache_tokens_saved_total",
     }
 )
+# ... and every family of embedstream's processes: the store writer's own too.
+METRIC_NAMES: frozenset[str] = PROCESSOR_METRIC_NAMES | STORE_METRIC_NAMES
 
 BATCH_SIZE_BUCKETS = tuple(float(2**i) for i in range(12))  # 1 .. 2048 inputs per call
 BATCH_TOKEN_BUCKETS = tuple(float(4**i) for i in range(2, 11))  # 16 .. ~1M tokens

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from typing import Protocol
 
 import orjson
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-
-from embedstream.ops.metrics import Metrics
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -67,11 +67,69 @@ class Readiness:
             said.append(message)
         return said
 
+    def details(self) -> dict[str, str]:
+        if self.registry_problem is None:
+            return {}
+        return {"registry_usable": self.registry_problem}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreReadiness:
+    """The store writer's checks; ``store_problem`` says why the store cannot be written."""
+
+    joined_group: bool
+    broker_reachable: bool
+    store_problem: str | None
+
+    @property
+    def ready(self) -> bool:
+        return not self.reasons()
+
+    def reasons(self) -> list[str]:
+        failing = [name for name, ok in self.checks().items() if not ok]
+        return failing
+
+    def checks(self) -> dict[str, bool]:
+        return {
+            "joined_group": self.joined_group,
+            "broker_reachable": self.broker_reachable,
+            "store_writable": self.store_problem is None,
+        }
+
+    def details(self) -> dict[str, str]:
+        return {} if self.store_problem is None else {"store_writable": self.store_problem}
+
+    def messages(self) -> list[str]:
+        """The failing checks in words (the store's with its error)."""
+        said = [_MESSAGES.get(name, name) for name in self.reasons() if name != "store_writable"]
+        if self.store_problem is not None:
+            said.append(f"store not writable: {self.store_problem}")
+        return said
+
+
+class ReadinessReport(Protocol):
+    """What /readyz shows: Readiness (a processor) or StoreReadiness (a store writer)."""
+
+    @property
+    def ready(self) -> bool: ...
+    def reasons(self) -> list[str]: ...
+    def checks(self) -> dict[str, bool]: ...
+    def details(self) -> dict[str, str]: ...
+    def messages(self) -> list[str]: ...
+
+
+class Exposed(Protocol):
+    """The metrics an ops server serves: ops.metrics.Metrics or ops.store_metrics.StoreMetrics."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+    def set_ready(self, ready: bool) -> None: ...
+
 
 class OpsServer:
     """Serves ``metrics`` and the ``readiness`` callable (asked afresh on every /readyz)."""
 
-    def __init__(self, metrics: Metrics, readiness: Callable[[], Readiness]) -> None:
+    def __init__(self, metrics: Exposed, readiness: Callable[[], ReadinessReport]) -> None:
         self._metrics = metrics
         self._readiness = readiness
         self._runner: web.AppRunner | None = None
@@ -136,6 +194,8 @@ class OpsServer:
         if not readiness.ready:
             body["reasons"] = readiness.reasons()
             body["messages"] = readiness.messages()
+        if readiness.details():  # why a check fails, in words (the store's error)
+            body["details"] = readiness.details()
         return web.Response(
             body=orjson.dumps(body),
             status=200 if readiness.ready else 503,

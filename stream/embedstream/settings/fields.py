@@ -16,6 +16,7 @@ from embedstream.settings.derived import ITEM_RESIDENT_BYTES, default_buffered_i
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
 from embedstream.settings.fields_formats import FormatFields
+from embedstream.settings.fields_store import StoreFields
 from embedstream.settings.parsing import (
     header_map,
     header_secrets,
@@ -28,7 +29,7 @@ from embedstream.settings.types import SettingSpec
 
 
 @dataclass(frozen=True)
-class Settings(FormatFields, DocumentFields, CoreFields):
+class Settings(StoreFields, FormatFields, DocumentFields, CoreFields):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     README reference."""
 

@@ -18,6 +18,7 @@ from embedstream.settings.rules import (
     validate_formats,
     validate_provider,
     validate_security,
+    validate_store,
     validate_topics,
 )
 from embedstream.settings.secrets import scrub_url
@@ -75,6 +76,7 @@ def validate(s: Settings) -> None:
     validate_cache(s)
     validate_documents(s)
     validate_formats(s)
+    validate_store(s)
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

@@ -9,6 +9,7 @@ provider. The parsers they share with the settings' accessors are in
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from embedstream.errors import ConfigError
@@ -195,3 +196,56 @@ def validate_formats(s: Settings) -> None:
         if problem:
             raise ConfigError(name, problem)
     name_paths("field_map", s.field_map)
+
+
+# --------------------------------------------------------------------------- vector store
+
+# As stores/pgschema.IDENTIFIER (a test keeps them equal): lower case, so no quoting surprises,
+# and short enough that the longest companion suffix ("_documents") fits PostgreSQL's 63 bytes.
+STORE_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+MAX_INDEXED_DIMENSIONS = 2_000  # pgvector's HNSW and IVFFlat on the vector type
+DSN_SCHEMES = ("postgresql://", "postgres://")
+
+
+def validate_store(s: Settings) -> None:
+    """The store's names are identifiers, the DSN is one libpq reads, and an index fits the
+    dimension. Whether a DSN is needed at all is the command's business (require_store)."""
+    for name in ("store_schema", "store_table"):
+        value = getattr(s, name)
+        if not STORE_IDENTIFIER.fullmatch(value):
+            raise ConfigError(
+                name,
+                f"{value!r} is not a lower-case SQL identifier ([a-z_][a-z0-9_]*, <= 48 chars)",
+            )
+    if s.store_dsn is not None:
+        dsn = s.store_dsn.strip()
+        if not dsn.startswith(DSN_SCHEMES) and "=" not in dsn:
+            raise ConfigError(
+                "store_dsn",
+                "expected postgresql://user:password@host:5432/db or key=value conninfo",
+            )
+    if s.store_model is not None and not s.store_model.strip():
+        raise ConfigError("store_model", "must not be empty when set")
+    if not s.store_group_id.strip():
+        raise ConfigError("store_group_id", "must not be empty")
+    if s.store_group_id == s.group_id:
+        raise ConfigError(
+            "store_group_id", "must differ from group_id: the processors' group reads requests"
+        )
+    dims = s.store_dimensions
+    if s.store_index != "none" and dims is not None and dims > MAX_INDEXED_DIMENSIONS:
+        raise ConfigError(
+            "store_index",
+            f"pgvector indexes at most {MAX_INDEXED_DIMENSIONS} dimensions; "
+            f"store_dimensions is {dims}: use none",
+        )
+
+
+def require_store(s: Settings) -> None:
+    """What `embedstream sink` needs beyond the settings every command takes."""
+    if not s.store_dsn:
+        raise ConfigError(
+            "store_dsn",
+            "embedstream sink needs the PostgreSQL to write to, "
+            "e.g. postgresql://user@host:5432/db (or EMBEDSTREAM_STORE_DSN_FILE)",
+        )

@@ -25,6 +25,7 @@ SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 InputFormat = Literal["json", "avro", "json_schema", "protobuf"]
 OutputFormat = Literal["json", "avro", "json_schema"]
+StoreIndex = Literal["none", "hnsw", "ivfflat"]
 
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -44,6 +45,7 @@ _LITERALS: dict[str, Any] = {
     "CompressionType": CompressionType,
     "InputFormat": InputFormat,
     "OutputFormat": OutputFormat,
+    "StoreIndex": StoreIndex,
 }
 _CASE_INSENSITIVE = frozenset({"LogLevel"})  # `debug` is as clear as `DEBUG`
 
@@ -56,6 +58,10 @@ def literal_choices(kind: str) -> tuple[str, ...] | None:
 def parse_value(name: str, kind: str, value: Any, *, secret: bool = False) -> Any:
     """``value`` as the type named ``kind``; ConfigError naming setting ``name`` if it is not
     one (never echoing a secret)."""
+    if kind in ("int | None", "float | None"):  # optional numbers: unset stays None
+        if value is None or value == "":
+            return None
+        kind = kind.removesuffix(" | None")
     try:
         if kind in ("int | None", "float | None"):  # optional numbers: unset is None
             if value is None:
@@ -104,6 +110,7 @@ class Group(StrEnum):
     OPERATIONS = "Operations"
     DOCUMENTS = "Documents"
     FORMATS = "Formats and Schema Registry"
+    STORE = "Vector store (embedstream sink)"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,210 @@
+"""The store writer's composition root (`embedstream sink`): the results topic into a store.
+
+`build_store_writer` wires the consumer of its own group, the dead-letter writer, the store,
+metrics, health and the ops server around :class:`embedstream.kafka.store_feed.StoreFeed`;
+`run_store_writer` adds the fail-fast broker and topic checks and the signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from embedstream.engine.client import BatchingClient
+from embedstream.engine.clock import SYSTEM_CLOCK
+from embedstream.errors import ConfigError, EmbedStreamError
+from embedstream.kafka.admin import require_topics
+from embedstream.kafka.clients import (
+    broker_probe,
+    check_broker,
+    connection_for,
+    make_producer,
+    make_store_consumer,
+)
+from embedstream.kafka.protocols import Consumer, Producer
+from embedstream.kafka.sink import DirectWriter, Sink
+from embedstream.kafka.store_feed import RecordStore, StoreFeed
+from embedstream.kafka.topics import configured_topics, topic_settings
+from embedstream.ops.server import OpsServer, StoreReadiness
+from embedstream.ops.store_metrics import StoreMetrics
+from embedstream.settings import Settings
+from embedstream.settings.rules import require_store
+from embedstream.stores.base import SearchHit
+from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
+from embedstream.wire.vectors import decode_base64
+
+log = logging.getLogger(__name__)
+
+HEALTH_INTERVAL_S = 1.0
+PROBE_TIMEOUT_S = 3.0
+
+
+def store_config(settings: Settings, dimensions: int | None = None) -> PgStoreConfig:
+    require_store(settings)
+    assert settings.store_dsn is not None
+    return PgStoreConfig(
+        dsn=settings.store_dsn,
+        schema=settings.store_schema,
+        table=settings.store_table,
+        dimensions=dimensions or settings.store_dimensions,
+        model=settings.store_model,
+        index=settings.store_index,
+        connect_timeout_s=settings.connect_timeout_s,
+    )
+
+
+class StoreWriter:
+    """A store feed with its health loop and ops server: what `embedstream sink` runs."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        feed: StoreFeed,
+        producer: Producer,
+        metrics: StoreMetrics,
+    ) -> None:
+        self.settings = settings
+        self.feed = feed
+        self.metrics = metrics
+        # Its /readyz asks this writer afresh on every request.
+        self.ops_server = OpsServer(metrics, self.readiness) if settings.metrics_port else None
+        self._producer = producer
+        self._probe = broker_probe(producer)
+        self.broker_reachable = True
+        self._shown: set[tuple[str, int]] = set()
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.ops_server.port if self.ops_server is not None else None
+
+    def readiness(self) -> StoreReadiness:
+        return StoreReadiness(
+            joined_group=self.feed.joined.is_set(),
+            broker_reachable=self.broker_reachable,
+            store_problem=self.feed.store_problem,
+        )
+
+    def stop(self) -> None:
+        self.feed.stop()
+
+    async def run(self) -> None:
+        if self.ops_server is not None:
+            await self.ops_server.start(self.settings.metrics_host, self.settings.metrics_port)
+        await self._producer.start()
+        health = asyncio.create_task(self._health())
+        try:
+            await self.feed.run()
+        finally:
+            health.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await health
+            await self._producer.stop()
+            if self.ops_server is not None:
+                await self.ops_server.stop()
+
+    async def _health(self) -> None:
+        while True:
+            self.sample()
+            reachable = False
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._probe(), PROBE_TIMEOUT_S)
+                reachable = True
+            if reachable != self.broker_reachable:
+                log.warning("broker %s", "reachable again" if reachable else "unreachable")
+            self.broker_reachable = reachable
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+
+    def sample(self) -> None:
+        lag = self.feed.lag_by_partition()
+        shown = {(tp.topic, tp.partition) for tp in lag}
+        for tp, offsets in lag.items():
+            self.metrics.set_lag(tp.topic, tp.partition, offsets)
+        for topic, partition in self._shown - shown:
+            self.metrics.forget_partition(topic, partition)
+        self._shown = shown
+        self.metrics.set_ready(self.readiness().ready)
+
+
+def build_store_writer(
+    settings: Settings,
+    store: RecordStore | None = None,
+    *,
+    metrics: StoreMetrics | None = None,
+    consumer: Consumer | None = None,
+    producer: Producer | None = None,
+) -> StoreWriter:
+    """Every part of one store writer; unit tests pass the fakes of `embedstream.testing`."""
+    metrics = metrics or StoreMetrics()
+    names = configured_topics(settings)
+    store = store or PgVectorStore(store_config(settings))
+    producer = producer or make_producer(settings)
+    feed = StoreFeed(
+        consumer or make_store_consumer(settings),
+        store,
+        Sink(DirectWriter(producer, SYSTEM_CLOCK), names, SYSTEM_CLOCK),
+        names.results,
+        metrics,
+        batch_max=settings.store_batch_max,
+    )
+    return StoreWriter(settings, feed, producer, metrics)
+
+
+async def run_store_writer(settings: Settings, *, handle_signals: bool = True) -> StoreWriter:
+    """Run until SIGINT/SIGTERM (or `writer.stop()`): the batch in hand is written and
+    committed, then the process exits 0."""
+    require_store(settings)
+    configured_topics(settings)
+    await check_broker(settings)
+    await require_topics(
+        connection_for(settings), topic_settings(settings, ["results", "dead_letters"])
+    )
+    writer = build_store_writer(settings)
+    loop = asyncio.get_running_loop()
+    if handle_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, _on_signal, writer, sig)
+    log.info("embedstream sink starting: %s", settings.describe())
+    try:
+        await writer.run()
+    finally:
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+    log.info("embedstream sink stopped cleanly")
+    return writer
+
+
+def _on_signal(writer: StoreWriter, sig: signal.Signals) -> None:
+    log.info("received %s: finishing the batch in hand, then exiting", sig.name)
+    writer.stop()
+
+
+async def init_store(settings: Settings, dimensions: int | None) -> str:
+    """`embedstream sink init`: create the tables now; returns what was done, in one line."""
+    dims = dimensions or settings.store_dimensions
+    if dims is None:
+        raise ConfigError("store_dimensions", "sink init needs --dimensions N (or the setting)")
+    model = settings.store_model or settings.model
+    async with PgVectorStore(store_config(settings, dims)) as store:
+        await store.init(model, dims)
+    return (
+        f"table {settings.store_schema}.{settings.store_table} ready: model {model!r}, "
+        f"{dims} dimensions, index {settings.store_index}"
+    )
+
+
+async def search_store(settings: Settings, question: str, k: int) -> list[SearchHit]:
+    """`embedstream sink search`: embed the question with the configured provider (the
+    table's model), then the k nearest searchable chunks."""
+    async with PgVectorStore(store_config(settings)) as store:
+        if store.model is None:
+            raise EmbedStreamError(
+                f"table {settings.store_schema}.{settings.store_table} does not exist yet; "
+                "run `embedstream sink` (or `embedstream sink init`) first"
+            )
+        async with BatchingClient(settings=settings) as client:
+            vector = await client.submit(question, model=store.model, encoding_format="float")
+        floats = decode_base64(vector) if isinstance(vector, str) else vector
+        return await store.search(floats, k)
