@@ -26,7 +26,8 @@ from tests.integration.helpers import (
     wait_for_ids,
 )
 
-pytestmark = pytest.mark.integration
+# Private brokers are heavy (a JVM each): their tests share one worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("private-broker")]
 
 
 async def _readyz(port: int) -> tuple[int, str]:
@@ -53,7 +54,10 @@ async def test_readyz_flips_while_the_broker_is_down(private_broker: PrivateBrok
         await create_all_topics(settings)
         async with running_processor(settings) as processor:
             await _until(settings.metrics_port, 200, 30)
-            await private_broker.stop()
+            # SIGKILL: down at once. A graceful stop under load kept answering metadata
+            # requests while it shut its coordinator down (a parallel CI run saw /readyz stay
+            # ready for all of the wait).
+            await private_broker.kill()
             body = await _until(settings.metrics_port, 503, 30)
             assert "broker_reachable" in body
             await private_broker.start()

@@ -142,14 +142,13 @@ def validate_cache(s: Settings) -> None:
 
 
 def validate_documents(s: Settings) -> None:
-    """The overlap leaves room for new text, and one document's bytes fit
-    the buffer (it is admitted whole, so a bigger one could never start)."""
+    """The overlap leaves room for new text, and small chunks stay under big ones. (A document
+    over max_buffered_bytes is still admitted, whole: the bound is then exceeded by at most
+    max_document_bytes, never by more.)"""
     if s.chunk_overlap_tokens >= s.chunk_max_tokens:
         raise ConfigError("chunk_overlap_tokens", "must be below chunk_max_tokens")
     if s.chunk_min_tokens > s.chunk_max_tokens:
         raise ConfigError("chunk_min_tokens", "must not exceed chunk_max_tokens")
-    if s.max_document_bytes > s.max_buffered_bytes:
-        raise ConfigError("max_document_bytes", "must not exceed max_buffered_bytes")
 
 
 # --------------------------------------------------------------------------- formats
