@@ -44,8 +44,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from embedsim import SimulatorConfig, SimulatorServer, expected_vector
+from embedstream.engine.backend import BatchCall, EmbeddingBackend
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, EmbeddingBackend, OpenAIEmbedder
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.testing import RecordingBackend
 
 Vector = list[float] | str

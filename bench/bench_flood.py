@@ -31,8 +31,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from embedstream.core.highguard import HighGuard
+from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, BatchOutcome
 from embedstream.tools.bench.scenarios import FloodFigures, flood_on
 from embedstream.tools.bench.workload import make_texts
 

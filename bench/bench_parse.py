@@ -30,7 +30,9 @@ import openai  # the baseline is the SDK itself; the package imports it only in 
 import orjson
 from embedsim import SimulatorConfig, SimulatorServer
 from embedsim.model import EmbeddingRequest, build_response
-from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, parse_body
+from embedstream.engine.answers import parse_body
+from embedstream.engine.backend import BatchCall
+from embedstream.engine.embedder import OpenAIEmbedder
 from openai._models import construct_type
 from openai.lib._parsing._embeddings import parse_embedding_response
 from openai.types import CreateEmbeddingResponse

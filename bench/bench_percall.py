@@ -25,8 +25,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend, OpenAIEmbedder
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.settings import load_settings
 from embedstream.testing import RecordingBackend
 from embedstream.tools.bench.workload import make_texts

@@ -31,8 +31,8 @@ import embedstream.engine.batcher as batcher_module
 from embedsim.model import count_tokens
 from embedstream.core.costmodel import CallCost
 from embedstream.core.policy import BatchLimits, batch_length, spread_length
+from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, BatchOutcome
 
 BASE_S = 0.040
 PER_TOKEN_S = 0.00002

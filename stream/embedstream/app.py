@@ -18,10 +18,11 @@ from embedstream.core import configured
 from embedstream.core.clock import Clock
 from embedstream.core.intake import Intake
 from embedstream.core.tokens import TokenCounter, estimate_tokens
+from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache
 from embedstream.engine.clock import SYSTEM_CLOCK
-from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.formats import (
     registered_result_encoder,
     registry_client,

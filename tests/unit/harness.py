@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 from embedstream.app import Service, build_service
-from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
+from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import load_settings
 from embedstream.testing import vector_for

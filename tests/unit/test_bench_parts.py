@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from embedstream.engine.embedder import BatchCall, BatchOutcome
+from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import ConfigError
 from embedstream.testing import FakeClock, RecordingBackend
 from embedstream.tools.bench import BenchError

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 from embedstream.contrib.faust import EmbedOutcome, embed_events
+from embedstream.engine.backend import BatchCall
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall
 from embedstream.errors import EmbedStreamError, PermanentItemError
 from embedstream.testing import RecordingBackend, eventually, vector_for
 

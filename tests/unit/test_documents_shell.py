@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import TopicPartition
-from embedstream.engine.embedder import BatchCall, BatchOutcome
+from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import PermanentItemError, Reason, TransientError
 from embedstream.testing import eventually, vector_for
 from embedstream.testing.kafka import FakeRecord

@@ -14,8 +14,10 @@ from embedsim.model import (
     expected_vector,
 )
 from embedsim.server import SimulatorServer
+from embedstream.engine.answers import _outcome, parse_body
+from embedstream.engine.backend import BatchCall
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, OpenAIEmbedder, _outcome, parse_body
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.errors import PermanentItemError, ProviderWideError, TransientError
 from embedstream.settings import load_settings
 from hypothesis import given

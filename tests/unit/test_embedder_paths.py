@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream.engine.embedder import AzureTarget, BatchCall, OpenAIEmbedder
+from embedstream.engine.backend import BatchCall
+from embedstream.engine.embedder import AzureTarget, OpenAIEmbedder
 from embedstream.engine.lean_http import env_proxy
 from embedstream.errors import EmbedStreamError
 

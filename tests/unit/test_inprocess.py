@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, BatchOutcome
 from embedstream.errors import PermanentItemError, Reason, TransientError
 from embedstream.testing import RecordingBackend, eventually, reject_texts_containing, vector_for
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 import pytest
+from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, BatchOutcome
 from embedstream.errors import (
     EmbedStreamError,
     PermanentItemError,

@@ -17,10 +17,10 @@ from embedstream.core.governor import Governor
 from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.observer import EngineObserver
 from embedstream.core.policy import FlushReason
+from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
-from embedstream.engine.embedder import EmbeddingBackend
 from embedstream.engine.jobs import Job, Outcomes
 from embedstream.settings import Settings
 

@@ -34,8 +34,8 @@ from embedstream.core.governor import OUTAGE_REASONS, Governor
 from embedstream.core.lanes import BucketKey, Pending
 from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import FlushReason
+from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.cache import EmbeddingCache
-from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.jobs import Embedded, J, Outcomes
 from embedstream.errors import (
     SPLITTABLE_REASONS,

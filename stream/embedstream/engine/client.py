@@ -30,11 +30,12 @@ from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.limits import check_item
 from embedstream.core.observer import EngineObserver
 from embedstream.core.tokens import TokenCounter, estimate_tokens
+from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.batcher import Batcher
 from embedstream.engine.build import build_engine
 from embedstream.engine.cache import EmbeddingCache, build_cache
 from embedstream.engine.clock import SYSTEM_CLOCK
-from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.jobs import Embedded, Job, Outcomes
 from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, TransientError
 from embedstream.settings import Settings, load_settings, validate

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from embedstream.engine.embedder import BatchCall, BatchOutcome
+from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import EmbedStreamError, PermanentItemError, Reason
 
 

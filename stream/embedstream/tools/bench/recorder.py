@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
+from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 
 Clock = Callable[[], float]
 CpuReader = Callable[[], float | None]

@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
+from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend, OpenAIEmbedder
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
 from embedstream.tools.bench.model import Percentiles, Row, latency_percentiles
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
