@@ -3,7 +3,6 @@ from __future__ import annotations
 import itertools
 import random
 import re
-import time
 from collections.abc import Callable
 
 import pytest
@@ -169,20 +168,26 @@ def _prose(rng: random.Random, size: int) -> str:
 
 
 @pytest.mark.parametrize("shape", ["prose", "one paragraph", "no whitespace"])
-def test_a_100_kb_document_takes_well_under_100_ms(shape: str) -> None:
+def test_a_100_kb_document_is_counted_in_linear_work(shape: str) -> None:
+    """No quadratic re-counting: the characters the counter is asked to measure stay within a
+    small multiple of the text's length (a packer re-measuring from the start fails this;
+    speed itself is measured in benchmarks, never asserted in tests)."""
     text = _prose(random.Random(1), 100_000)
     text = {
         "prose": text,
         "one paragraph": text.replace("\n\n", " "),
         "no whitespace": "".join(text.split()),
     }[shape]
-    elapsed = float("inf")
-    for _ in range(3):  # the best of three: other work shares the machine
-        started = time.perf_counter()
-        chunks = chunk_document(text, ChunkingRules())
-        elapsed = min(elapsed, time.perf_counter() - started)
+    measured = 0
+
+    def counting(piece: str) -> int:
+        nonlocal measured
+        measured += len(piece)
+        return estimate_tokens(piece)
+
+    chunks = chunk_document(text, ChunkingRules(), counting)
     assert chunks and all(c.tokens <= 512 for c in chunks)
-    assert elapsed < 0.1, f"{elapsed * 1000:.0f} ms"
+    assert measured < 25 * len(text), f"measured {measured / len(text):.1f} characters per one"
 
 
 # Property tests -------------------------------------------------------------------------------
