@@ -270,6 +270,7 @@ def _chunk_problems(chunk: ChunkResult, want: Expected, model: str) -> list[str]
         return [f"{name}: metadata {chunk.metadata}, expected {want.metadata}"]
     start, end = chunk.span
     vector = expected_vector(model, want.text[start:end], len(chunk.embedding))
-    if max(abs(a - b) for a, b in zip(chunk.embedding, vector, strict=True)) > 1e-6:
+    got = [float(x) for x in chunk.embedding]  # decoded records hold a float list
+    if max(abs(a - b) for a, b in zip(got, vector, strict=True)) > 1e-6:
         return [f"{name}: the vector is not the one of its span {chunk.span}"]
     return []
