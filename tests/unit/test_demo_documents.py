@@ -92,7 +92,7 @@ def test_the_table_shows_both_passes_and_the_share_of_the_first() -> None:
     ]
     report = DocumentReport(complete=14, deleted=1)
     shown = text_of(documents_lines(document_figures(plan, records, report, 2.5), cache_on=True))
-    assert "12 published, then 2 edited" in shown and "2.5 s" in shown
+    assert "documents: 12, then 2 edited" in shown and "in 2.5 s" in shown
     assert [line.split() for line in shown.splitlines() if line.startswith(" edit")] == [
         ["edit", "2", "2", "1", "62", "6.2%"]
     ]

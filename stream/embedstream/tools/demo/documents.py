@@ -137,8 +137,8 @@ def documents_lines(figures: DocumentFigures, *, cache_on: bool) -> Group:
     verify check of documents counted them."""
     p, r = figures.plan, figures.report
     table = Table(
-        title=f"documents: {len(p.first)} published, then {p.edited} edited (one paragraph "
-        f"each) and {p.deleted} deleted, done in {figures.seconds:.1f} s",
+        title=f"documents: {len(p.first)}, then {p.edited} edited (a paragraph each) and "
+        f"{p.deleted} deleted, in {figures.seconds:.1f} s",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -160,7 +160,7 @@ def documents_lines(figures: DocumentFigures, *, cache_on: bool) -> Group:
         text.append("cache off: every chunk of an edited document is embedded again\n")
     text.append(
         f"read back: {r.complete} complete, {r.incomplete} incomplete, {r.deleted} deleted; "
-        f"lost {len(r.lost)}, duplicates {r.duplicates}, breaches {len(r.violations)}"
+        f"lost {len(r.lost)}, twice {r.duplicates}, breaches {len(r.violations)}"
     )
     if documents_ok(figures):
         text.append("\nevery version ended complete and the delete came out", style="green")
