@@ -136,10 +136,13 @@ def documents_lines(figures: DocumentFigures, *, cache_on: bool) -> Group:
     """A table of the two passes (chunks, cache answers, tokens sent), then the endings as the
     verify check of documents counted them."""
     p, r = figures.plan, figures.report
-    table = Table(
-        title=f"documents: {len(p.first)}, then {p.edited} edited (a paragraph each) and "
+    # The title goes above the table, not in it: a table title wraps at the table's width.
+    heading = Text(
+        f"documents: {len(p.first)}, then {p.edited} edited (a paragraph each) and "
         f"{p.deleted} deleted, in {figures.seconds:.1f} s",
-        title_justify="left",
+        no_wrap=True,
+    )
+    table = Table(
         box=box.SIMPLE_HEAD,
         show_edge=False,
     )
@@ -166,4 +169,4 @@ def documents_lines(figures: DocumentFigures, *, cache_on: bool) -> Group:
         text.append("\nevery version ended complete and the delete came out", style="green")
     else:
         text.append("\nnot every document ended as the contract says", style="bold red")
-    return Group(table, Text(), text)
+    return Group(heading, table, Text(), text)
