@@ -487,7 +487,8 @@ class Feeder:
     def _is_high(self, index: int) -> bool:
         return index % self._high_every == 0
 
-    def record(self, index: int) -> tuple[str, bytes, bytes]:
+    def record(self, index: int) -> tuple[str, bytes, bytes | None]:
+        """(topic, key, value) of event `index`; a None value is a tombstone."""
         rid = self.ids[index]
         topic = self._high_topic if self._is_high(index) else self._low_topic
         value = orjson.dumps({"id": rid, "text": chaos_text(index, self._seed)})

@@ -318,6 +318,43 @@ def test_a_cache_line_shows_hit_ratio_and_tokens_saved_over_the_refresh() -> Non
     )
 
 
+def with_documents(m: Metrics) -> None:
+    healthy(m)
+    for outcome, times in (("complete", 8), ("incomplete", 1), ("deleted", 2)):
+        for _ in range(times):
+            m.count_document(outcome)
+    m.count_chunks(160)
+
+
+def test_a_documents_line_shows_versions_by_outcome_and_chunks_over_the_refresh() -> None:
+    before, after = scrape(healthy), scrape(with_documents)
+    views = [TargetView(URL, after, compute_rates(before, after, 2.0))]
+    lines = text_of(Screen(views, NOW, 2.0), 120)
+    [line] = [line for line in lines if line.startswith("documents")]
+    assert line == "documents/s: 4.0 complete, 0.5 incomplete, 1.0 deleted; 80 chunks/s"
+    first = text_of(Screen([TargetView(URL, after)], NOW, 2.0), 120)
+    assert "documents since start: 8 complete, 1 incomplete, 2 deleted; 160 chunks" in first
+
+
+def test_the_documents_line_adds_up_targets_and_fits_a_narrow_terminal() -> None:
+    before, after = scrape(healthy), scrape(with_documents)
+    rates = compute_rates(before, after, 2.0)
+    views = [
+        TargetView(URL, after, rates),
+        TargetView("http://10.0.0.7:9464/metrics", after, rates),
+    ]
+    [line] = [line for line in text_of(Screen(views, NOW, 2.0), 120) if line.startswith("doc")]
+    assert line == "documents/s: 8.0 complete, 1.0 incomplete, 2.0 deleted; 160 chunks/s"
+    narrow = [line for line in text_of(Screen(views, NOW, 2.0), 40) if line.startswith("doc")]
+    assert len(narrow) == 1 and len(narrow[0]) <= 40 and narrow[0].endswith("…")
+
+
+def test_no_documents_line_without_documents() -> None:
+    before, after = scrape(healthy), scrape(busy)
+    lines = text_of(Screen([TargetView(URL, after, compute_rates(before, after, 2.0))], NOW), 120)
+    assert not any(line.startswith("documents") for line in lines)
+
+
 def test_no_cache_line_without_a_cache() -> None:
     before, after = scrape(healthy), scrape(busy)
     lines = text_of(Screen([TargetView(URL, after, compute_rates(before, after, 2.0))], NOW), 120)

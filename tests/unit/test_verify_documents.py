@@ -72,6 +72,32 @@ CASES: list[tuple[str, list[PublishedEvent], list[DocumentRecord], list[str], li
         [*whole("d", "1", 1), *whole("d", "2", 1), *whole("d", "2", 1)],
         [], [], 2,
     ),
+    (
+        "a run cut off by a crash, then a replay from the version before",
+        [v("d", "1"), v("d", "2")],
+        [*whole("d", "1", 2), chunk("d", "2", 0, 2),
+         *whole("d", "1", 2), *whole("d", "2", 2)],
+        [], [], 1 + 2 + 1,  # the cut-off chunk; v1 again (2 chunks, its final)
+    ),
+    (
+        "a run cut off by a crash, then a replay from the tombstone before",
+        [v("d", "1"), delete("d"), v("d", "2")],
+        [*whole("d", "1", 1), DocumentDeleted("d"), chunk("d", "2", 0, 2),
+         DocumentDeleted("d"), *whole("d", "2", 2)],
+        [], [], 1 + 1,  # the cut-off chunk; the tombstone again
+    ),
+    (
+        "a run cut off by a crash, then a replay from an empty version before",
+        [v("d", "1"), v("d", "2")],
+        [done("d", "1", 0), chunk("d", "2", 0, 2), done("d", "1", 0), *whole("d", "2", 2)],
+        [], [], 1 + 1,
+    ),
+    (
+        "a cut-off run never finished is lost",
+        [v("d", "1"), v("d", "2")],
+        [*whole("d", "1", 1), chunk("d", "2", 0, 2), *whole("d", "1", 1)],
+        ["d@2"], [], 1 + 2,
+    ),
     ("chunk after its final", [v("d", "1")], [chunk("d", "1", 0, 2), done("d", "1", 2),
                                               chunk("d", "1", 1, 2)], [],
      ["complete without chunks [1]", "after the last final"], 0),

@@ -1,10 +1,12 @@
-"""The shell of ``embedstream demo``: broker, provider, processor, the two phases, the summary.
+"""The shell of ``embedstream demo``: broker, provider, processor, the phases, the summary.
 
 Starts the embedded broker and the simulated provider on free loopback ports (or uses a real
 endpoint when OPENAI_API_KEY / OPENAI_BASE_URL are set), creates the topics and runs one
 processor in this process. Each phase publishes its requests and waits until the processor's
 metrics registry counts an outcome for every one; the registry is read at both ends of the
-phase. Then the topics are read back and checked as ``embedstream verify`` would, and
+phase. The documents phase (:mod:`embedstream.tools.demo.documents`) publishes documents, then
+edits of some and a delete, each pass waited for by its endings in the registry. Then the
+topics are read back and checked as ``embedstream verify`` would, and
 :mod:`embedstream.tools.demo.summary` turns it all into tables. With ``--live`` the top view
 (:mod:`embedstream.tools.top`) watches the processor's /metrics while the phases run.
 """
@@ -33,8 +35,17 @@ from embedstream.kafka.protocols import Producer
 from embedstream.ops.logs import setup_logging
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, load_settings
+from embedstream.tools.demo.documents import (
+    DocumentFigures,
+    DocumentPlan,
+    document_figures,
+    document_plan,
+    documents_lines,
+    documents_ok,
+)
 from embedstream.tools.demo.options import (
     DEFAULT_BURST_ITEMS,
+    DEFAULT_DOCUMENTS,
     DEFAULT_SPARSE_ITEMS,
     DEFAULT_SPARSE_RATE,
     DEFAULT_TIMEOUT_S,
@@ -61,6 +72,7 @@ _READ_BACK_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
 _YIELD_EVERY = 20  # burst sends between two turns of the event loop
 _OUTCOME_COUNTERS = ("embedstream_results_total", "embedstream_dead_letters_total")
+_DOCUMENT_COUNTER = "embedstream_documents_total"
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +86,7 @@ async def run_demo_from_args(ns: argparse.Namespace) -> int:
         items=ns.items,
         sparse_items=ns.sparse_items,
         sparse_rate=ns.sparse_rate,
+        documents=ns.documents,
         timeout_s=ns.timeout,
         metrics_port=ns.metrics_port,
         live=ns.live,
@@ -84,6 +97,7 @@ async def run_demo(
     items: int = DEFAULT_BURST_ITEMS,
     sparse_items: int = DEFAULT_SPARSE_ITEMS,
     sparse_rate: float = DEFAULT_SPARSE_RATE,
+    documents: int = DEFAULT_DOCUMENTS,
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     metrics_port: int = 0,
@@ -91,8 +105,8 @@ async def run_demo(
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """Run both phases and print the summary to ``out``; 0 when every request has exactly
-    one result, 1 otherwise."""
+    """Run the phases and print the summary to ``out``; 0 when every request has exactly
+    one result and every document ended as the contract says, 1 otherwise."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     phases = plan(sparse_items, sparse_rate, items)
@@ -132,14 +146,21 @@ async def run_demo(
         await create_topics(connection_for(settings), configured_specs(settings))
         metrics = Metrics()
         service = build_service(settings, default_backend(settings), metrics=metrics)
-        demo = _Demo(settings, service, metrics, phases, say)
+        docs = document_plan(documents) if documents else None
+        demo = _Demo(settings, service, metrics, phases, docs, say)
         measured = await _with_service(service, demo.run(live, out), timeout_s)
         # The processor has stopped: nothing is written any more, and checking thousands of
         # vectors (CPU-bound, seconds) cannot starve its heartbeats.
-        figures, outcomes = await demo.read_back(measured, check_vectors=not real_endpoint)
-        summary = render(figures, outcomes, cache_on=settings.cache != "off")
-        Console(file=out, highlight=False).print(summary)
-        return 0 if outcomes.ok else 1
+        figures, outcomes, doc_figures = await demo.read_back(
+            measured, check_vectors=not real_endpoint
+        )
+        cache_on = settings.cache != "off"
+        console = Console(file=out, highlight=False)
+        console.print(render(figures, outcomes, cache_on=cache_on))
+        if doc_figures is not None:
+            console.print(documents_lines(doc_figures, cache_on=cache_on))
+        docs_ok = doc_figures is None or documents_ok(doc_figures)
+        return 0 if outcomes.ok and docs_ok else 1
     finally:
         if simulator is not None:
             await simulator.stop()
@@ -180,12 +201,15 @@ class _Demo:
         service: Service,
         metrics: Metrics,
         phases: Sequence[Phase],
+        documents: DocumentPlan | None,
         say: Callable[[str], None],
     ) -> None:
         self.settings = settings
         self.service = service
         self.metrics = metrics
         self.phases = phases
+        self.documents = documents
+        self.documents_s = 0.0
         self.say = say
         self.names = configured_topics(settings)
 
@@ -216,8 +240,9 @@ class _Demo:
 
     async def read_back(
         self, measured: Sequence[Measured], *, check_vectors: bool
-    ) -> tuple[list[PhaseFigures], Outcomes]:
-        """Every request's outcome, read from the topics, and each phase's figures."""
+    ) -> tuple[list[PhaseFigures], Outcomes, DocumentFigures | None]:
+        """Every request's outcome, read from the topics, each phase's figures and the
+        documents phase's."""
         self.say("reading back requests, results and dead letters ...")
         found = await read_back(
             connection_for(self.settings),
@@ -232,7 +257,12 @@ class _Demo:
             measure(phase, before, after, seconds, latencies[phase.name])
             for phase, before, after, seconds in measured
         ]
-        return figures, Outcomes.from_report(report)
+        docs = None
+        if self.documents is not None and report.documents is not None:
+            docs = document_figures(
+                self.documents, found.document_records, report.documents, self.documents_s
+            )
+        return figures, Outcomes.from_report(report), docs
 
     async def _phases(self) -> list[Measured]:
         loop = asyncio.get_running_loop()
@@ -248,9 +278,31 @@ class _Demo:
                 await _publish(producer, self.names, phase, texts, started)
                 after = await self._until_finished(_finished(before) + phase.items)
                 measured.append((phase, before, after, loop.time() - started))
+            if self.documents is not None:
+                started = loop.time()
+                await self._documents(producer, self.documents)
+                self.documents_s = loop.time() - started
         finally:
             await producer.stop()
         return measured
+
+    async def _documents(self, producer: Producer, plan: DocumentPlan) -> None:
+        """The first pass, then the edit pass, each until the registry counts its endings."""
+        counter = self.metrics.registry.restricted_registry([_DOCUMENT_COUNTER])
+        for title, events in (("documents", plan.first), ("edits and a delete", plan.edits)):
+            self.say(f"{title}: {len(events)} document events ...")
+            ended = sum(snapshot_of(counter.collect()).documents.values()) + len(events)
+            futures = []
+            for event in events:
+                doc = {"doc_id": event.doc_id, "text": event.text, "version": event.version}
+                value = None if event.text is None else orjson.dumps(doc)
+                topic = self.names.requests_low  # bulk ingestion
+                futures.append(await producer.send(topic, value, key=event.doc_id.encode()))
+            await asyncio.gather(*futures)
+            while True:
+                if sum(snapshot_of(counter.collect()).documents.values()) >= ended:
+                    break
+                await asyncio.sleep(_POLL_S)
 
     async def _until_finished(self, outcomes: float) -> Snapshot:
         """The registry's snapshot once it counts ``outcomes`` results and dead letters."""

@@ -10,6 +10,7 @@ DEFAULT_BURST_ITEMS = 3000
 DEFAULT_SPARSE_ITEMS = 200
 DEFAULT_SPARSE_RATE = 40.0
 DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_DOCUMENTS = 36
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,13 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SPARSE_RATE,
         metavar="R",
         help="requests per second in the sparse phase",
+    )
+    add(
+        "--documents",
+        type=_non_negative_int,
+        default=DEFAULT_DOCUMENTS,
+        metavar="N",
+        help="documents of the last phase (then some edited, one deleted; 0 skips it)",
     )
     add("--live", action="store_true", help="show the top view of the processor while it runs")
     add(

@@ -23,6 +23,7 @@ from embedstream.tools.top.rows import (
     Row,
     State,
     cache_line,
+    documents_line,
     fmt_count,
     fmt_in_flight,
     fmt_mean,
@@ -219,6 +220,9 @@ def render(screen: Screen, width: int) -> Group:
     cache = cache_line(views)
     if cache is not None:
         parts.append(_line(cache, width))
+    documents = documents_line(views)
+    if documents is not None:
+        parts.append(_line(documents, width))
     parts.extend(_line(text, width, STYLES[state]) for state, text in problems(views))
     if screen.show_partitions:
         rows = partition_rows(views)

@@ -49,8 +49,10 @@ _SCALARS = frozenset(
         "cache_misses_total",
         "cache_errors_total",
         "cache_tokens_saved_total",
+        "chunks_total",
     }
 )
+DOCUMENT_OUTCOMES = ("complete", "incomplete", "deleted")  # embedstream_documents_total
 
 __all__ = [
     "Histogram",
@@ -125,6 +127,13 @@ class Snapshot:
     cache_misses: float = 0.0
     cache_errors: float = 0.0
     cache_tokens_saved: float = 0.0
+    documents: Mapping[str, float] = field(default_factory=_frozen)  # by DOCUMENT_OUTCOMES
+    chunks: float = 0.0  # chunks documents were cut into
+
+    @property
+    def documents_seen(self) -> bool:
+        """The processor has ended or deleted a document, or cut one into chunks."""
+        return self.chunks > 0 or any(self.documents.values())
 
     @property
     def cache_used(self) -> bool:
@@ -164,6 +173,7 @@ class _Collector:
         self.item_wait: dict[str, _HistogramParts] = {lane: _HistogramParts() for lane in LANES}
         self.api_calls: dict[str, float] = {"ok": 0.0, "error": 0.0}
         self.api_errors_by_class: dict[str, float] = {}
+        self.documents: dict[str, float] = dict.fromkeys(DOCUMENT_OUTCOMES, 0.0)
         self.scalars: dict[str, float] = defaultdict(float)
         self.ready: bool | None = None
 
@@ -179,6 +189,8 @@ class _Collector:
             _add(self.results, labels.get("lane", ""), value)
         elif short == "flushes_total":
             _add(self.flushes, labels.get("reason", ""), value)
+        elif short == "documents_total":
+            _add(self.documents, labels.get("outcome", ""), value)
         elif short == "api_calls_total":
             _add(self.api_calls, labels.get("outcome", ""), value)
         elif short.startswith("batch_size_"):
@@ -247,6 +259,8 @@ class _Collector:
             cache_misses=self.scalars["cache_misses_total"],
             cache_errors=self.scalars["cache_errors_total"],
             cache_tokens_saved=self.scalars["cache_tokens_saved_total"],
+            documents=_frozen(self.documents),
+            chunks=self.scalars["chunks_total"],
         )
 
 
@@ -287,6 +301,8 @@ class Rates:
     cache_misses: float = 0.0
     cache_errors: float = 0.0
     cache_tokens_saved: float = 0.0
+    documents: Mapping[str, float] = field(default_factory=_frozen)  # increase by outcome
+    chunks: float = 0.0
 
     def items_per_s(self, lane: str | None = None) -> float:
         items = sum(self.results.values()) if lane is None else self.results.get(lane, 0.0)
@@ -361,6 +377,8 @@ def compute_rates(earlier: Snapshot, current: Snapshot, elapsed_s: float) -> Rat
         cache_misses=_increase(current.cache_misses, earlier.cache_misses),
         cache_errors=_increase(current.cache_errors, earlier.cache_errors),
         cache_tokens_saved=_increase(current.cache_tokens_saved, earlier.cache_tokens_saved),
+        documents=_increases(current.documents, earlier.documents),
+        chunks=_increase(current.chunks, earlier.chunks),
     )
 
 

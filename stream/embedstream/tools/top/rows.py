@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from urllib.parse import urlsplit
 
-from embedstream.tools.top.model import TargetView, merge_histograms
+from embedstream.tools.top.model import DOCUMENT_OUTCOMES, TargetView, merge_histograms
 
 
 class State(IntEnum):
@@ -202,6 +202,28 @@ def cache_line(views: Sequence[TargetView]) -> str | None:
             f"{_compact(misses / elapsed)} misses/s), "
             f"{_compact(sum(r.cache_tokens_saved for r in rated) / elapsed)} tokens saved/s, "
             f"{_per_s(sum(r.cache_errors for r in rated) / elapsed)} errors/s")  # fmt: skip
+
+
+def documents_line(views: Sequence[TargetView]) -> str | None:
+    """Documents over every target that has seen one: versions ended by outcome and chunks, per
+    second over the last refresh (totals since start before the second); None without any."""
+    seen = [v for v in views if v.snapshot is not None and v.snapshot.documents_seen]
+    if not seen:
+        return None
+    rated = [v.rates for v in seen if v.rates is not None]
+    if len(rated) < len(seen):
+        snaps = [v.snapshot for v in seen if v.snapshot is not None]
+        ended = ", ".join(
+            f"{_compact(sum(s.documents.get(o, 0.0) for s in snaps))} {o}"
+            for o in DOCUMENT_OUTCOMES
+        )
+        return f"documents since start: {ended}; {_compact(sum(s.chunks for s in snaps))} chunks"
+    elapsed = rated[0].elapsed_s
+    ended = ", ".join(
+        f"{_per_s(sum(r.documents.get(o, 0.0) for r in rated) / elapsed)} {o}"
+        for o in DOCUMENT_OUTCOMES
+    )
+    return f"documents/s: {ended}; {_compact(sum(r.chunks for r in rated) / elapsed)} chunks/s"
 
 
 def _per_s(value: float) -> str:

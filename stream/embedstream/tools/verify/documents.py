@@ -8,7 +8,9 @@ Per doc_id (its records share one partition both ways, so their order is meaning
 - the chunk records before a final are that version's, whole: seqs ``0..chunk_count-1`` each
   once, or for ``incomplete`` every seq either written or named ``missing`` (never both), and
   each missing chunk has a dead letter naming it (when dead letters are given);
-- chunk records of a version all come before its final record, and versions do not interleave;
+- chunk records of a version all come before its final record, and versions do not interleave,
+  except where a crash cut a version's run short and a replay of an already ended event
+  follows (at-least-once re-reads from the last commit): the cut-off run counts as duplicates;
 - finals and tombstones come in the order their events were published, so a tombstone comes
   after the final records of the versions published before it;
 - nothing twice: a repeated chunk record, or a repeated final or tombstone (a redelivery replays
@@ -174,6 +176,13 @@ def _check_chunks(
     closed: dict[str, set[int]] = {}  # versions with a final record: the seqs written before
     endings: list[_Ending] = []
     for record in records:
+        if _replays(record, closed, endings):
+            # A member died after writing some chunks of a version, before its final; its
+            # successor replays this doc_id from an earlier, already ended event (at-least-once
+            # re-reads from the last committed offset). The cut-off run is abandoned, and its
+            # chunks are written again by the replay: they count as duplicates.
+            for version in [v for v in open_chunks if v != getattr(record, "version", None)]:
+                tally.duplicates += len(open_chunks.pop(version))
         if isinstance(record, ChunkResult):
             tally.chunk_records += 1
             others = [v for v in open_chunks if v != record.version]
@@ -208,6 +217,16 @@ def _check_chunks(
             "(or without one)"
         )
     return endings
+
+
+def _replays(
+    record: DocumentRecord, closed: Mapping[str, set[int]], endings: list[_Ending]
+) -> bool:
+    """Whether `record` begins again something that already ended: a chunk or final of a
+    version with a final record before, or a tombstone right after a tombstone ended."""
+    if isinstance(record, DocumentDeleted):
+        return bool(endings) and endings[-1] is None
+    return record.version in closed
 
 
 def _check_version(
