@@ -5,20 +5,38 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
 
-from embedstream.tools.embedded import free_port
-
 SCRIPT = Path(__file__).parents[2] / "ops" / "kafka" / "kafka.sh"
+# Below Linux's ephemeral range (32768-60999): a broker that a test stops or kills gets its
+# port back on restart, where a port from bind(0) could meanwhile be handed to any client
+# socket of a test running in parallel ("port is taken by another process" in a CI run).
+_STABLE_PORTS = range(20_000, 32_000)
+
+
+def stable_port() -> int:
+    """A free port no ephemeral allocation will take while it is briefly unbound."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.choice(_STABLE_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class PrivateBroker:
     def __init__(self) -> None:
-        self.port = free_port()
-        self.controller_port = free_port()
+        self.port = stable_port()
+        self.controller_port = stable_port()
         self.data_dir = Path(tempfile.mkdtemp(prefix="embedstream-private-kafka-"))
 
     @property

@@ -28,6 +28,7 @@ from embedsim.server import SimulatorServer
 from rich.console import Console
 
 from embedstream.app import Service, build_service, default_backend
+from embedstream.engine.backend import EmbeddingBackend
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.admin import TopicNames, configured_specs, configured_topics, create_topics
 from embedstream.kafka.clients import connection_for, make_producer
@@ -119,6 +120,7 @@ async def run_demo(
     broker = EmbeddedBroker()
     await broker.start()
     simulator: SimulatorServer | None = None
+    backend: EmbeddingBackend | None = None
     real_endpoint = bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
     try:
         overrides: dict[str, object] = {
@@ -145,7 +147,8 @@ async def run_demo(
         say(f"embedded broker at {broker.bootstrap}; embeddings from {where}")
         await create_topics(connection_for(settings), configured_specs(settings))
         metrics = Metrics()
-        service = build_service(settings, default_backend(settings), metrics=metrics)
+        backend = default_backend(settings)
+        service = build_service(settings, backend, metrics=metrics)
         docs = document_plan(documents) if documents else None
         demo = _Demo(settings, service, metrics, phases, docs, say)
         measured = await _with_service(service, demo.run(live, out), timeout_s)
@@ -162,6 +165,8 @@ async def run_demo(
         docs_ok = doc_figures is None or documents_ok(doc_figures)
         return 0 if outcomes.ok and docs_ok else 1
     finally:
+        if backend is not None:
+            await backend.close()  # its HTTP session, before the loop ends
         if simulator is not None:
             await simulator.stop()
         broker.stop()
