@@ -48,7 +48,7 @@ def flood_rows(
 ) -> list[Row]:
     """Three rows: the drain alone, the drain with high traffic (its rate as a share of the
     drain alone in the name: the issue's goal is at least 85%), and the high requests'
-    latency from their scheduled publication to their result read."""
+    latency from their scheduled publication to their result acknowledged by the broker."""
     share = 100.0 * flooded.per_s / alone.per_s if alone.per_s > 0 else 0.0
     name = f"kafka flood {alone.expected:,} low"
     note = f"{broker}; one processor, assignment to the last low result"
@@ -71,7 +71,7 @@ def flood_rows(
             client_cpu_s=0.0,
             provider_cpu_s=None,
             failed=high_expected - len(high_latencies_s),
-            note=f"{broker}; latency from the scheduled publication to the result read",
+            note=f"{broker}; latency from the scheduled publication to the result acknowledged",
         )
     )
     return rows

@@ -2,7 +2,8 @@
 
 - **flood**: a low backlog drained by one processor, once alone and once while high events
   arrive (Poisson) on the high topic: the high latency from each event's scheduled
-  publication to its result read, and the low drain rate beside the drain alone.
+  publication to its result acknowledged by the broker, and the low drain rate beside the
+  drain alone.
 - **floor**: the same records read twice, by a bare aiokafka loop (decode, one result-sized
   ``send()`` per record, commit per poll; no embedding) and by embedstream's processor: the
   CPU µs per item of each, in this process, and their ratio.
@@ -28,7 +29,6 @@ from embedstream.tools.bench.context import BenchContext, ScenarioResult, report
 from embedstream.tools.bench.kafka_figures import Drain, flood_rows, floor_rows
 from embedstream.tools.bench.kafka_scenarios import (
     KafkaBroker,
-    ResultReader,
     publish,
     running_processor,
     scenario_topics,
@@ -37,6 +37,7 @@ from embedstream.tools.bench.kafka_scenarios import (
 from embedstream.tools.bench.model import Row
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
 from embedstream.tools.bench.scenarios import GRACE_S
+from embedstream.tools.bench.timeline import Timeline
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 
 POLL_S = 0.01
@@ -56,7 +57,11 @@ async def _drain(
 ) -> tuple[Drain, list[float], int]:
     """One drain on topics of its own: (the drain, high latencies in s, high published)."""
     settings = broker.settings(ctx.settings, unique_prefix("flood"))
-    async with scenario_topics(settings) as names, ResultReader(settings, names.results) as reader:
+    # The high latency ends when the broker acknowledged the result (noted by the processor's
+    # producer): a reader in this process fell seconds behind 20,000 low results and
+    # measured itself.
+    timeline = Timeline()
+    async with scenario_topics(settings) as names:
         await publish(settings, names.requests_low, texts, "low-")
         backend = TimedBackend(ctx.embedder(settings))
         metrics = Metrics()
@@ -68,7 +73,7 @@ async def _drain(
 
         async with (
             reporting(ctx.progress, label, len(texts), "items", done),
-            running_processor(settings, backend, metrics),
+            running_processor(settings, backend, metrics, timeline=timeline),
         ):
             backend.restart()
             cpu.start()
@@ -89,11 +94,20 @@ async def _drain(
                 publisher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await publisher
-                await reader.wait_for(list(sent), HIGH_ANSWER_WAIT_S)
-    latencies = [reader.received[i] - due for i, due in sent.items() if i in reader.received]
+                await _wait_for_acks(timeline, list(sent))
+    acked = {i: timeline.moments.get(i, {}).get("acked") for i in sent}
+    latencies = [at - sent[i] for i, at in acked.items() if at is not None]
     drain = Drain(int(done()), seconds, backend.calls, backend.inputs, cpu.client_s,
                   cpu.provider_s, len(texts))  # fmt: skip
     return drain, latencies, len(sent)
+
+
+async def _wait_for_acks(timeline: Timeline, ids: Sequence[str]) -> None:
+    deadline = time.monotonic() + HIGH_ANSWER_WAIT_S
+    while time.monotonic() < deadline:
+        if all("acked" in timeline.moments.get(i, {}) for i in ids):
+            return
+        await asyncio.sleep(POLL_S)
 
 
 async def _publish_high(
