@@ -37,12 +37,13 @@ async def test_kafka_scenarios_and_scale_out_on_apache_kafka(
     done = bench(
         "--scenarios", "kafka", "--bootstrap", bootstrap,
         "--kafka-items", "400", "--kafka-rate", "200", "--kafka-seconds", "1",
+        "--flood-items", "400", "--floor-items", "400",
         "--scale-out", "--processors", "1", "2", "--scale-out-items", "400",
         "--json", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
-    backlog, poisson = report["rows"]
+    backlog, poisson, alone, flooded, high, floor, ours = report["rows"]
     assert backlog["kind"] == "kafka-backlog"
     assert (backlog["items"], backlog["failed"]) == (400, 0)
     assert backlog["inputs"] >= 400 and backlog["calls"] >= 1  # every event was embedded
@@ -50,6 +51,11 @@ async def test_kafka_scenarios_and_scale_out_on_apache_kafka(
     assert poisson["kind"] == "kafka-poisson" and poisson["offered_per_s"] == 200
     assert poisson["failed"] == 0 and poisson["items"] > 0
     assert poisson["latency"]["p50_ms"] <= poisson["latency"]["p99_ms"]
+    assert (alone["kind"], flooded["kind"]) == ("kafka-flood-low", "kafka-flood-low")
+    assert (alone["items"], flooded["items"], alone["failed"]) == (400, 400, 0)
+    assert high["kind"] == "kafka-flood-high" and "% of alone)" in flooded["scenario"]
+    assert (floor["kind"], floor["items"], ours["items"]) == ("kafka-floor", 400, 400)
+    assert floor["client_cpu_s"] > 0 and "x floor)" in ours["scenario"]
     one, two = report["scale_out"]
     assert (one["processors"], two["processors"]) == (1, 2)
     for row in (one, two):

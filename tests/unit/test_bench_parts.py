@@ -45,7 +45,10 @@ def parse(*args: str) -> argparse.Namespace:
         ("closed", ("closed",)),
         ("open,closed", ("closed", "open")),  # always in running order
         ("in-process", ("closed", "backlog", "open")),
-        ("kafka,closed", ("closed", "kafka-backlog", "kafka-poisson")),
+        (
+            "kafka,closed",
+            ("closed", "kafka-backlog", "kafka-poisson", "kafka-flood", "kafka-floor"),
+        ),
         ("all", SCENARIOS),
         ("none", ()),
     ],

@@ -50,7 +50,7 @@ class AzureTarget:
 
 class OpenAIEmbedder:
     @classmethod
-    def from_settings(cls, settings: Settings) -> OpenAIEmbedder:
+    def from_settings(cls, settings: Settings, *, sdk: bool = False) -> OpenAIEmbedder:
         azure = None
         if settings.provider_profile == "azure" and settings.azure_endpoint:
             azure = AzureTarget(
@@ -64,6 +64,7 @@ class OpenAIEmbedder:
             extra_headers=settings.extra_header_map,
             extra_body=settings.extra_body_map,
             azure=azure,
+            sdk=sdk,
         )
 
     def __init__(

@@ -32,7 +32,14 @@ from embedstream.settings import Settings, load_settings, validate
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, ScenarioResult
 from embedstream.tools.bench.extras import EXTRA_SCENARIOS
-from embedstream.tools.bench.kafka_scenarios import KafkaBroker, kafka_backlog, kafka_poisson
+from embedstream.tools.bench.kafka_figures import stage_rows
+from embedstream.tools.bench.kafka_flood import kafka_flood, kafka_floor
+from embedstream.tools.bench.kafka_scenarios import (
+    KafkaBroker,
+    PoissonVariant,
+    kafka_backlog,
+    kafka_poisson,
+)
 from embedstream.tools.bench.model import (
     PROVIDER_MAX_INPUTS,
     PROVIDER_MAX_TOKENS,
@@ -44,7 +51,13 @@ from embedstream.tools.bench.model import (
     fit_call_latency,
     recommend,
 )
-from embedstream.tools.bench.options import BENCH_SETTINGS, Sizes, sizes_from_args
+from embedstream.tools.bench.options import (
+    BENCH_SETTINGS,
+    HTTP_PATHS,
+    PoissonArm,
+    Sizes,
+    sizes_from_args,
+)
 from embedstream.tools.bench.plots import require_matplotlib, write_plots
 from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.bench.report import (
@@ -56,6 +69,7 @@ from embedstream.tools.bench.report import (
 )
 from embedstream.tools.bench.scaleout import scale_out
 from embedstream.tools.bench.scenarios import backlog, closed_loop, endpoint, open_loop
+from embedstream.tools.bench.timeline import Timeline
 from embedstream.tools.embedded import EmbeddedBroker
 from embedstream.tools.progress import make_step_progress
 
@@ -192,26 +206,12 @@ async def _simulated(
     broker: KafkaBroker | None,
     runner: _Runner,
 ) -> None:
-    steps: list[tuple[str, Callable[[], Awaitable[ScenarioResult]]]] = []
-    chosen = ns.scenarios
-    if "closed" in chosen:
-        steps.append(("closed", lambda: closed_loop(ctx, sizes.callers, seconds=sizes.seconds)))
-    if "backlog" in chosen:
-        steps.append(("backlog", lambda: backlog(ctx, sizes.backlog_items)))
-    if "open" in chosen:
-        for rate in sizes.rates:
-            steps.append(
-                (f"open {rate:g}/s", functools.partial(open_loop, ctx, rate, sizes.seconds))
-            )
-    if broker is not None and "kafka-backlog" in chosen:
-        steps.append(("kafka backlog", lambda: kafka_backlog(ctx, broker, sizes.kafka_items)))
-    if broker is not None and "kafka-poisson" in chosen:
-        rate, seconds = sizes.kafka_rate, sizes.kafka_seconds
-        steps.append(("kafka poisson", lambda: kafka_poisson(ctx, broker, rate, seconds)))
-    for label, step in steps:
-        result = await runner.attempt(label, step)
-        if result is not None:
-            runner.results.append(result)
+    for label, step in _steps(ns, sizes, broker):
+        for sdk in HTTP_PATHS[ns.http_path]:
+            arm = dataclasses.replace(ctx, sdk=sdk)
+            suffix = " (sdk)" if sdk and ns.http_path == "both" else ""
+            results = await runner.attempt(label + suffix, functools.partial(step, arm))
+            runner.results += [_renamed(r, suffix) for r in results or []]
     if ns.scale_out and broker is not None:
         items = sizes.scale_out_items
         rows = await runner.attempt(
@@ -222,6 +222,89 @@ async def _simulated(
         if extra.wanted(ns):
             run_extra = functools.partial(extra.run, ns, ctx, broker)
             runner.results += await runner.attempt(extra.name, run_extra) or []
+
+
+Step = Callable[[BenchContext], Awaitable[list[ScenarioResult]]]
+
+
+def _steps(
+    ns: argparse.Namespace, sizes: Sizes, broker: KafkaBroker | None
+) -> list[tuple[str, Step]]:
+    """The chosen scenarios in running order, each a function of the context it runs in."""
+
+    def one(run: Callable[[BenchContext], Awaitable[ScenarioResult]]) -> Step:
+        async def as_list(ctx: BenchContext) -> list[ScenarioResult]:
+            return [await run(ctx)]
+
+        return as_list
+
+    steps: list[tuple[str, Step]] = []
+    chosen = ns.scenarios
+    if "closed" in chosen:
+        steps.append(
+            ("closed", one(lambda c: closed_loop(c, sizes.callers, seconds=sizes.seconds)))
+        )
+    if "backlog" in chosen:
+        steps.append(("backlog", one(lambda c: backlog(c, sizes.backlog_items))))
+    if "open" in chosen:
+        for rate in sizes.rates:
+            run = functools.partial(_open, rate=rate, seconds=sizes.seconds)
+            steps.append((f"open {rate:g}/s", one(run)))
+    if broker is None:
+        return steps
+    if "kafka-backlog" in chosen:
+        steps.append(("kafka backlog", one(lambda c: kafka_backlog(c, broker, sizes.kafka_items))))
+    if "kafka-poisson" in chosen:
+        arms = [PoissonVariant(), *(_variant(arm) for arm in ns.poisson_ab)]
+        for variant in arms:
+            poisson = functools.partial(_poisson, broker=broker, sizes=sizes, variant=variant,
+                                    timeline=ns.timeline)  # fmt: skip
+            steps.append((f"kafka poisson{variant.label}", poisson))
+    if "kafka-flood" in chosen:
+        rate = sizes.flood_high_rate
+        steps.append(("kafka flood", lambda c: kafka_flood(c, broker, sizes.flood_items, rate)))
+    if "kafka-floor" in chosen:
+        items = sizes.floor_items
+        steps.append(("kafka floor", lambda c: kafka_floor(c, broker, items, ns.dimensions)))
+    return steps
+
+
+async def _closed(ctx: BenchContext, *, callers: int, seconds: float) -> ScenarioResult:
+    return await closed_loop(ctx, callers, seconds=seconds)
+
+
+async def _open(ctx: BenchContext, *, rate: float, seconds: float) -> ScenarioResult:
+    return await open_loop(ctx, rate, seconds)
+
+
+def _variant(arm: PoissonArm) -> PoissonVariant:
+    return PoissonVariant(f" ({arm.text})", arm.settings, arm.result_linger_ms)
+
+
+async def _poisson(
+    ctx: BenchContext,
+    *,
+    broker: KafkaBroker,
+    sizes: Sizes,
+    variant: PoissonVariant,
+    timeline: bool,
+) -> list[ScenarioResult]:
+    """kafka-poisson, with a row per stage of the requests' timeline when asked for."""
+    noted = Timeline() if timeline else None
+    rate, seconds = sizes.kafka_rate, sizes.kafka_seconds
+    result = await kafka_poisson(ctx, broker, rate, seconds, variant=variant, timeline=noted)
+    if noted is None:
+        return [result]
+    measured = {i: m for i, m in noted.moments.items() if i.startswith("poisson-")}
+    stages = stage_rows(measured, f"  {result.row.scenario}", result.row.seconds)
+    return [result, *(ScenarioResult(row) for row in stages)]
+
+
+def _renamed(result: ScenarioResult, suffix: str) -> ScenarioResult:
+    if not suffix:
+        return result
+    row = dataclasses.replace(result.row, scenario=result.row.scenario + suffix)
+    return dataclasses.replace(result, row=row)
 
 
 class _Runner:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.settings import Settings
 from embedstream.tools.bench.model import LatencyModel, Row
 from embedstream.tools.bench.processes import SimulatorProcess
@@ -25,6 +26,11 @@ class BenchContext:
     progress: StepProgress
     log_dir: Path
     provider: SimulatorProcess | None = None  # None for a real endpoint
+    sdk: bool = False  # the openai SDK's HTTP path instead of the lean one (before/after A/B)
+
+    def embedder(self, settings: Settings | None = None) -> OpenAIEmbedder:
+        """The embedder under test for ``settings`` (default: the context's)."""
+        return OpenAIEmbedder.from_settings(settings or self.settings, sdk=self.sdk)
 
     def provider_cpu(self) -> Callable[[], float | None] | None:
         return self.provider.cpu_s if self.provider is not None else None

@@ -20,11 +20,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
 from embedstream.app import Service, build_service
-from embedstream.engine.embedder import OpenAIEmbedder
+from embedstream.engine.backend import EmbeddingBackend
 from embedstream.kafka.admin import (
     TopicNames,
     TopicSpec,
@@ -33,7 +34,14 @@ from embedstream.kafka.admin import (
     load_topic_specs,
     topic_names,
 )
-from embedstream.kafka.clients import connection_for, make_reader, partitions_of, producer_for
+from embedstream.kafka.clients import (
+    connection_for,
+    make_consumer,
+    make_producer,
+    make_reader,
+    partitions_of,
+    producer_for,
+)
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, validate
 from embedstream.tools.bench import BenchError
@@ -41,6 +49,12 @@ from embedstream.tools.bench.context import BenchContext, ScenarioResult, report
 from embedstream.tools.bench.model import Row, latency_percentiles
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
 from embedstream.tools.bench.scenarios import GRACE_S, summary
+from embedstream.tools.bench.timeline import (
+    Timeline,
+    TimelineBackend,
+    TimelineConsumer,
+    TimelineProducer,
+)
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 
 JOIN_TIMEOUT_S = 60.0
@@ -124,10 +138,25 @@ def results_total(metrics: Metrics) -> float:
 
 @contextlib.asynccontextmanager
 async def running_processor(
-    settings: Settings, backend: TimedBackend, metrics: Metrics
+    settings: Settings,
+    backend: TimedBackend,
+    metrics: Metrics,
+    *,
+    timeline: Timeline | None = None,
+    result_linger_ms: int | None = None,
 ) -> AsyncIterator[Service]:
-    """A processor running until the block ends, entered once it holds its partitions."""
-    service = build_service(settings, backend, metrics=metrics)
+    """A processor running until the block ends, entered once it holds its partitions.
+    ``timeline``: its clients and backend note each request's moments (bench/timeline.py);
+    ``result_linger_ms``: its results producer's linger instead of the library's."""
+    overrides = {} if result_linger_ms is None else {"linger_ms": result_linger_ms}
+    consumer: Any = make_consumer(settings)
+    producer: Any = make_producer(settings, **overrides)
+    engine: EmbeddingBackend = backend
+    if timeline is not None:
+        consumer = TimelineConsumer(consumer, timeline)
+        producer = TimelineProducer(producer, timeline)
+        engine = TimelineBackend(backend, timeline)
+    service = build_service(settings, engine, metrics=metrics, consumer=consumer, producer=producer)
     task = asyncio.create_task(service.run())
     try:
         assigned = asyncio.create_task(service.processor.assigned.wait())
@@ -153,7 +182,7 @@ async def kafka_backlog(ctx: BenchContext, broker: KafkaBroker, items: int) -> S
         started = time.perf_counter()
         await publish(settings, names.requests_low, texts, "backlog-")
         ctx.progress.end(f"{items:,} events in {time.perf_counter() - started:.1f} s")
-        backend = TimedBackend(OpenAIEmbedder.from_settings(settings))
+        backend = TimedBackend(ctx.embedder(settings))
         metrics = Metrics()
         cpu = CpuMeter(ctx.provider_cpu())
         await ctx.reset_provider_stats()
@@ -194,40 +223,71 @@ async def kafka_backlog(ctx: BenchContext, broker: KafkaBroker, items: int) -> S
     return ScenarioResult(row, backend.timeline(), backend.sizes_and_latencies_ms())
 
 
+@dataclass(frozen=True)
+class PoissonVariant:
+    """One arm of the Kafka Poisson A/B: settings changed, the results producer's linger."""
+
+    label: str = ""
+    overrides: tuple[tuple[str, object], ...] = ()
+    result_linger_ms: int | None = None
+
+
 async def kafka_poisson(
-    ctx: BenchContext, broker: KafkaBroker, rate: float, seconds: float
+    ctx: BenchContext,
+    broker: KafkaBroker,
+    rate: float,
+    seconds: float,
+    *,
+    variant: PoissonVariant = PoissonVariant(),
+    timeline: Timeline | None = None,
 ) -> ScenarioResult:
     settings = broker.settings(ctx.settings, unique_prefix("poisson"))
+    if variant.overrides:
+        settings = dataclasses.replace(settings, **dict(variant.overrides))  # type: ignore[arg-type]
+        validate(settings)
     arrivals = poisson_arrivals(rate, seconds, seed=ctx.seed)
     texts = make_texts(len(arrivals), tokens=ctx.tokens, seed=ctx.seed)
     warm_up = [f"warm-up {k}" for k in range(2 * settings.max_concurrency)]
-    backend = TimedBackend(OpenAIEmbedder.from_settings(settings))
+    backend = TimedBackend(ctx.embedder(settings))
     cpu = CpuMeter(ctx.provider_cpu())
+    ids = [f"poisson-{i}" for i in range(len(texts))]
+    if timeline is not None:
+        timeline.ids_by_text.update(zip(texts, ids, strict=True))
     async with (
         scenario_topics(settings) as names,
         ResultReader(settings, names.results) as reader,
-        running_processor(settings, backend, Metrics()),
-    ):
+        running_processor(
+            settings, backend, Metrics(), timeline=timeline,
+            result_linger_ms=variant.result_linger_ms,
+        ),
+    ):  # fmt: skip
         await publish(settings, names.requests_low, warm_up, "warm-up-")
         await reader.wait_for([f"warm-up-{k}" for k in range(len(warm_up))], GRACE_S)
         backend.restart()
         await ctx.reset_provider_stats()
         cpu.start()
-        label = f"kafka poisson {rate:,.0f}/s"
+        label = f"kafka poisson {rate:,.0f}/s{variant.label}"
         count = lambda: float(len(reader.received))  # noqa: E731
         async with reporting(ctx.progress, label, len(texts) + len(warm_up), "items", count):
             loop = asyncio.get_running_loop()
             start = loop.time() + 0.05
             deadlines = [start + a for a in arrivals]
-            ids = [f"poisson-{i}" for i in range(len(texts))]
-            await _publish_on_schedule(settings, names.requests_low, texts, ids, deadlines)
+            await _publish_on_schedule(
+                settings, names.requests_low, texts, ids, deadlines, timeline
+            )
             await reader.wait_for(ids, GRACE_S)
         cpu.stop()
     latencies = [reader.received[i] - d for i, d in zip(ids, deadlines, strict=True)
                  if i in reader.received]  # fmt: skip
     last = max((reader.received[i] for i in ids if i in reader.received), default=start)
+    if timeline is not None:
+        for request_id, due, read in zip(ids, deadlines, map(reader.received.get, ids),
+                                         strict=True):  # fmt: skip
+            timeline.note(request_id, "scheduled", due)
+            if read is not None:
+                timeline.note(request_id, "read", read)
     row = Row(
-        scenario=f"kafka poisson {rate:,.0f}/s",
+        scenario=f"kafka poisson {rate:,.0f}/s{variant.label}",
         kind="kafka-poisson",
         items=len(latencies),
         seconds=last - start,
@@ -251,6 +311,7 @@ async def _publish_on_schedule(
     texts: Sequence[str],
     ids: Sequence[str],
     deadlines: Sequence[float],
+    timeline: Timeline | None = None,
 ) -> None:
     """Send each event at its deadline (those already due at once), acks awaited at the end."""
     loop = asyncio.get_running_loop()
@@ -267,6 +328,8 @@ async def _publish_on_schedule(
             while i < len(texts) and deadlines[i] <= now:
                 value = orjson.dumps({"id": ids[i], "text": texts[i]})
                 sends.append(await producer.send(topic, value, key=ids[i].encode()))
+                if timeline is not None:
+                    timeline.note(ids[i], "published")
                 i += 1
         await asyncio.gather(*sends)
     finally:

@@ -14,7 +14,9 @@ from embedstream.settings.flags import add_settings_flags
 from embedstream.tools.bench.extras import EXTRA_SCENARIOS
 
 # The scenarios, in the order they run.
-SCENARIOS = ("closed", "backlog", "open", "kafka-backlog", "kafka-poisson")
+SCENARIOS = (
+    "closed", "backlog", "open", "kafka-backlog", "kafka-poisson", "kafka-flood", "kafka-floor",
+)  # fmt: skip
 ALIASES = {"all": SCENARIOS, "in-process": SCENARIOS[:3], "kafka": SCENARIOS[3:], "none": ()}
 
 # Engine settings a run may set (flags or --config); the rest keep the library's defaults.
@@ -33,6 +35,7 @@ BENCH_SETTINGS = (
     "rate_limit_tpm",
     "max_buffered_items",
     "compression_type",
+    "fetch_max_wait_ms",
     "request_timeout_s",
     "log_level",
 )
@@ -50,10 +53,48 @@ class Sizes:
     kafka_rate: float
     kafka_seconds: float
     scale_out_items: int
+    flood_items: int  # the low backlog of kafka-flood
+    flood_high_rate: float  # high events/s during its drain
+    floor_items: int  # the records of kafka-floor
 
 
-FULL = Sizes(50, 10.0, 100_000, (1000.0, 3000.0), 100_000, 2000.0, 10.0, 100_000)
-QUICK = Sizes(50, 2.0, 5_000, (1000.0, 3000.0), 5_000, 2000.0, 3.0, 20_000)
+FULL = Sizes(50, 10.0, 100_000, (1000.0, 3000.0), 100_000, 2000.0, 10.0, 100_000,
+             20_000, 50.0, 20_000)  # fmt: skip
+QUICK = Sizes(50, 2.0, 5_000, (1000.0, 3000.0), 5_000, 2000.0, 3.0, 20_000,
+              2_000, 50.0, 2_000)  # fmt: skip
+
+HTTP_PATHS = {"lean": (False,), "sdk": (True,), "both": (True, False)}  # sdk? per run of each
+
+
+@dataclass(frozen=True)
+class PoissonArm:
+    """A variant of kafka-poisson run beside the default one: settings and the results
+    producer's linger (``linger_ms``), from ``--poisson-ab fetch_max_wait_ms=5,linger_ms=0``."""
+
+    text: str
+    settings: tuple[tuple[str, int], ...]
+    result_linger_ms: int | None
+
+
+def _poisson_arm(text: str) -> PoissonArm:
+    settings: list[tuple[str, int]] = []
+    linger: int | None = None
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not value.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"expected NAME=INTEGER, got {part!r}")
+        if name == "linger_ms":
+            linger = int(value)
+        elif name in ("fetch_max_wait_ms", "max_wait_ms", "max_poll_records"):
+            settings.append((name, int(value)))
+        else:
+            raise argparse.ArgumentTypeError(
+                f"unknown variant setting {name!r}; known: linger_ms, fetch_max_wait_ms, "
+                "max_wait_ms, max_poll_records"
+            )
+    if not settings and linger is None:
+        raise argparse.ArgumentTypeError("a variant changes at least one setting")
+    return PoissonArm(text, tuple(settings), linger)
 
 
 def _positive_int(text: str) -> int:
@@ -98,7 +139,8 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         type=_scenarios,
         default=SCENARIOS,
         metavar="LIST",
-        help="comma-separated: closed, backlog, open, kafka-backlog, kafka-poisson, or the "
+        help="comma-separated: closed, backlog, open, kafka-backlog, kafka-poisson, "
+        "kafka-flood, kafka-floor, or the "
         "groups in-process, kafka, all, none (e.g. with --endpoint) (default: all)",
     )
     add("--quick", action="store_true", help="small sizes: a check that everything runs")
@@ -161,6 +203,33 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the embedded broker of the 'embedded' extra)",
     )
     kafka.add_argument(
+        "--flood-items", type=_positive_int, default=None, help="kafka-flood low backlog (20,000)"
+    )
+    kafka.add_argument(
+        "--flood-high-rate",
+        type=_positive_float,
+        default=None,
+        help="kafka-flood high events/s during the drain (50)",
+    )
+    kafka.add_argument(
+        "--floor-items", type=_positive_int, default=None, help="kafka-floor records (20,000)"
+    )
+    kafka.add_argument(
+        "--timeline",
+        action="store_true",
+        help="kafka-poisson: note each request's moments (published, fetched, call, written, "
+        "acked, read) and report the P50/P95/P99 of every stage",
+    )
+    kafka.add_argument(
+        "--poisson-ab",
+        type=_poisson_arm,
+        action="append",
+        default=[],
+        metavar="NAME=N[,NAME=N]",
+        help="also run kafka-poisson with these changed (linger_ms of the results producer, "
+        "fetch_max_wait_ms, max_wait_ms, max_poll_records); repeatable",
+    )
+    kafka.add_argument(
         "--scale-out",
         action="store_true",
         help="also drain a backlog with 1, 2 and 3 `embedstream run` processes in one group",
@@ -211,6 +280,13 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         help="PNG plots (needs the 'bench' extra: matplotlib)",
     )
     out.add_argument("--seed", type=int, default=1, help="seed of texts and arrivals")
+    out.add_argument(
+        "--http-path",
+        choices=sorted(HTTP_PATHS),
+        default="lean",
+        help="the embedder's HTTP path: lean (the default one), sdk (the openai SDK's, as "
+        "before issue 20) or both (each scenario run with the SDK's, then the lean one)",
+    )
     for extra in EXTRA_SCENARIOS:
         extra.add_arguments(parser)
     add_settings_flags(parser, BENCH_SETTINGS)
@@ -227,4 +303,7 @@ def sizes_from_args(ns: argparse.Namespace) -> Sizes:
         kafka_rate=ns.kafka_rate or base.kafka_rate,
         kafka_seconds=ns.kafka_seconds or base.kafka_seconds,
         scale_out_items=ns.scale_out_items or base.scale_out_items,
+        flood_items=ns.flood_items or base.flood_items,
+        flood_high_rate=ns.flood_high_rate or base.flood_high_rate,
+        floor_items=ns.floor_items or base.floor_items,
     )

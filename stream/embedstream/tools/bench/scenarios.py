@@ -29,7 +29,6 @@ from types import TracebackType
 
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
 from embedstream.tools.bench.model import Percentiles, Row, latency_percentiles
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
@@ -47,7 +46,7 @@ class Measured:
 
     def __init__(self, ctx: BenchContext, *, warm_up_texts: int | None = None) -> None:
         self.ctx = ctx
-        self.backend = TimedBackend(OpenAIEmbedder.from_settings(ctx.settings))
+        self.backend = TimedBackend(ctx.embedder())
         self.client = BatchingClient(self.backend, settings=ctx.settings)
         self.cpu = CpuMeter(ctx.provider_cpu())
         slots = ctx.settings.max_concurrency

@@ -1,0 +1,171 @@
+"""The rows of the Kafka flood, floor and timeline scenarios, pure.
+
+No I/O and no clock: the scenarios in ``kafka_flood`` and ``kafka_scenarios`` measure, and
+these functions turn what they measured into table rows, so the arithmetic behind each figure
+(a drain rate as a share of another, CPU µs per item and its ratio to the floor, the P99 of
+each stage of a request's way through Kafka) is checked by unit tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from embedstream.tools.bench.model import Row, latency_percentiles
+
+# The moments of one request's way through Kafka, in order. A request missing a later moment
+# (its result never read) counts in none of the stages that end there.
+MOMENTS = ("scheduled", "published", "fetched", "call_start", "call_done", "written", "acked",
+           "read")  # fmt: skip
+STAGES = tuple(itertools.pairwise(MOMENTS))
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """A backlog drained through Kafka by one processor, measured."""
+
+    items: int  # low items whose results were written
+    seconds: float  # from the assignment to the last low result
+    calls: int
+    inputs: int
+    cpu_s: float
+    provider_cpu_s: float | None
+    expected: int  # items published
+
+    @property
+    def per_s(self) -> float:
+        return self.items / self.seconds if self.seconds > 0 else 0.0
+
+
+def flood_rows(
+    alone: Drain,
+    flooded: Drain,
+    high_latencies_s: Sequence[float],
+    high_expected: int,
+    high_rate: float,
+    broker: str,
+) -> list[Row]:
+    """Three rows: the drain alone, the drain with high traffic (its rate as a share of the
+    drain alone in the name: the issue's goal is at least 85%), and the high requests'
+    latency from their scheduled publication to their result acknowledged by the broker."""
+    share = 100.0 * flooded.per_s / alone.per_s if alone.per_s > 0 else 0.0
+    name = f"kafka flood {alone.expected:,} low"
+    note = f"{broker}; one processor, assignment to the last low result"
+    rows = [
+        _drain_row(f"{name}: drain alone", alone, note),
+        _drain_row(
+            f"{name}: drain with high {high_rate:g}/s ({share:.0f}% of alone)", flooded, note
+        ),
+    ]
+    rows.append(
+        Row(
+            scenario=f"{name}: high {high_rate:g}/s during the drain",
+            kind="kafka-flood-high",
+            items=len(high_latencies_s),
+            seconds=flooded.seconds,
+            bound_per_s=None,
+            latency=latency_percentiles(high_latencies_s),
+            calls=0,
+            inputs=0,
+            client_cpu_s=0.0,
+            provider_cpu_s=None,
+            failed=high_expected - len(high_latencies_s),
+            note=f"{broker}; latency from the scheduled publication to the result acknowledged",
+        )
+    )
+    return rows
+
+
+def _drain_row(scenario: str, drain: Drain, note: str) -> Row:
+    return Row(
+        scenario=scenario,
+        kind="kafka-flood-low",
+        items=drain.items,
+        seconds=drain.seconds,
+        bound_per_s=None,
+        latency=None,
+        calls=drain.calls,
+        inputs=drain.inputs,
+        client_cpu_s=drain.cpu_s,
+        provider_cpu_s=drain.provider_cpu_s,
+        failed=drain.expected - drain.items,
+        note=note,
+    )
+
+
+def cpu_us_per_item(cpu_s: float, items: int) -> float:
+    return 1e6 * cpu_s / items if items > 0 else 0.0
+
+
+def floor_rows(floor: Drain, embedstream: Drain, broker: str) -> list[Row]:
+    """Two rows on the same records: the bare loop (read, one result-sized ``send()`` each,
+    commit; no embedding) and embedstream's drain, each with its CPU µs per item in the
+    name, embedstream's as a ratio to the floor (the issue's goal: at most 1.0x)."""
+    floor_us = cpu_us_per_item(floor.cpu_s, floor.items)
+    ours_us = cpu_us_per_item(embedstream.cpu_s, embedstream.items)
+    ratio = ours_us / floor_us if floor_us > 0 else 0.0
+    name = f"kafka floor {floor.expected:,}"
+    return [
+        _floor_row(f"{name}: bare aiokafka loop, {floor_us:.0f} µs CPU/item", floor,
+                   f"{broker}; read, one send() per result-sized record, no embedding"),
+        _floor_row(f"{name}: embedstream, {ours_us:.0f} µs CPU/item ({ratio:.2f}x floor)",
+                   embedstream, f"{broker}; one processor, embeddings and all"),
+    ]  # fmt: skip
+
+
+def _floor_row(scenario: str, drain: Drain, note: str) -> Row:
+    return Row(
+        scenario=scenario,
+        kind="kafka-floor",
+        items=drain.items,
+        seconds=drain.seconds,
+        bound_per_s=None,
+        latency=None,
+        calls=drain.calls,
+        inputs=drain.inputs,
+        client_cpu_s=drain.cpu_s,
+        provider_cpu_s=drain.provider_cpu_s,
+        failed=drain.expected - drain.items,
+        note=note,
+    )
+
+
+def stage_durations(
+    moments: Mapping[str, Mapping[str, float]],
+) -> dict[tuple[str, str], list[float]]:
+    """Seconds each request spent in each stage, from its moments (name -> time, one clock).
+    A stage counts only requests with both of its ends; a negative span (two clocks of one
+    event ordered by different observers, e.g. a send noted after its fetch) counts as 0."""
+    spans: dict[tuple[str, str], list[float]] = {stage: [] for stage in STAGES}
+    for times in moments.values():
+        for begin, end in STAGES:
+            if begin in times and end in times:
+                spans[(begin, end)].append(max(0.0, times[end] - times[begin]))
+    return spans
+
+
+def stage_rows(moments: Mapping[str, Mapping[str, float]], label: str, seconds: float) -> list[Row]:
+    """One row per stage with its P50/P95/P99 (and the whole way, scheduled to read)."""
+    rows = []
+    spans = stage_durations(moments)
+    whole = [
+        t["read"] - t["scheduled"] for t in moments.values() if {"read", "scheduled"} <= t.keys()
+    ]
+    for (begin, end), durations in [*spans.items(), (("scheduled", "read"), whole)]:
+        rows.append(
+            Row(
+                scenario=f"{label}: {begin} -> {end}",
+                kind="kafka-stage",
+                items=len(durations),
+                seconds=seconds,
+                bound_per_s=None,
+                latency=latency_percentiles(durations),
+                calls=0,
+                inputs=0,
+                client_cpu_s=0.0,
+                provider_cpu_s=None,
+                note="per-request timeline through Kafka (debug timestamps of the bench)",
+            )
+        )
+    return rows
