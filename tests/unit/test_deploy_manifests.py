@@ -669,4 +669,3 @@ def test_dashboard_store_row_queries_the_store_writers_metrics() -> None:
     used = {u.removesuffix("_bucket") for u in used}
     assert used <= known | {"embedstream_consumer_lag"}, used - known
     assert "embedstream_store_writable" in used and "embedstream_store_rows_upserted_total" in used
-
