@@ -18,7 +18,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=build /wheels /wheels
-RUN pip install --root-user-action=ignore /wheels/*.whl && rm -rf /wheels
+# The pgvector extra: the same image runs the store writer (`embedstream sink`).
+RUN pip install --root-user-action=ignore "$(ls /wheels/*.whl)[pgvector]" && rm -rf /wheels
 
 # A fixed, numeric, non-root uid/gid: Kubernetes' runAsNonRoot can only verify a numeric USER,
 # and volume permissions stay predictable.

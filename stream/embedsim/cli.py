@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from embedsim.config import SimulatorConfig
+from embedsim.config import MODEL_BACKENDS, SimulatorConfig
 from embedsim.flavors import FLAVOR_NAMES
 
 DEFAULT_HOST = "127.0.0.1"
@@ -28,6 +28,13 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help="tei/vllm/ollama: the one model served (vllm/ollama: 404 for others)",
+    )
+    add(
+        "--model-backend",
+        choices=MODEL_BACKENDS,
+        default=d.model_backend,
+        help="where vectors come from: hash (deterministic, the default) or wordllama "
+        "(a real small model bundled in its wheel: pip install 'embedstream[local-model]')",
     )
     add("--base-ms", type=float, default=d.base_ms, help="latency per call in ms")
     add("--per-token-ms", type=float, default=d.per_token_ms, help="extra latency per token")
@@ -59,6 +66,7 @@ def config_from_args(ns: argparse.Namespace) -> SimulatorConfig:
     return SimulatorConfig(
         flavor=ns.flavor,
         served_model=ns.served_model,
+        model_backend=ns.model_backend,
         default_dimensions=ns.dimensions,
         max_dimensions=ns.max_dimensions,
         base_ms=ns.base_ms,

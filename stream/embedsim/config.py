@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from embedsim.flavors import Flavor, Limits, flavor_named
+from embedsim.local_model import WORDLLAMA_DIMENSIONS
+
+# Where vectors come from: "hash" (deterministic per (model, text), the default of tests and
+# benchmarks) or "wordllama" (a real small model bundled in its wheel, for the quick start).
+MODEL_BACKENDS = ("hash", "wordllama")
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,7 @@ class SimulatorConfig:
     # The one model a tei, vllm or ollama server serves: vllm and ollama answer 404 for other
     # names, tei embeds with it whatever was asked. None: any name is served as asked.
     served_model: str | None = None
+    model_backend: str = "hash"
     matryoshka: bool = True  # vllm: the model can shorten its vectors (`dimensions`)
     default_dimensions: int = 256
     max_dimensions: int = 3072
@@ -54,12 +60,16 @@ class SimulatorConfig:
 
     def __post_init__(self) -> None:
         flavor_named(self.flavor)  # ValueError for an unknown one
+        if self.model_backend not in MODEL_BACKENDS:
+            raise ValueError(
+                f"unknown model_backend {self.model_backend!r}; known: {', '.join(MODEL_BACKENDS)}"
+            )
         if self.served_model == "":
             raise ValueError("served_model must not be empty (use None to serve any name)")
         if self.max_dimensions < 1:
             raise ValueError("max_dimensions must be >= 1")
-        if not 1 <= self.default_dimensions <= self.max_dimensions:
-            raise ValueError("default_dimensions must be in 1..max_dimensions")
+        if not 1 <= self.default_dimensions <= self.dimension_cap:
+            raise ValueError(f"default_dimensions must be in 1..{self.dimension_cap}")
         if self.capacity < 1:
             raise ValueError("capacity must be >= 1")
         for name in ("error_rate", "hang_rate", "shuffle_rate"):
@@ -84,6 +94,13 @@ class SimulatorConfig:
     @property
     def flavor_rules(self) -> Flavor:
         return flavor_named(self.flavor)
+
+    @property
+    def dimension_cap(self) -> int:
+        """The largest ``dimensions`` served: the setting, and the real model's own length."""
+        if self.model_backend == "wordllama":
+            return min(self.max_dimensions, WORDLLAMA_DIMENSIONS)
+        return self.max_dimensions
 
     @property
     def request_limits(self) -> Limits:

@@ -20,6 +20,7 @@ from embedsim.errors import (
 from embedsim.flavors import Flavor, Limits
 from embedsim.vectors import (
     count_tokens,
+    encode_base64,
     expected_vector,
     expected_vector_base64,
 )
@@ -223,11 +224,11 @@ def _validate_dimensions(value: object, config: SimulatorConfig, model: str) -> 
     if (
         isinstance(value, int)
         and not isinstance(value, bool)
-        and 1 <= value <= config.max_dimensions
+        and 1 <= value <= config.dimension_cap
     ):
         return value
     raise invalid_request(
-        f"Invalid 'dimensions': expected an integer in 1..{config.max_dimensions}, got {value!r}.",
+        f"Invalid 'dimensions': expected an integer in 1..{config.dimension_cap}, got {value!r}.",
         param="dimensions",
         code="invalid_value",
     )
@@ -301,16 +302,25 @@ def find_model(model_id: str, config: SimulatorConfig | None = None) -> dict[str
     raise not_found(f"The model '{model_id}' does not exist", code="model_not_found")
 
 
-def build_response(request: EmbeddingRequest, order: Sequence[int]) -> dict[str, object]:
-    """The OpenAI response body, listing ``data`` items in ``order`` (normally 0..n-1)."""
+def build_response(
+    request: EmbeddingRequest,
+    order: Sequence[int],
+    vectors: Sequence[list[float]] | None = None,
+) -> dict[str, object]:
+    """The OpenAI response body, listing ``data`` items in ``order`` (normally 0..n-1).
+
+    ``vectors``: one per input from a real model; None, the deterministic hash vectors."""
     data = []
     for index in order:
         text = request.inputs[index]
-        embedding: list[float] | str = (
-            expected_vector_base64(request.model, text, request.dimensions)
-            if request.encoding_format == "base64"
-            else expected_vector(request.model, text, request.dimensions)
-        )
+        embedding: list[float] | str
+        if vectors is not None:
+            vector = vectors[index]
+            embedding = encode_base64(vector) if request.encoding_format == "base64" else vector
+        elif request.encoding_format == "base64":
+            embedding = expected_vector_base64(request.model, text, request.dimensions)
+        else:
+            embedding = expected_vector(request.model, text, request.dimensions)
         data.append({"object": "embedding", "index": index, "embedding": embedding})
     tokens = request.total_tokens
     return {

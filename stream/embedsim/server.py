@@ -30,6 +30,7 @@ from embedsim.cli import config_from_args as config_from_args
 from embedsim.config import SimulatorConfig
 from embedsim.errors import ApiError, authenticate, invalid_request, server_error
 from embedsim.limits import RateLimits
+from embedsim.local_model import VectorSource, WordLlamaVectors
 from embedsim.model import CallRecord, Stats, decide_faults, latency_s
 from embedsim.protocol import (
     EmbeddingRequest,
@@ -79,6 +80,10 @@ class SimulatorServer:
         self.calls: list[CallRecord] = []  # filled when config.record_calls is set
         self._runner: web.AppRunner | None = None
         self._url: str | None = None
+        # A real model's vectors (model_backend "wordllama"); None: the hash vectors.
+        self._vectors: VectorSource | None = (
+            WordLlamaVectors() if self._config.model_backend == "wordllama" else None
+        )
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -86,6 +91,9 @@ class SimulatorServer:
         """Listen on ``host:port``; port 0 picks a free port (see :attr:`url`)."""
         if self._runner is not None:
             raise RuntimeError("simulator already started")
+        if isinstance(self._vectors, WordLlamaVectors):
+            # Loaded before listening: a missing extra fails the start, not the first call.
+            await asyncio.to_thread(self._vectors.load)
         runner = web.AppRunner(self.make_app(), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
@@ -146,7 +154,7 @@ class SimulatorServer:
         Setting ``rate_limit_for_s`` (re)starts the 429 window from now; 0 ends it.
         Raises ValueError for unknown fields or invalid values.
         """
-        for fixed in ("capacity", "flavor"):
+        for fixed in ("capacity", "flavor", "model_backend"):
             if fixed in changes and changes[fixed] != getattr(self._config, fixed):
                 raise ValueError(f"{fixed} cannot change while the simulator runs")
         new = self._config.replace(**changes)
@@ -255,7 +263,12 @@ class SimulatorServer:
                 # eight 2,048-input calls ending together were otherwise built one after
                 # another on this one event loop (calls took 1.8 s where the model says 1.3).
                 started = self._clock()
-                answer = build_response(parsed, faults.order)
+                vectors = None
+                if self._vectors is not None:  # a real model: CPU-bound, off the loop
+                    vectors = await asyncio.to_thread(
+                        self._vectors.vectors, parsed.inputs, parsed.dimensions
+                    )
+                answer = build_response(parsed, faults.order, vectors)
                 spent = self._clock() - started
                 await self._sleep(max(0.0, latency_s(config, parsed) - spent))
             finally:

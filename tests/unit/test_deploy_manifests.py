@@ -26,9 +26,14 @@ SERVICE_MONITOR = ROOT / "ops" / "k8s" / "servicemonitor.yaml"
 DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "embedstream.json"
 GRAFANA_DATASOURCE = ROOT / "ops" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
 
-SERVICES = ("kafka", "topics", "simulator", "processor", "prometheus", "grafana")
+SERVICES = (
+    *("kafka", "topics", "simulator", "processor", "prometheus", "grafana"),
+    *("postgres", "sink"),
+)
+SINK = ROOT / "ops" / "k8s" / "sink.yaml"
 PINNED_IMAGES = {
     "kafka": "apache/kafka",
+    "postgres": "pgvector/pgvector",
     "prometheus": "prom/prometheus",
     "grafana": "grafana/grafana",
 }
@@ -122,7 +127,9 @@ def test_processor_is_built_from_this_repository(services: dict[str, Any]) -> No
     assert services["processor"].get("user") in (None, "10001", "10001:10001")
 
 
-@pytest.mark.parametrize("name", ["kafka", "simulator", "processor", "prometheus", "grafana"])
+@pytest.mark.parametrize(
+    "name", ["kafka", "simulator", "processor", "prometheus", "grafana", "postgres", "sink"]
+)
 def test_long_running_services_have_healthchecks(services: dict[str, Any], name: str) -> None:
     check = services[name].get("healthcheck")
     assert check and not check.get("disable"), name
@@ -563,3 +570,102 @@ def test_the_dashboard_shows_the_cache() -> None:
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
     for name in ("hits", "misses", "errors", "tokens_saved"):
         assert f"embedstream_cache_{name}_total" in exprs, name
+
+
+# --------------------------------------------------------------------------- the store writer
+
+
+def test_compose_sink_writes_to_the_compose_postgres_and_is_scraped(
+    services: dict[str, Any],
+) -> None:
+    sink = services["sink"]
+    assert sink["command"] == ["sink"] and "build" in sink  # the repository's image
+    assert _conditions(sink) == {
+        "kafka": "service_healthy",
+        "topics": "service_completed_successfully",
+        "postgres": "service_healthy",
+    }
+    env = _environment(sink)
+    settings = load_settings(env=env)
+    assert settings.bootstrap_servers == "kafka:9092"
+    assert settings.store_dsn is not None and "@postgres:5432/" in settings.store_dsn
+    assert ":" not in settings.store_dsn.split("//", 1)[1].split("@", 1)[0]  # no password
+    postgres_env = _environment(services["postgres"])
+    assert settings.store_dsn.endswith("/" + postgres_env["POSTGRES_DB"])
+    assert f"//{postgres_env['POSTGRES_USER']}@" in settings.store_dsn
+    assert f":{DEFAULTS.metrics_port}/readyz" in " ".join(sink["healthcheck"]["test"])
+    assert "127.0.0.1:9465:9464" in _published_ports(sink)
+    config = _load_yaml(ROOT / "ops" / "prometheus" / "prometheus.yml")
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    targets = [t for g in jobs["embedstream-sink"]["static_configs"] for t in g["targets"]]
+    assert targets == [f"sink:{DEFAULTS.metrics_port}"]
+
+
+def test_the_image_can_run_the_store_writer() -> None:
+    # The sink imports psycopg and pgvector: the image installs the wheel with that extra.
+    assert "[pgvector]" in DOCKERFILE.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def sink_k8s() -> dict[str, Any]:
+    by_kind = {doc["kind"]: doc for doc in _load_all_yaml(SINK)}
+    assert set(by_kind) == {"ConfigMap", "Deployment", "Service"}
+    return by_kind
+
+
+def test_sink_deployment_probes_readyz_and_healthz_and_runs_the_sink(
+    sink_k8s: dict[str, Any],
+) -> None:
+    [container] = sink_k8s["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["sink"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    data = sink_k8s["ConfigMap"]["data"]
+    assert ports["metrics"] == int(data["EMBEDSTREAM_METRICS_PORT"])
+    assert data["EMBEDSTREAM_METRICS_HOST"] == "0.0.0.0"
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}
+    service = sink_k8s["Service"]
+    pod_labels = sink_k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"] == pod_labels
+    assert sink_k8s["Deployment"]["spec"]["selector"]["matchLabels"] == pod_labels
+
+
+def test_sink_reads_the_dsn_from_a_mounted_secret_file(
+    sink_k8s: dict[str, Any], tmp_path: Path
+) -> None:
+    pod = sink_k8s["Deployment"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    data = sink_k8s["ConfigMap"]["data"]
+    assert "EMBEDSTREAM_STORE_DSN" not in data and "env" not in container
+    dsn_file = Path(data["EMBEDSTREAM_STORE_DSN_FILE"])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    [secret_volume] = [name for name, v in volumes.items() if "secret" in v]
+    assert mounts[secret_volume]["readOnly"] is True
+    items = {i["path"]: i["key"] for i in volumes[secret_volume]["secret"]["items"]}
+    assert dsn_file.parent == Path(mounts[secret_volume]["mountPath"]) and dsn_file.name in items
+    # The settings of the ConfigMap load, with the DSN read from a file where Kubernetes puts it.
+    stand_in = tmp_path / "dsn"
+    stand_in.write_text("postgresql://writer:pw@db:5432/vectors\n", encoding="utf-8")
+    settings = load_settings(env={**data, "EMBEDSTREAM_STORE_DSN_FILE": str(stand_in)})
+    assert settings.store_dsn == "postgresql://writer:pw@db:5432/vectors"
+    processor = _load_all_yaml(DEPLOYMENT)[0]["data"]
+    assert settings.store_group_id != processor["EMBEDSTREAM_GROUP_ID"]
+    assert settings.topic_prefix == processor["EMBEDSTREAM_TOPIC_PREFIX"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_dashboard_store_row_queries_the_store_writers_metrics() -> None:
+    from embedstream.ops.store_metrics import STORE_METRIC_NAMES
+
+    panels = json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"]
+    titles = [p["title"] for p in panels]
+    row = titles.index("Store writer (embedstream sink)")
+    exprs = [t["expr"] for p in panels[row + 1 :] for t in p.get("targets", [])]
+    assert exprs and all('job="embedstream-sink"' in e for e in exprs)
+    used = {m for e in exprs for m in re.findall(r"embedstream_[a-z_]+", e)}
+    known = {n.removesuffix("_bucket") for n in STORE_METRIC_NAMES} | {"embedstream_ready"}
+    used = {u.removesuffix("_bucket") for u in used}
+    assert used <= known | {"embedstream_consumer_lag"}, used - known
+    assert "embedstream_store_writable" in used and "embedstream_store_rows_upserted_total" in used

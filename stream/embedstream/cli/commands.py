@@ -89,9 +89,13 @@ async def _dispatch(ns: argparse.Namespace) -> int:
         return await _sink(ns)
     if command == "simulate":
         logging.basicConfig(level=logging.INFO)
+        from embedsim.local_model import LocalModelUnavailable
         from embedsim.server import config_from_args, serve_forever
 
-        await serve_forever(config_from_args(ns), ns.host, ns.port)
+        try:
+            await serve_forever(config_from_args(ns), ns.host, ns.port)
+        except LocalModelUnavailable as exc:
+            raise EmbedStreamError(str(exc)) from None
         return 0
     if command == "topics":
         return await _topics(ns)

@@ -83,6 +83,12 @@ Measured = tuple[Phase, Snapshot, Snapshot, float]
 
 
 async def run_demo_from_args(ns: argparse.Namespace) -> int:
+    if ns.rag:
+        from embedstream.tools.demo.rag import DEFAULT_QUESTIONS, run_rag_demo
+
+        return await run_rag_demo(
+            ns.question or DEFAULT_QUESTIONS, bootstrap=ns.bootstrap, k=ns.k, timeout_s=ns.timeout
+        )
     return await run_demo(
         items=ns.items,
         sparse_items=ns.sparse_items,

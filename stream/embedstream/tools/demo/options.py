@@ -53,6 +53,28 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         help="give up after S seconds",
     )
     add(
+        "--rag",
+        action="store_true",
+        help="instead: the shipped documents through Kafka, embedstream and the store writer "
+        "into PostgreSQL (pgvector) with a real local model (WordLlama), then answer questions "
+        "from the table; no API key, nothing downloaded",
+    )
+    add(
+        "--question",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="--rag: a question to answer from the table (repeatable; default: two examples)",
+    )
+    add("--k", type=_positive_int, default=3, metavar="N", help="--rag: chunks per answer")
+    add(
+        "--bootstrap",
+        default=None,
+        metavar="HOST:PORT",
+        help="--rag: use this Kafka cluster (topics of the run's own) instead of the embedded "
+        "broker",
+    )
+    add(
         "--metrics-port",
         type=int,
         default=0,
