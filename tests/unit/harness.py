@@ -15,7 +15,7 @@ from embedstream.app import Service, build_service
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import load_settings
-from embedstream.testing import vector_for
+from embedstream.testing import eventually, vector_for
 from embedstream.testing.kafka import (
     FakeCluster,
     FakeConsumer,
@@ -28,6 +28,7 @@ NAMES = topic_names("t.")
 HIGH = TopicPartition(NAMES.requests_high, 0)
 LOW = TopicPartition(NAMES.requests_low, 0)
 RETRY = TopicPartition(NAMES.retry, 0)
+INPUTS = (HIGH, LOW, RETRY)
 
 
 @dataclass
@@ -72,6 +73,42 @@ class Harness:
 
     def committed(self, tp: TopicPartition) -> int:
         return self.cluster.group_offsets.get(tp, 0)
+
+    # Waits on work the processor has done, never on time: an assertion that something did
+    # not happen is made after the work that would have done it.
+
+    async def commit_rounds(self, rounds: int = 2) -> None:
+        """Until the commit loop has finished `rounds` more rounds; with two, a whole round
+        began after this call, so what it leaves uncommitted was not safe to commit."""
+        committer = self.service.processor.parts.committer
+        target = committer.rounds + rounds
+        await eventually(lambda: committer.rounds >= target)
+
+    async def fetch_turns(self, turns: int = 1) -> None:
+        """Until the fetch loop has begun `turns` more fetches: each begun one means every
+        fetch before it (records produced so far included) was admitted and handed on."""
+        target = self.consumer.fetches + turns
+        await eventually(lambda: self.consumer.fetches >= target)
+
+    async def engine_idle(self) -> None:
+        """Until nothing is buffered or in a call, then every outcome write is finished."""
+        batcher = self.service.processor.parts.batcher
+        await eventually(lambda: batcher.buffered == 0 and batcher.in_flight == 0)
+        await self.service.processor.parts.outcomes.flush()
+
+    async def all_inputs_finished(self) -> None:
+        """Until, at one moment, every input record is committed (its outcome written: a
+        result, a dead letter, or a retry record itself read and finished), nothing is
+        buffered, in a call or being written: no record can end a second time after it."""
+        parts = self.service.processor.parts
+
+        def finished() -> bool:
+            quiet = parts.batcher.buffered == 0 and parts.batcher.in_flight == 0
+            ends = all(self.committed(tp) == len(self.cluster.logs[tp]) for tp in INPUTS)
+            return quiet and parts.outcomes.writing == 0 and ends
+
+        await eventually(finished)
+        await parts.outcomes.flush()
 
 
 def fake_cluster() -> FakeCluster:

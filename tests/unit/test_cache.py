@@ -117,7 +117,7 @@ class FakeShared:
 
     async def _misbehave(self) -> None:
         if self.hang:
-            await asyncio.sleep(3600)
+            await asyncio.Event().wait()  # never answers
         if self.fail is not None:
             raise self.fail
 

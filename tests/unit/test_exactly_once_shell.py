@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 from embedstream.kafka.transactions import transactional_id
-from embedstream.testing import eventually
+from embedstream.testing import eventually, settled
 from embedstream.testing.kafka import FakeCluster, FakeTransactionalProducer
 
 from tests.unit.harness import LOW, NAMES, GatedBackend, fake_cluster, running
@@ -102,7 +102,8 @@ async def test_the_listener_returns_at_once_and_nothing_is_read_before_the_fence
         await asyncio.wait_for(h.consumer.revoke({LOW}), 1)
         await asyncio.wait_for(h.consumer.assign({LOW}), 1)  # the producer is still starting
         await eventually(lambda: LOW in h.consumer.paused)  # at the fetch loop's next turn
-        await asyncio.sleep(0.1)  # several fetches and commit intervals
+        await h.fetch_turns(2)
+        await h.commit_rounds()
         assert backend.calls == [] and LOW in h.consumer.paused
         gate.set()
         await eventually(lambda: h.committed(LOW) == 20)
@@ -128,7 +129,8 @@ async def test_an_output_read_under_an_earlier_assignment_is_not_committed_in_a_
         await eventually(lambda: len(backend.calls) == 2)  # read again, sent again
         backend.gate.set()  # both calls answer, the first one's output is stale
         await eventually(lambda: h.committed(LOW) == 1)
-        await asyncio.sleep(0.05)
+        await h.engine_idle()  # the stale output is written (staged) by now, if it ever is
+        await h.commit_rounds()
     assert result_ids(cluster) == ["slow"]
 
 
@@ -197,7 +199,7 @@ async def test_a_partition_assigned_while_stopping_gets_no_producer() -> None:
         h.service.processor.parts.handoff.stopping()
         await asyncio.wait_for(h.consumer.revoke({LOW}), 1)
         await asyncio.wait_for(h.consumer.assign({LOW}), 1)
-        await asyncio.sleep(0.05)
+        await settled()  # a fence started at the assignment would have made its producer
         assert len(producers.made) == made
 
 

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
 from embedstream.errors import PermanentItemError, Reason, TransientError
-from embedstream.testing import RecordingBackend, eventually, reject_texts_containing, vector_for
+from embedstream.testing import (
+    RecordingBackend,
+    eventually,
+    reject_texts_containing,
+    settled,
+    vector_for,
+)
 
 
 async def test_concurrent_callers_are_batched_and_each_gets_its_own_vector() -> None:
@@ -110,8 +117,15 @@ async def test_close_with_a_timeout_returns_whatever_the_provider_does(hang: boo
     client = BatchingClient(backend, max_attempts=2, retry_backoff_base_ms=50)
     client.start()
     waiting = [asyncio.ensure_future(client.embed(f"text {i}")) for i in range(20)]
-    await eventually(lambda: bool(backend.calls))
-    await asyncio.sleep(0.2)
+
+    def sent(times: int) -> bool:
+        counts = Counter(text for call in backend.calls for text in call.texts)
+        return len(counts) == len(waiting) and min(counts.values()) >= times
+
+    # Refusing: each text sent more often than max_attempts allows, so the outage is held,
+    # not counted against them. Hanging: each text in a call that will never answer.
+    await eventually(lambda: sent(1 if hang else 3))
+    await settled()
     assert not any(w.done() for w in waiting)  # held through the outage, not failed
     await asyncio.wait_for(client.close(timeout_s=0.3), 10)  # the 10 s only catches a hang
     results = await asyncio.gather(*waiting, return_exceptions=True)

@@ -10,7 +10,7 @@ import asyncio
 import time
 
 import orjson
-from embedstream.testing import eventually
+from embedstream.testing import eventually, settled
 from embedstream.wire import RetryState, headers_dict
 
 from tests.unit.harness import HIGH, LOW, NAMES, RETRY, GatedBackend, running
@@ -34,7 +34,8 @@ async def test_an_unfinished_record_holds_the_commit_while_later_ones_finish() -
         for i in range(9):
             h.request(LOW, f"fast{i}", f"fast {i}")
         await eventually(lambda: len(h.result_ids()) == 9)
-        await asyncio.sleep(0.05)  # several commit intervals
+        await h.service.processor.parts.outcomes.flush()  # the 9 offsets are complete
+        await h.commit_rounds()
         assert h.committed(LOW) == 0  # offset 0 is unfinished: nothing past it
         backend.gate.set()
         await eventually(lambda: h.committed(LOW) == 10)
@@ -47,8 +48,11 @@ async def test_a_revoke_mid_batch_waits_for_the_batch_then_commits_before_lettin
         h.request(LOW, "slow", "SLOW text")
         h.request(LOW, "fast", "fast text")
         await eventually(lambda: h.result_ids() == ["fast"])
+        state = h.service.processor.parts.assignment.get(LOW)
+        assert state is not None
         revoke = asyncio.create_task(h.consumer.revoke({LOW}))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: state.handing_off)
+        await settled()  # a revoke that did not wait would have committed and returned
         assert not revoke.done()  # still finishing the slow batch
         backend.gate.set()
         await asyncio.wait_for(revoke, 5)
@@ -68,7 +72,8 @@ async def test_a_revoke_past_the_drain_timeout_leaves_the_unfinished_record_to_t
         assert h.committed(LOW) == 0
         backend.gate.set()  # its result may still be written (at-least-once) ...
         await eventually(lambda: "slow" in h.result_ids())
-        await asyncio.sleep(0.05)
+        await h.engine_idle()  # its offset completed, if anything still tracks it
+        await h.commit_rounds()
         assert h.committed(LOW) == 0  # ... but its offset is the next owner's to commit
 
 
@@ -163,7 +168,8 @@ async def test_nothing_is_admitted_before_the_floor_is_known() -> None:
         state.floor = None  # fence not up yet
         for i in range(4):
             h.request(LOW, f"r{i}", f"text {i}")
-        await asyncio.sleep(0.2)
+        await h.fetch_turns(2)  # a fetch begun after the records were there has returned
+        await h.engine_idle()
         assert h.result_ids() == []
         state.floor = 2
         await eventually(lambda: sorted(h.result_ids()) == ["r2", "r3"])

@@ -127,7 +127,7 @@ async def through_kafka(backend: ScriptedBackend) -> dict[str, str]:
             return ended
 
         await eventually(lambda: len(outcomes()) == len(TEXTS))
-        await asyncio.sleep(0.05)  # a second outcome for any id would show up here
+        await h.all_inputs_finished()  # a second outcome for any id would be written by now
         assert len(h.results()) + len(h.cluster.records(NAMES.dead_letters)) == len(TEXTS)
         return {by_id[request_id]: how for request_id, how in outcomes().items()}
 

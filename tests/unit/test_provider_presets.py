@@ -6,7 +6,6 @@ not take are refused before any call."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import orjson
@@ -103,7 +102,7 @@ async def _through_kafka(settings: Settings, requests: list[dict[str, Any]]) -> 
             return ended
 
         await eventually(lambda: len(outcomes()) == len(requests), timeout_s=20)
-        await asyncio.sleep(0.05)
+        await h.all_inputs_finished()  # no call in flight when the backend closes
         await backend.close()
         return outcomes()
 

@@ -26,6 +26,7 @@ from embedsim import (
     expected_vector,
     serve_forever,
 )
+from embedstream.testing import eventually
 from multidict import CIMultiDictProxy
 
 MODEL = "text-embedding-3-small"
@@ -84,11 +85,9 @@ async def admin_faults(http: aiohttp.ClientSession, server: SimulatorServer, bod
 
 
 async def wait_until(condition: Callable[[], bool]) -> None:
-    """Poll for a state change; the generous timeout only guards against hangs."""
-    async with asyncio.timeout(30):
-        # Polling on purpose: the counters under test have no event to await.
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.005)
+    """Until the server's counters say so (they signal nothing); the generous timeout only
+    guards against hangs."""
+    await eventually(condition, timeout_s=30)
 
 
 # --------------------------------------------------------------------------- happy paths

@@ -98,7 +98,7 @@ class QueueingProducer(FakeProducer):
         self.joining += 1
         self.most_joining = max(self.most_joining, self.joining)
         try:
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0)  # a turn of the loop in which other writers may come
             return await super().send_batch(batch, topic, partition=partition)
         finally:
             self.joining -= 1

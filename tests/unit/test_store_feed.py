@@ -21,7 +21,7 @@ from embedstream.kafka.store_feed import StoreFeed
 from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import load_settings
 from embedstream.stores.base import Rejected
-from embedstream.testing import FakeClock, eventually
+from embedstream.testing import FakeClock, eventually, settled
 from embedstream.testing.kafka import FakeCluster, FakeConsumer, FakeProducer
 from embedstream.testing.stores import MemoryStore
 from embedstream.wire import ChunkResult, DocumentComplete, OutputRecord, PlainResult, headers_dict
@@ -61,6 +61,12 @@ class Feed:
 
     def committed(self) -> int:
         return self.cluster.group_offsets.get(RESULTS, 0)
+
+    async def fetch_turns(self, turns: int) -> None:
+        """Until the loop has begun `turns` more fetches: each begun one means every fetch
+        before it was handled (written and committed, or skipped)."""
+        target = self.consumer.fetches + turns
+        await eventually(lambda: self.consumer.fetches >= target)
 
     def dead_letters(self) -> list[dict[str, str]]:
         return [headers_dict(r.headers) for r in self.cluster.records(NAMES.dead_letters)]
@@ -133,7 +139,7 @@ async def test_nothing_is_committed_while_the_transaction_is_open() -> None:
     async with running(store) as h:
         last = h.publish("r1", plain("r1"))
         await asyncio.wait_for(store.entered.wait(), 5)
-        await asyncio.sleep(0.05)
+        await settled()  # a commit not waiting for the transaction would have run by now
         assert h.committed() == 0 and h.consumer.commits == []
         store.gate.set()
         await eventually(lambda: h.committed() == last + 1)
@@ -209,13 +215,13 @@ async def test_a_revoke_waits_for_the_batch_in_hand_to_commit() -> None:
         last = h.publish("r1", plain("r1"))
         await asyncio.wait_for(store.entered.wait(), 5)
         revoke = asyncio.create_task(h.consumer.revoke({RESULTS}))
-        await asyncio.sleep(0.05)
+        await settled()  # a revoke that did not wait for the batch would have returned
         assert not revoke.done()
         store.gate.set()
         await asyncio.wait_for(revoke, 5)
         assert h.committed() == last + 1
         h.publish("r2", plain("r2"))  # no longer ours: not written
-        await asyncio.sleep(0.05)
+        await h.fetch_turns(2)  # a fetch begun after r2 was there has been handled
         assert set(store.requests) == {"r1"}
 
 

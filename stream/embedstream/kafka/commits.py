@@ -36,10 +36,19 @@ class OffsetCommitter:
         self._consumer = consumer
         self._trackers = trackers
         self._transactions = transactions
+        # Commit rounds finished (periodic and at hand-offs), whether or not anything was due:
+        # what is not committed after a round began is not safe to commit (tests wait on it).
+        self.rounds = 0
 
     async def commit(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
         """Commit what is safe of `partitions`; the partitions found lost meanwhile (another
         member's producer fenced ours): their work is the caller's to drop."""
+        try:
+            return await self._commit_due(partitions)
+        finally:
+            self.rounds += 1
+
+    async def _commit_due(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
         due: dict[TopicPartition, int] = {}
         for tp in partitions:
             tracker = self._trackers.get(tp)

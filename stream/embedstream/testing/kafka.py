@@ -116,6 +116,9 @@ class FakeConsumer:
         self.commits: list[dict[TopicPartition, int]] = []
         self.stopped = False
         self.rejoins_requested = 0
+        # getmany calls begun: one begun after an event means the loop has handled every
+        # fetch before it (tests wait on this rather than on time).
+        self.fetches = 0
 
     def request_rejoin(self) -> None:
         self.rejoins_requested += 1
@@ -145,6 +148,7 @@ class FakeConsumer:
     async def getmany(
         self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[FakeRecord]]:
+        self.fetches += 1
         batch = self._take(max_records)
         if not batch:
             self.cluster.arrived.clear()

@@ -26,3 +26,15 @@ async def eventually(
     except TimeoutError:
         name = getattr(check, "__qualname__", repr(check))
         raise AssertionError(f"{name} did not hold within {timeout_s}s") from None
+
+
+SETTLE_TURNS = 100
+
+
+async def settled(turns: int = SETTLE_TURNS) -> None:
+    """Yield to the event loop `turns` times, so every task that can go on without a timer,
+    I/O or an event runs that many steps: what has still not happened afterwards is waiting
+    on one of those. For claims that something does *not* happen among the in-memory fakes,
+    where a fixed sleep would prove nothing on a slow machine."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
