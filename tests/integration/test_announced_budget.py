@@ -1,4 +1,7 @@
-"""(Integration tier: it paces load in real time against a real HTTP simulator, whose rate limit counts real one-second windows.) The engine under a provider's announced requests-per-minute budget, over real HTTP.
+"""The engine under a provider's announced requests-per-minute budget, over real HTTP.
+
+Integration tier: it paces load in real time against the simulator, whose rate limit counts
+real one-second windows.
 
 The simulator announces 3000 RPM in OpenAI's headers and enforces it over one-second buckets;
 ``BatchingClient`` is offered about 1000 items/s for two seconds, far more calls than the
