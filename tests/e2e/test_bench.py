@@ -65,3 +65,19 @@ async def test_kafka_scenarios_and_scale_out_on_apache_kafka(
     assert "scale-out: one group draining a backlog" in done.stdout
     # Every scenario deleted its topics.
     assert await list_topics(bootstrap, "bench.") == []
+
+
+async def test_documents_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = bench(
+        "--scenarios", "documents", "--bootstrap", bootstrap, "--docs", "10", "--json", str(out)
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, edited, plain = json.loads(out.read_text())["rows"]
+    assert {first["kind"], edited["kind"], plain["kind"]} == {"documents"}
+    assert first["failed"] == edited["failed"] == plain["failed"] == 0
+    assert first["items"] >= 10 * 20 and plain["items"] == first["items"]
+    # One paragraph edited in one document of ten: most chunks were cache answers.
+    assert edited["inputs"] < first["inputs"] / 2
+    assert "% of the first pass" in edited["scenario"] and "x items/s" in plain["scenario"]
+    assert await list_topics(bootstrap, "bench.") == []

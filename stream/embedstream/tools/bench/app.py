@@ -31,6 +31,7 @@ from embedstream.ops.logs import setup_logging
 from embedstream.settings import Settings, load_settings, validate
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, ScenarioResult
+from embedstream.tools.bench.documents import documents_scenario
 from embedstream.tools.bench.extras import EXTRA_SCENARIOS
 from embedstream.tools.bench.kafka_figures import stage_rows
 from embedstream.tools.bench.kafka_flood import kafka_flood, kafka_floor
@@ -53,7 +54,9 @@ from embedstream.tools.bench.model import (
 )
 from embedstream.tools.bench.options import (
     BENCH_SETTINGS,
+    DOC_PARAGRAPHS,
     HTTP_PATHS,
+    KAFKA_SCENARIOS,
     PoissonArm,
     Sizes,
     sizes_from_args,
@@ -123,7 +126,7 @@ def _check_outputs(ns: argparse.Namespace) -> None:
 
 
 def _wants_kafka(ns: argparse.Namespace) -> bool:
-    kafka = any(name.startswith("kafka") for name in ns.scenarios) or ns.scale_out
+    kafka = any(name in KAFKA_SCENARIOS for name in ns.scenarios) or ns.scale_out
     return kafka or any(e.wanted(ns) and e.needs_kafka(ns) for e in EXTRA_SCENARIOS)
 
 
@@ -266,6 +269,9 @@ def _steps(
     if "kafka-floor" in chosen:
         items = sizes.floor_items
         steps.append(("kafka floor", lambda c: kafka_floor(c, broker, items, ns.dimensions)))
+    if "documents" in chosen:
+        docs = sizes.docs
+        steps.append(("documents", lambda c: documents_scenario(c, broker, docs, DOC_PARAGRAPHS)))
     return steps
 
 
