@@ -92,7 +92,10 @@ fetch_locked() {
 
 # True if pid is our live broker: its command line names our properties file, so
 # a reused pid or a zombie (empty command line) does not count.
-is_our_broker() { ps -p "$1" -o args= 2>/dev/null | grep -qF -- "$PROPERTIES"; }
+# From /proc, not `ps -o args=`: ps cuts a command line to $COLUMNS (a test setting COLUMNS for
+# a terminal view hid the properties path at the end of the JVM's long command line, so stop
+# and kill found "no broker" and left it running).
+is_our_broker() { [[ -r "/proc/$1/cmdline" ]] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "$PROPERTIES"; }
 
 # Prints the pid if our broker runs (a stale pid file is ignored).
 running_pid() {
