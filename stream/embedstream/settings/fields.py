@@ -14,13 +14,14 @@ from typing import Any
 
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
+from embedstream.settings.fields_tracing import TracingFields
 from embedstream.settings.parsing import header_map, header_secrets, json_object, topic_list
 from embedstream.settings.secrets import masked_secret, scrub_url, url_password
 from embedstream.settings.types import SettingSpec
 
 
 @dataclass(frozen=True)
-class Settings(DocumentFields, CoreFields):
+class Settings(TracingFields, DocumentFields, CoreFields):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     README reference."""
 
@@ -45,6 +46,7 @@ class Settings(DocumentFields, CoreFields):
         header of extra_headers on its own (a message would quote one value, never the JSON)."""
         found = [value for name in SECRETS if (value := getattr(self, name))]
         found += [p for value in found if (p := url_password(value))]
+        found += header_secrets(header_map(self.tracing_headers, "tracing_headers"))
         return found + header_secrets(self.extra_header_map)
 
     def describe(self) -> dict[str, str]:

@@ -18,6 +18,7 @@ from embedstream.settings.rules import (
     validate_provider,
     validate_security,
     validate_topics,
+    validate_tracing,
 )
 from embedstream.settings.secrets import scrub_url
 from embedstream.settings.sources import collect_raw
@@ -73,6 +74,7 @@ def validate(s: Settings) -> None:
     validate_provider(s)
     validate_cache(s)
     validate_documents(s)
+    validate_tracing(s)
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

@@ -63,16 +63,17 @@ def json_object(name: str, text: str | None, *, secret: bool = False) -> dict[st
     return value
 
 
-def header_map(text: str | None) -> dict[str, str]:
-    """extra_headers as a header -> value mapping; values are never echoed in errors."""
-    headers = json_object("extra_headers", text, secret=True)
+def header_map(text: str | None, name: str = "extra_headers") -> dict[str, str]:
+    """A JSON object of HTTP headers (setting `name`: extra_headers, tracing_headers) as a
+    header -> value mapping; values are never echoed in errors."""
+    headers = json_object(name, text, secret=True)
     for header, value in headers.items():
         if not isinstance(value, str):
-            raise ConfigError("extra_headers", f"the value of {header!r} must be a string")
+            raise ConfigError(name, f"the value of {header!r} must be a string")
         if not header or any(c in header for c in " :\r\n"):
-            raise ConfigError("extra_headers", f"{header!r} is not a header name")
+            raise ConfigError(name, f"{header!r} is not a header name")
         if "\r" in value or "\n" in value:
-            raise ConfigError("extra_headers", f"the value of {header!r} holds a line break")
+            raise ConfigError(name, f"the value of {header!r} holds a line break")
     return headers
 
 

@@ -147,3 +147,21 @@ def validate_documents(s: Settings) -> None:
         raise ConfigError("chunk_min_tokens", "must not exceed chunk_max_tokens")
     if s.max_document_bytes > s.max_buffered_bytes:
         raise ConfigError("max_document_bytes", "must not exceed max_buffered_bytes")
+
+
+# --------------------------------------------------------------------------- tracing
+
+
+def validate_tracing(s: Settings) -> None:
+    """The collector URL is an http(s) URL, the export headers a JSON object of strings, and
+    the service has a name."""
+    if s.tracing_endpoint is not None and not s.tracing_endpoint.startswith(
+        ("http://", "https://")
+    ):
+        raise ConfigError(
+            "tracing_endpoint",
+            f"must start with http:// or https://, got {scrub_url(s.tracing_endpoint)!r}",
+        )
+    header_map(s.tracing_headers, "tracing_headers")
+    if not s.tracing_service_name.strip():
+        raise ConfigError("tracing_service_name", "must not be empty")

@@ -20,6 +20,7 @@ ConcurrencyMode = Literal["fixed", "adaptive"]
 OversizePolicy = Literal["dead_letter", "truncate"]
 Delivery = Literal["at_least_once", "exactly_once"]
 CacheMode = Literal["off", "memory", "redis"]
+TracingMode = Literal["off", "otlp_http", "otlp_grpc"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
@@ -37,6 +38,7 @@ _LITERALS: dict[str, Any] = {
     "OversizePolicy": OversizePolicy,
     "Delivery": Delivery,
     "CacheMode": CacheMode,
+    "TracingMode": TracingMode,
     "SecurityProtocol": SecurityProtocol,
     "SaslMechanism": SaslMechanism,
     "CompressionType": CompressionType,
@@ -95,6 +97,7 @@ class Group(StrEnum):
     CACHE = "Cache"
     OPERATIONS = "Operations"
     DOCUMENTS = "Documents"
+    TRACING = "Tracing"
 
 
 @dataclass(frozen=True)
