@@ -18,12 +18,13 @@ from embedstream.core import configured
 from embedstream.core.clock import Clock
 from embedstream.core.intake import Intake
 from embedstream.core.tokens import TokenCounter, estimate_tokens
+from embedstream.core.tracing import Tracer
 from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import EmbeddingBackend, OpenAIEmbedder
 from embedstream.kafka.admin import require_topics
-from embedstream.kafka.admission import Admission
+from embedstream.kafka.attribution import AttributedAdmission, Sources
 from embedstream.kafka.clients import (
     broker_probe,
     check_broker,
@@ -48,6 +49,7 @@ from embedstream.kafka.work import WorkItem
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
+from embedstream.ops.tracer import build_tracer
 from embedstream.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,7 @@ class Service:
         try:
             await self.processor.run()
         finally:
+            self.processor.parts.tracer.close()  # export the spans still buffered
             health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await health_task
@@ -103,6 +106,7 @@ def build_service(
     producer: Producer | None = None,
     transactional_producer: Callable[[str], TransactionalProducer] | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    tracer: Tracer | None = None,
 ) -> Service:
     """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
     transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
@@ -126,9 +130,10 @@ def build_service(
     documents = DocumentFlow(sink, metrics, include_text=settings.include_chunk_text)
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     cache = build_cache(settings, metrics)
+    tracer = tracer or build_tracer(settings)  # tests pass one on an in-memory exporter
     engine: Engine[WorkItem] = build_engine(
         settings, backend, outcomes, clock=clock, observer=metrics, cache=cache,
-        backlog=assignment.lag_of,
+        backlog=assignment.lag_of, tracer=tracer,
     )  # fmt: skip
     batcher = engine.batcher
     waiting = WaitingRetries(batcher, clock)
@@ -147,7 +152,14 @@ def build_service(
             producer=producer,
             assignment=assignment,
             fetcher=Fetcher(consumer, assignment, settings),
-            admission=Admission(intake, names, max_delay_ms=int(settings.retry_backoff_cap_ms)),
+            admission=AttributedAdmission(
+                intake,
+                names,
+                max_delay_ms=int(settings.retry_backoff_cap_ms),
+                sources=Sources(names, names.inputs),
+                observer=metrics,
+                tracer=tracer,
+            ),
             outcomes=outcomes,
             batcher=batcher,
             caller=engine.caller,
@@ -158,6 +170,7 @@ def build_service(
             transactions=transactions,
             cache=cache,
             clock=clock,
+            tracer=tracer,
         )
     )
     health = Health(processor, metrics, broker_probe(producer))

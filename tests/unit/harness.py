@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 from embedstream.app import Service, build_service
+from embedstream.core.tracing import Tracer
 from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import load_settings
@@ -87,6 +88,7 @@ async def running(
     *,
     cluster: FakeCluster | None = None,
     transactional: Callable[[str], FakeTransactionalProducer] | None = None,
+    tracer: Tracer | None = None,
     **settings: Any,
 ) -> AsyncIterator[Harness]:
     """A processor on the fakes; with `transactional` (by transactional id), exactly-once."""
@@ -104,6 +106,7 @@ async def running(
         consumer=consumer,
         producer=producer,
         transactional_producer=transactional,
+        tracer=tracer,
     )
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(service.processor.assigned.wait(), 5)

@@ -252,6 +252,7 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_CACHE": "redis",
         "EMBEDSTREAM_CACHE_URL": "rediss://:canary-redis@cache.example:6380/0",
         "EMBEDSTREAM_EXTRA_HEADERS": '{"X-Gateway-Key": "canary-gw", "X-Route": "eu"}',
+        "EMBEDSTREAM_TRACING_HEADERS": '{"Authorization": "Bearer canary-otlp"}',
     }  # fmt: skip
     settings = load_settings(env=env)
     shown = repr(settings) + str(settings.describe())
@@ -265,9 +266,11 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "ssl_keyfile_password",
         "extra_headers",
         "cache_url",
+        "tracing_headers",
     }
     # A message would quote one header value, never the whole JSON: each is masked on its own.
     assert "canary-gw" in settings.secret_values()
+    assert "canary-otlp" in settings.secret_values()  # the collector's token, bare too
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,9 @@ class Tracer(Protocol):
         """A provider call carrying the requests of `spans` (linked, not parented: a batch
         has no single parent). `spans` is consumed only when tracing is on."""
 
+    def close(self) -> None:
+        """Export what is still buffered (at the processor's stop)."""
+
 
 class _NullRequestSpan:
     __slots__ = ()
@@ -91,6 +94,9 @@ class NullTracer:
         self, model: str, spans: Iterable[RequestSpan], *, size: int, reason: str, attempt: int
     ) -> CallSpan:
         return NULL_CALL_SPAN
+
+    def close(self) -> None:
+        return None
 
 
 NULL_TRACER: Tracer = NullTracer()

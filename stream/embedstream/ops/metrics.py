@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import FlushReason
+from embedstream.ops.accounting import SOURCE_METRIC_NAMES, SourceAccounting
 
 LANES = tuple(lane.label for lane in Priority)
 QUEUE_LANES = (*LANES, "delayed")
@@ -51,6 +52,7 @@ METRIC_NAMES: frozenset[str] = frozenset(
         "embedstream_cache_misses_total",
         "embedstream_cache_errors_total",
         "embedstream_cache_tokens_saved_total",
+        *SOURCE_METRIC_NAMES,
     }
 )
 
@@ -213,6 +215,7 @@ class Metrics:
             "Estimated tokens of the texts the cache answered, not sent to the provider.",
             registry=r,
         )
+        self.sources = SourceAccounting(r)
         self._create_known_series()
 
     def _create_known_series(self) -> None:
@@ -301,6 +304,21 @@ class Metrics:
 
     def count_cache_error(self, operation: str) -> None:
         self._cache_errors.labels(operation=operation).inc()
+
+    # ----------------------------------------------------------------- per source
+
+    def count_source_request(self, source: str) -> None:
+        self.sources.count_source_request(source)
+
+    def count_source_usage(
+        self, source: str, *, tokens: int, estimated: bool, call_share: float
+    ) -> None:
+        self.sources.count_source_usage(
+            source, tokens=tokens, estimated=estimated, call_share=call_share
+        )
+
+    def count_source_cache_savings(self, source: str, hits: int, tokens: int) -> None:
+        self.sources.count_source_cache_savings(source, hits, tokens)
 
     # ----------------------------------------------------------------- consumer
 
