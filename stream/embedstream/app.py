@@ -78,7 +78,9 @@ class Service:
         try:
             await self.processor.run()
         finally:
-            self.processor.parts.tracer.close()  # export the spans still buffered
+            # The spans still buffered, exported off the loop (a collector in this process
+            # would otherwise wait on the loop that waits on it).
+            await asyncio.to_thread(self.processor.parts.tracer.close)
             health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await health_task

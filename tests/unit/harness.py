@@ -15,6 +15,7 @@ from embedstream.app import Service, build_service
 from embedstream.core.tracing import Tracer
 from embedstream.engine.embedder import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.kafka.admin import topic_names
+from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing import vector_for
 from embedstream.testing.kafka import (
@@ -89,6 +90,7 @@ async def running(
     cluster: FakeCluster | None = None,
     transactional: Callable[[str], FakeTransactionalProducer] | None = None,
     tracer: Tracer | None = None,
+    metrics: Metrics | None = None,
     **settings: Any,
 ) -> AsyncIterator[Harness]:
     """A processor on the fakes; with `transactional` (by transactional id), exactly-once."""
@@ -107,6 +109,7 @@ async def running(
         producer=producer,
         transactional_producer=transactional,
         tracer=tracer,
+        metrics=metrics,
     )
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(service.processor.assigned.wait(), 5)
