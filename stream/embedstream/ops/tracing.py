@@ -103,10 +103,11 @@ class OtelRequestSpan:
         self.span.add_event(name)
 
     def end(self, outcome: str) -> None:
-        self.span.set_attribute("embedstream.outcome", outcome)
-        if outcome in FAILED_OUTCOMES:
-            self.span.set_status(Status(StatusCode.ERROR, outcome))
-        self.span.end()
+        if self.span.is_recording():
+            self.span.set_attribute("embedstream.outcome", outcome)
+            if outcome in FAILED_OUTCOMES:
+                self.span.set_status(Status(StatusCode.ERROR, outcome))
+            self.span.end()
 
 
 class OtelCallSpan:
@@ -159,18 +160,17 @@ class OtelTracer:
         for name, value in headers or ():
             if name == TRACEPARENT and value:
                 parent = _PROPAGATOR.extract({TRACEPARENT: value.decode("ascii", "replace")})
-        attributes: dict[str, str | int] = {
-            "messaging.system": "kafka",
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.destination.name": topic,
-            "messaging.destination.partition.id": str(partition),
-            "messaging.kafka.offset": offset,
-            "messaging.consumer.group.name": self._group_id,
-        }
-        span = self.otel.start_span(
-            f"process {topic}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
-        )
+        span = self.otel.start_span(f"process {topic}", context=parent, kind=SpanKind.CONSUMER)
+        if span.is_recording():  # an unsampled span would drop them: not even built
+            span.set_attributes({
+                "messaging.system": "kafka",
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "process",
+                "messaging.destination.name": topic,
+                "messaging.destination.partition.id": str(partition),
+                "messaging.kafka.offset": offset,
+                "messaging.consumer.group.name": self._group_id,
+            })  # fmt: skip
         return OtelRequestSpan(span, self)
 
     def call(
