@@ -125,6 +125,7 @@ class Snapshot:
     cache_misses: float = 0.0
     cache_errors: float = 0.0
     cache_tokens_saved: float = 0.0
+    source_tokens: Mapping[str, float] = field(default_factory=_frozen)  # by source topic
 
     @property
     def cache_used(self) -> bool:
@@ -166,6 +167,7 @@ class _Collector:
         self.api_errors_by_class: dict[str, float] = {}
         self.scalars: dict[str, float] = defaultdict(float)
         self.ready: bool | None = None
+        self.source_tokens: dict[str, float] = {}
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if not name.startswith(_PREFIX):
@@ -192,6 +194,8 @@ class _Collector:
                 _add(self.api_errors_by_class, labels.get("error_class", ""), value)
         elif short == "ready":
             self.ready = value >= 1.0
+        elif short == "source_tokens_total":  # reported and estimated alike
+            _add(self.source_tokens, labels.get("source", ""), value)
 
     def _lag(self, offsets: bool, labels: Mapping[str, str], value: float) -> None:
         topic = labels.get("topic", "")
@@ -247,6 +251,7 @@ class _Collector:
             cache_misses=self.scalars["cache_misses_total"],
             cache_errors=self.scalars["cache_errors_total"],
             cache_tokens_saved=self.scalars["cache_tokens_saved_total"],
+            source_tokens=_frozen(self.source_tokens),
         )
 
 
@@ -287,6 +292,7 @@ class Rates:
     cache_misses: float = 0.0
     cache_errors: float = 0.0
     cache_tokens_saved: float = 0.0
+    source_tokens: Mapping[str, float] = field(default_factory=_frozen)  # increase by source
 
     def items_per_s(self, lane: str | None = None) -> float:
         items = sum(self.results.values()) if lane is None else self.results.get(lane, 0.0)
@@ -361,6 +367,7 @@ def compute_rates(earlier: Snapshot, current: Snapshot, elapsed_s: float) -> Rat
         cache_misses=_increase(current.cache_misses, earlier.cache_misses),
         cache_errors=_increase(current.cache_errors, earlier.cache_errors),
         cache_tokens_saved=_increase(current.cache_tokens_saved, earlier.cache_tokens_saved),
+        source_tokens=_increases(current.source_tokens, earlier.source_tokens),
     )
 
 
