@@ -4,6 +4,7 @@ it carries, outcome records carry their request's traceparent, a retry continues
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from embedstream.engine.embedder import BatchCall, BatchOutcome
 from embedstream.errors import ConfigError, PermanentItemError, Reason, TransientError
 from embedstream.ops.tracer import build_tracer
-from embedstream.ops.tracing import OtelTracer
+from embedstream.ops.tracing import OtelTracer, UnsampledSpan
 from embedstream.settings import load_settings
 from embedstream.testing import eventually, vector_for
 from embedstream.wire import SOURCE_TOPIC, headers_dict
@@ -259,3 +260,18 @@ def test_bad_tracing_settings_fail_naming_the_setting(
     with pytest.raises(ConfigError) as info:
         load_settings(env={}, overrides=overrides)
     assert info.value.setting == setting
+
+
+def test_new_traces_are_sampled_by_the_ratio_once(exporter: InMemorySpanExporter) -> None:
+    """The ratio decides once (not again in the SDK: 1% of 1% would record nothing)."""
+    tracer = OtelTracer(exporter, service_name="t", sample_ratio=0.25, group_id="g",
+                        provider_name="openai", rng=random.Random(7))  # fmt: skip
+    spans = [tracer.request(None, "t", 0, offset) for offset in range(2000)]
+    for span in spans:
+        span.end("result")
+    recorded = len(finished(tracer, exporter))
+    assert 400 <= recorded <= 600  # 500 expected
+    unsampled = [s.traceparent() for s in spans if isinstance(s, UnsampledSpan)]
+    assert len(unsampled) == 2000 - recorded
+    assert all(tp is not None and tp.endswith(b"-00") for tp in unsampled)
+    assert len(set(unsampled)) == len(unsampled)  # each a trace of its own

@@ -9,12 +9,14 @@ Implements the Protocols of `embedstream.core.tracing`:
   single parent), the GenAI embeddings attributes, batch size, flush reason, attempt, status;
 - the `traceparent` of a request's span, for the headers of its outcome records.
 
-Sampling: new traces by `tracing_sample_ratio`, a continued trace by its sampled flag, and a
-call span whenever one of the requests it carries is sampled (never orphaned by its own dice).
+Sampling: new traces by `tracing_sample_ratio` (decided before the SDK is asked: an unsampled
+new trace costs two random numbers), a continued trace by its sampled flag, and a call span
+whenever one of the requests it carries is sampled (never orphaned by its own dice).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -24,11 +26,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_ON,
     Decision,
     ParentBased,
     Sampler,
     SamplingResult,
-    TraceIdRatioBased,
 )
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -49,12 +51,13 @@ MIN_LINKS = 128
 FAILED_OUTCOMES = frozenset({"dead_letter", "incomplete"})
 
 
-class _LinkedOrRatio(Sampler):
-    """Parent-based ratio sampling, except that a root span linked to a sampled span (a
-    provider call carrying a sampled request) is always sampled."""
+class _ParentOrLinked(Sampler):
+    """A span follows its parent's sampled flag; a root linked to a sampled span (a provider
+    call carrying a sampled request) is sampled. Other roots reach the SDK only once
+    `OtelTracer.request` has sampled them by the ratio, so they are sampled here."""
 
-    def __init__(self, ratio: float) -> None:
-        self._inner = ParentBased(TraceIdRatioBased(ratio))
+    def __init__(self) -> None:
+        self._inner = ParentBased(ALWAYS_ON)
 
     def should_sample(
         self,
@@ -73,7 +76,7 @@ class _LinkedOrRatio(Sampler):
         )
 
     def get_description(self) -> str:
-        return "LinkedOrRatio"
+        return "ParentOrLinked"
 
 
 class OtelRequestSpan:
@@ -110,6 +113,29 @@ class OtelRequestSpan:
             self.span.end()
 
 
+class UnsampledSpan:
+    """A new trace the ratio did not sample, decided before the SDK is asked (the hot path at
+    a small ratio): ids for the outputs' traceparent (flag 00, so downstream does not record
+    either), nothing recorded."""
+
+    __slots__ = ("_header",)
+
+    def __init__(self, trace_id: int, span_id: int) -> None:
+        self._header = f"00-{trace_id:032x}-{span_id:016x}-00".encode()
+
+    def traceparent(self) -> bytes | None:
+        return self._header
+
+    def child(self, name: str, seq: int) -> RequestSpan:
+        return self
+
+    def event(self, name: str) -> None:
+        return None
+
+    def end(self, outcome: str) -> None:
+        return None
+
+
 class OtelCallSpan:
     __slots__ = ("span",)
 
@@ -139,10 +165,11 @@ class OtelTracer:
         provider_name: str,
         max_links: int = MIN_LINKS,
         schedule_delay_ms: float = 1000.0,
+        rng: random.Random | None = None,
     ) -> None:
         self.provider = TracerProvider(
             resource=Resource.create({"service.name": service_name}),
-            sampler=_LinkedOrRatio(sample_ratio),
+            sampler=_ParentOrLinked(),
             span_limits=SpanLimits(max_links=max(MIN_LINKS, max_links)),
             shutdown_on_exit=False,
         )
@@ -152,6 +179,8 @@ class OtelTracer:
         self.otel: trace.Tracer = self.provider.get_tracer("embedstream")
         self._group_id = group_id
         self._provider_name = provider_name
+        self._ratio = sample_ratio
+        self._rng = rng or random.Random()
 
     def request(
         self, headers: RecordHeaders | None, topic: str, partition: int, offset: int
@@ -160,6 +189,8 @@ class OtelTracer:
         for name, value in headers or ():
             if name == TRACEPARENT and value:
                 parent = _PROPAGATOR.extract({TRACEPARENT: value.decode("ascii", "replace")})
+        if parent is None and self._rng.random() >= self._ratio:
+            return UnsampledSpan(self._rng.getrandbits(128) or 1, self._rng.getrandbits(64) or 1)
         span = self.otel.start_span(f"process {topic}", context=parent, kind=SpanKind.CONSUMER)
         if span.is_recording():  # an unsampled span would drop them: not even built
             span.set_attributes({
