@@ -14,14 +14,21 @@ from typing import Any
 
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
+from embedstream.settings.fields_sources import SourceFields
 from embedstream.settings.fields_tracing import TracingFields
-from embedstream.settings.parsing import header_map, header_secrets, json_object, topic_list
+from embedstream.settings.parsing import (
+    header_map,
+    header_secrets,
+    json_object,
+    topic_list,
+    weight_map,
+)
 from embedstream.settings.secrets import masked_secret, scrub_url, url_password
 from embedstream.settings.types import SettingSpec
 
 
 @dataclass(frozen=True)
-class Settings(TracingFields, DocumentFields, CoreFields):
+class Settings(SourceFields, TracingFields, DocumentFields, CoreFields):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     README reference."""
 
@@ -32,6 +39,10 @@ class Settings(TracingFields, DocumentFields, CoreFields):
     def topics(self, name: str) -> tuple[str, ...]:
         """The topics a ``topic_*`` setting lists; () when unset (its default applies)."""
         return topic_list(getattr(self, name))
+
+    @property
+    def source_weight_map(self) -> dict[str, float]:
+        return weight_map(self.source_weights)
 
     @property
     def extra_header_map(self) -> dict[str, str]:

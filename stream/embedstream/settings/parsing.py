@@ -42,6 +42,25 @@ def topic_list(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(","))
 
 
+def weight_map(text: str | None) -> dict[str, float]:
+    """source_weights as topic -> weight (each positive and finite); {} when unset."""
+    weights: dict[str, float] = {}
+    for pair in topic_list(text):
+        topic, sep, number = (part.strip() for part in pair.partition("="))
+        if not sep or not topic:
+            raise ConfigError("source_weights", f"expected topic=weight, got {pair!r}")
+        try:
+            weight = float(number)
+        except ValueError:
+            raise ConfigError("source_weights", f"weight of {topic!r} is not a number") from None
+        if not 0 < weight < float("inf"):
+            raise ConfigError("source_weights", f"weight of {topic!r} must be > 0, got {number}")
+        if topic in weights:
+            raise ConfigError("source_weights", f"{topic!r} is named twice")
+        weights[topic] = weight
+    return weights
+
+
 # --------------------------------------------------------------------------- provider
 
 AZURE_SETTINGS = ("azure_endpoint", "azure_deployment")

@@ -22,6 +22,7 @@ from embedstream.settings.parsing import (
     json_object,
     topic_list,
     topic_name_problem,
+    weight_map,
 )
 from embedstream.settings.secrets import CACHE_URL_SCHEMES, scrub_url
 from embedstream.settings.types import SASL_PROTOCOLS, TLS_PROTOCOLS
@@ -163,5 +164,6 @@ def validate_tracing(s: Settings) -> None:
             f"must start with http:// or https://, got {scrub_url(s.tracing_endpoint)!r}",
         )
     header_map(s.tracing_headers, "tracing_headers")
+    weight_map(s.source_weights)  # (with tracing: both are operators' settings)
     if not s.tracing_service_name.strip():
         raise ConfigError("tracing_service_name", "must not be empty")

@@ -98,6 +98,7 @@ class Group(StrEnum):
     OPERATIONS = "Operations"
     DOCUMENTS = "Documents"
     TRACING = "Tracing"
+    SOURCES = "Sources"
 
 
 @dataclass(frozen=True)
