@@ -132,6 +132,7 @@ def main() -> None:
         return
     here = Path(__file__).resolve().parent.parent
     runs = [(name, name, here) for name in VARIANTS]
+    runs.insert(1, ("off (again: the noise)", "off", here))
     if args.baseline is not None:
         runs.insert(0, (f"baseline ({args.baseline.name})", "off", args.baseline.resolve()))
     cpu: dict[str, list[float]] = {label: [] for label, _, _ in runs}

@@ -8,6 +8,8 @@ grow the series without end.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter
 
 MAX_SOURCES = 64
@@ -29,6 +31,8 @@ class SourceAccounting:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
         self._seen: set[str] = set()
+        # A request is counted on the fetch loop's path: its labelled child, looked up once.
+        self._request_children: dict[str, Any] = {}
         self._requests = Counter(
             "embedstream_source_requests_total",
             "Requests and documents read, by source topic (retries not counted again).",
@@ -70,7 +74,11 @@ class SourceAccounting:
         return source
 
     def count_source_request(self, source: str) -> None:
-        self._requests.labels(source=self.label(source)).inc()
+        child = self._request_children.get(source)
+        if child is None:
+            child = self._requests.labels(source=self.label(source))
+            self._request_children[source] = child
+        child.inc()
 
     def count_source_usage(
         self, source: str, *, tokens: int, estimated: bool, call_share: float
