@@ -127,3 +127,22 @@ def test_labels_are_bounded_past_max_sources() -> None:
 def test_the_source_of_a_record(topic: str, headers: list[tuple[str, bytes]], source: str) -> None:
     sources = Sources(NAMES, NAMES.inputs)
     assert sources.of(FakeRecord(topic, 0, 0, None, b"", headers)) == source
+
+
+async def test_every_configured_source_has_its_series_from_the_start() -> None:
+    metrics = Metrics()
+    async with running(GatedBackend(), metrics=metrics):
+        pass
+    for topic in NAMES.inputs:
+        assert (
+            metrics.registry.get_sample_value(
+                "embedstream_source_cache_tokens_saved_total", {"source": topic}
+            )
+            == 0.0
+        )
+        assert (
+            metrics.registry.get_sample_value(
+                "embedstream_source_tokens_total", {"source": topic, "basis": "estimated"}
+            )
+            == 0.0
+        )

@@ -28,6 +28,9 @@ from embedstream.wire.document_events import DocumentTombstone
 
 
 class SourceObserver(Protocol):
+    def declare_sources(self, sources: Iterable[str]) -> None:
+        """The sources there will be (their series exist from the start)."""
+
     def count_source_request(self, source: str) -> None:
         """A request (or a document) came in on `source` (retries are not counted again)."""
 
@@ -63,6 +66,7 @@ class AttributedAdmission(Admission):
         super().__init__(intake, topics, max_delay_ms=max_delay_ms)
         self._sources = sources
         self._observer = observer
+        observer.declare_sources(sorted(sources.known))
         self._tracer = tracer
         self._retry_topic = topics.retry
 

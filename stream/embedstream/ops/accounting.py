@@ -8,6 +8,7 @@ grow the series without end.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -64,6 +65,18 @@ class SourceAccounting:
             ["source"],
             registry=r,
         )
+
+    def declare_sources(self, sources: Iterable[str]) -> None:
+        """The configured sources' series, at 0 from the start: rate() and the dashboard see
+        a source before its first request, as the other metrics' known series."""
+        for source in sources:
+            label = self.label(source)
+            self._requests.labels(source=label)
+            for basis in TOKEN_BASES:
+                self._tokens.labels(source=label, basis=basis)
+            self._calls.labels(source=label)
+            self._cache_hits.labels(source=label)
+            self._cache_tokens_saved.labels(source=label)
 
     def label(self, source: str) -> str:
         if source in self._seen:

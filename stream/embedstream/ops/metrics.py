@@ -7,7 +7,7 @@ reason, topic/partition), never request ids or text, so series counts stay bound
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -306,6 +306,9 @@ class Metrics:
         self._cache_errors.labels(operation=operation).inc()
 
     # ----------------------------------------------------------------- per source
+
+    def declare_sources(self, sources: Iterable[str]) -> None:
+        self.sources.declare_sources(sources)
 
     def count_source_request(self, source: str) -> None:
         self.sources.count_source_request(source)
