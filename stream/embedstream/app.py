@@ -18,6 +18,7 @@ from embedstream.core import configured
 from embedstream.core.clock import Clock
 from embedstream.core.intake import Intake
 from embedstream.core.tokens import TokenCounter, estimate_tokens
+from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache
@@ -31,7 +32,7 @@ from embedstream.engine.formats import (
 )
 from embedstream.engine.registry import RegistryClient
 from embedstream.kafka.admin import require_topics
-from embedstream.kafka.admission import Admission
+from embedstream.kafka.attribution import AttributedAdmission, Sources
 from embedstream.kafka.clients import (
     broker_probe,
     check_broker,
@@ -56,6 +57,7 @@ from embedstream.kafka.work import WorkItem
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
+from embedstream.ops.tracer import build_tracer
 from embedstream.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,9 @@ class Service:
                 )
             await self.processor.run()
         finally:
+            # The spans still buffered, exported off the loop (a collector in this process
+            # would otherwise wait on the loop that waits on it).
+            await asyncio.to_thread(self.processor.parts.tracer.close)
             health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await health_task
@@ -125,6 +130,7 @@ def build_service(
     producer: Producer | None = None,
     transactional_producer: Callable[[str], TransactionalProducer] | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    tracer: Tracer | None = None,
 ) -> Service:
     """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
     transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
@@ -148,9 +154,10 @@ def build_service(
     documents = DocumentFlow(sink, metrics, include_text=settings.include_chunk_text)
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     cache = build_cache(settings, metrics)
+    tracer = tracer or build_tracer(settings)  # tests pass one on an in-memory exporter
     engine: Engine[WorkItem] = build_engine(
         settings, backend, outcomes, clock=clock, observer=metrics, cache=cache,
-        backlog=assignment.lag_of,
+        backlog=assignment.lag_of, tracer=tracer,
     )  # fmt: skip
     batcher = engine.batcher
     waiting = WaitingRetries(batcher, clock)
@@ -163,9 +170,10 @@ def build_service(
     intake = Intake(settings, configured.provider_limits(settings), token_counter)
     registry = registry_client(settings) if uses_registry(settings) else None
     decoders = None if registry is None else schema_decoders(settings, registry)
-    admission = Admission(
+    admission = AttributedAdmission(
         intake, names, max_delay_ms=int(settings.retry_backoff_cap_ms), decoders=decoders,
         max_event_bytes=settings.max_event_bytes, max_document_bytes=settings.max_document_bytes,
+        sources=Sources(names, names.inputs), observer=metrics, tracer=tracer,
     )  # fmt: skip
     processor = Processor(
         Parts(
@@ -186,6 +194,7 @@ def build_service(
             transactions=transactions,
             cache=cache,
             clock=clock,
+            tracer=tracer,
         )
     )
     outage = (lambda: None) if decoders is None else (lambda: decoders.outage)

@@ -99,5 +99,6 @@ def test_every_rule_fires_once_and_stays_silent_once_in_the_unit_tests() -> None
         "EmbedstreamProviderAuthFailures",
         "EmbedstreamPartitionsPausedTooLong",
         "EmbedstreamNotReady",
+        "EmbedstreamSourceTokensEstimated",
     }
     assert expected <= names

@@ -12,8 +12,10 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 from embedstream.app import Service, build_service
+from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.kafka.admin import topic_names
+from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing import eventually, vector_for
 from embedstream.testing.kafka import (
@@ -124,6 +126,8 @@ async def running(
     *,
     cluster: FakeCluster | None = None,
     transactional: Callable[[str], FakeTransactionalProducer] | None = None,
+    tracer: Tracer | None = None,
+    metrics: Metrics | None = None,
     **settings: Any,
 ) -> AsyncIterator[Harness]:
     """A processor on the fakes; with `transactional` (by transactional id), exactly-once."""
@@ -141,6 +145,8 @@ async def running(
         consumer=consumer,
         producer=producer,
         transactional_producer=transactional,
+        tracer=tracer,
+        metrics=metrics,
     )
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(service.processor.assigned.wait(), 5)

@@ -441,6 +441,21 @@ def test_dashboard_panels_have_queries_and_unique_ids() -> None:
             assert "embedstream_" in target["expr"], panel["title"]
 
 
+def test_dashboard_has_a_row_for_the_accounting_of_every_source_metric() -> None:
+    from embedstream.ops.accounting import SOURCE_METRIC_NAMES
+
+    panels = json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"]
+    titles = [p["title"] for p in panels]
+    row = titles.index("Accounting per source")
+    assert panels[row]["type"] == "row"
+    exprs = " ".join(t["expr"] for p in panels[row + 1 :] if p["type"] != "row"
+                     for t in p["targets"])  # fmt: skip
+    # Hits are a count beside the tokens saved: the row shows the tokens.
+    for name in SOURCE_METRIC_NAMES - {"embedstream_source_cache_hits_total"}:
+        assert name in exprs, name
+    assert "by (source" in exprs  # split by source, not summed away
+
+
 # --------------------------------------------------------------------------- Kubernetes, SASL
 
 BASE_KUSTOMIZATION = ROOT / "ops" / "k8s" / "kustomization.yaml"
@@ -662,7 +677,9 @@ def test_dashboard_store_row_queries_the_store_writers_metrics() -> None:
     panels = json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"]
     titles = [p["title"] for p in panels]
     row = titles.index("Store writer (embedstream sink)")
-    exprs = [t["expr"] for p in panels[row + 1 :] for t in p.get("targets", [])]
+    rows_after = [i for i, p in enumerate(panels) if p.get("type") == "row" and i > row]
+    end = rows_after[0] if rows_after else len(panels)
+    exprs = [t["expr"] for p in panels[row + 1 : end] for t in p.get("targets", [])]
     assert exprs and all('job="embedstream-sink"' in e for e in exprs)
     used = {m for e in exprs for m in re.findall(r"embedstream_[a-z_]+", e)}
     known = {n.removesuffix("_bucket") for n in STORE_METRIC_NAMES} | {"embedstream_ready"}

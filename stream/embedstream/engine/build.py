@@ -17,6 +17,7 @@ from embedstream.core.governor import Governor
 from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.observer import EngineObserver
 from embedstream.core.policy import FlushReason
+from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import EmbeddingCache
@@ -62,6 +63,7 @@ def build_engine(
     cache: EmbeddingCache | None = None,
     backlog: Callable[[Priority], int] | None = None,
     keep: Callable[[J], bool] | None = None,
+    tracer: Tracer = NULL_TRACER,
 ) -> Engine[J]:
     """`backlog` is the consumer lag per lane (the processor's), `keep` drops jobs nobody
     waits for any more (the client's callers that gave up)."""
@@ -78,6 +80,7 @@ def build_engine(
         cache=cache,
         clock_ms=clock.wall_ms,
         monotonic=clock.monotonic,
+        tracer=tracer,
     )
     batcher: Batcher[J] = Batcher(
         configured.batch_limits(settings),

@@ -34,6 +34,7 @@ from embedstream.core.governor import OUTAGE_REASONS, Governor
 from embedstream.core.lanes import BucketKey, Pending
 from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import FlushReason
+from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.jobs import Embedded, J, Outcomes
@@ -75,6 +76,7 @@ class BatchCaller(Generic[J]):
         cost: CostModels | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         cache: EmbeddingCache | None = None,
+        tracer: Tracer = NULL_TRACER,
     ) -> None:
         self._backend = backend
         self._outcomes = outcomes
@@ -87,6 +89,7 @@ class BatchCaller(Generic[J]):
         self._cost = cost  # learns L(b) from each successful call (spreading decisions)
         self._monotonic = monotonic
         self._cache = cache
+        self._tracer = tracer  # one client span per call, linked to its requests' spans
         self._abandon = asyncio.Event()
         self._last_success_ms: int | None = None  # the last call that succeeded (clock_ms)
 
@@ -98,7 +101,6 @@ class BatchCaller(Generic[J]):
         self, key: BucketKey, batch: Sequence[Pending[J]], reason: FlushReason
     ) -> None:
         """Send one batch the batcher cut (the Batcher's dispatch callback)."""
-        del reason  # the batcher reports it
         now = self._clock_ms()
         live: list[Pending[J]] = []
         for pending in batch:
@@ -112,17 +114,22 @@ class BatchCaller(Generic[J]):
                 job.attempts += 1
                 live.append(pending)
         if live:
-            await self._call(key, live)
+            await self._call(key, live, reason)
 
-    async def _call(self, key: BucketKey, batch: Sequence[Pending[J]]) -> None:
+    async def _call(self, key: BucketKey, batch: Sequence[Pending[J]], reason: str) -> None:
         held_back = 0  # consecutive shared failures of this batch
         while True:
             distinct, mapping = unique_texts([p.payload.text for p in batch])
             call = BatchCall.for_bucket(key, distinct)
+            span = self._tracer.call(
+                key.model, (p.payload.span for p in batch), size=len(batch), reason=reason,
+                attempt=max(p.payload.attempts for p in batch),
+            )  # fmt: skip
             started = time.perf_counter()
             try:
                 outcome = await self._embed(call)
             except EmbedStreamError as exc:
+                span.end(error=exc.reason)
                 self._observer.observe_call(time.perf_counter() - started, ok=False)
                 self._observer.observe_error(type(exc).__name__, exc.reason)
                 self._governor.on_failure(exc)
@@ -142,7 +149,9 @@ class BatchCaller(Generic[J]):
                 if not await self._hold_back(exc, held_back):
                     self._outcomes.abandoned([p.payload for p in batch])
                     return
+                reason = "held"  # the same batch again, after a rate limit or an outage
                 continue
+            span.end(input_tokens=outcome.total_tokens)
             self._last_success_ms = self._clock_ms()
             if self._cost is not None:
                 tokens = sum(p.tokens for p in batch)
@@ -210,7 +219,8 @@ class BatchCaller(Generic[J]):
     ) -> None:
         if len(batch) > 1 and exc.reason in SPLITTABLE_REASONS:
             middle = len(batch) // 2
-            await asyncio.gather(self._call(key, batch[:middle]), self._call(key, batch[middle:]))
+            halves = (batch[:middle], batch[middle:])
+            await asyncio.gather(*(self._call(key, half, "split") for half in halves))
             return
         # One line a failed call, not one an item (a call of hundreds filled the log at INFO).
         log.info("a call of %d inputs failed (%s): %s", len(batch), exc.reason, exc)

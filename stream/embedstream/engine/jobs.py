@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
 from embedstream.core.lanes import BucketKey
+from embedstream.core.tracing import NULL_SPAN, RequestSpan
 from embedstream.errors import EmbedStreamError
 from embedstream.wire import Vector
 
@@ -26,6 +27,8 @@ class Job:
     attempts: int = 0  # calls made for it so far (carried across retries)
     first_failure_ms: int | None = None
     first_error: str | None = None
+    # Its process span (tracing on): provider calls link to it, outcome records carry it.
+    span: RequestSpan = NULL_SPAN
 
 
 J = TypeVar("J", bound=Job)

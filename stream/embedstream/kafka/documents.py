@@ -25,6 +25,7 @@ from embedstream.core.chunker import Chunk
 from embedstream.core.documents import DocumentOrder, DocumentProgress, Incomplete
 from embedstream.core.intake import AdmittedDocument
 from embedstream.core.lanes import Priority
+from embedstream.core.tracing import NULL_SPAN, TRACEPARENT, RequestSpan
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
 from embedstream.kafka.sink import OutputUnwritable, Sink
@@ -52,6 +53,8 @@ class DocumentStart:
     origin: Origin
     priority: Priority
     timestamp_ms: int
+    source: str = ""  # the input topic (kafka/attribution.py)
+    span: RequestSpan = NULL_SPAN  # the document's process span; its chunks' are children
 
 
 @dataclass(eq=False, slots=True)
@@ -59,6 +62,7 @@ class TombstoneRun:
     tombstone: DocumentTombstone
     origin: Origin
     state: PartitionState
+    traceparent: bytes | None = None  # the delete's own, carried on to the tombstone out
 
     @property
     def doc_id(self) -> str:
@@ -112,6 +116,8 @@ class DocumentRun:
                     model=start.admitted.model,
                     encoding_format=start.admitted.encoding_format,
                     chunk=ChunkOf(self, chunk.seq, chunk.start, chunk.end),
+                    source=start.source,
+                    span=start.span.child(f"chunk {chunk.seq}", chunk.seq),
                 )
             )
         return items
@@ -180,7 +186,8 @@ class DocumentFlow:
 
     def delete(self, tombstone: DocumentTombstone, record: Record, state: PartitionState) -> None:
         origin = Origin(record.topic, record.partition, record.offset)
-        run = TombstoneRun(tombstone, origin, state)
+        traceparent = next((v for k, v in record.headers or () if k == TRACEPARENT), None)
+        run = TombstoneRun(tombstone, origin, state, traceparent)
         if order_of(state).admit(run.doc_id, run):
             self._spawn(self._write_tombstone(run))
 
@@ -214,16 +221,19 @@ class DocumentFlow:
             outcome = "complete"
         try:
             await self._sink.document_record(record.key, record.encode(), run.start.origin,
-                                             run.state)  # fmt: skip
+                                             run.state, run.start.span.traceparent())  # fmt: skip
         except OutputUnwritable:
             log.error("final record of document %s not written; it stays unfinished", run.doc_id)
             return
+        run.start.span.end(outcome)
         self._observer.count_document(outcome)
         self._done(run.doc_id, run, run.state, run.start.origin.offset)
 
     async def _write_tombstone(self, run: TombstoneRun) -> None:
         try:
-            await self._sink.document_record(run.doc_id.encode(), None, run.origin, run.state)
+            await self._sink.document_record(
+                run.doc_id.encode(), None, run.origin, run.state, run.traceparent
+            )
         except OutputUnwritable:
             log.error("tombstone of document %s not written; it stays unfinished", run.doc_id)
             return

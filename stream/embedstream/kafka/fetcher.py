@@ -1,7 +1,9 @@
 """Fetching under backpressure: how much to ask for, which partitions to pause, lag.
 
 Memory is bounded by pausing partitions (low priority first), never by dropping records: the
-pure rules are in `embedstream.core.flow`; this module applies them to the consumer.
+pure rules are in `embedstream.core.flow`; this module applies them to the consumer. Within a
+lane, the topics feeding it share its buffer by weight (`embedstream.core.shares`): a topic
+over its share pauses while another topic of its lane has work.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from collections.abc import Callable, Sequence
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from embedstream.core.flow import fetch_budget, partitions_to_pause
+from embedstream.core.flow import LOW_SHARE, fetch_budget, partitions_to_pause
 from embedstream.core.holdback import HoldBacks
-from embedstream.core.lanes import Priority
+from embedstream.core.lanes import InputLane, Priority
+from embedstream.core.shares import sources_to_pause
 from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Record
 from embedstream.settings import Settings
@@ -50,6 +53,10 @@ class Fetcher:
         self._max_poll = settings.max_poll_records
         # Until records are seen, assume large ones: the first fetch must not overshoot.
         self._avg_record_bytes = settings.max_event_bytes / 4
+        self._weights = settings.source_weight_map
+        # Paused last round for being over their share: not a sign that the lane is paused
+        # (its hysteresis would otherwise hold every topic of the lane paused).
+        self._over_share_paused: set[TopicPartition] = set()
 
     @property
     def pressure(self) -> int:
@@ -150,9 +157,11 @@ class Fetcher:
             limit=self._limit,
             provider_blocked=provider_blocked,
             assigned=set(states) - forced,
-            paused=paused - forced,
+            paused=paused - forced - self._over_share_paused,
             is_high=lambda tp: states[tp].lane is Priority.HIGH,
         )
+        self._over_share_paused = self._over_share(set(states) - forced, paused)
+        wanted |= self._over_share_paused
         to_pause, to_resume = wanted - paused, paused - wanted
         if to_pause:
             self._consumer.pause(*to_pause)
@@ -162,3 +171,28 @@ class Fetcher:
             log.info("resumed %d partitions (held %d)", len(to_resume), self._assignment.held)
         for tp, state in states.items():
             state.paused = tp in wanted
+
+    def _over_share(
+        self, assigned: set[TopicPartition], paused: set[TopicPartition]
+    ) -> set[TopicPartition]:
+        """The partitions of topics holding more than their share of their lane's buffer
+        while another topic of the lane has work (the retry topic is a lane of its own)."""
+        found: set[TopicPartition] = set()
+        for lane in (InputLane.HIGH, InputLane.LOW):
+            states = [s for s in self._assignment if s.tp in assigned and s.input_lane is lane]
+            held: dict[str, int] = {}
+            active: set[str] = set()
+            topics_paused: set[str] = set()
+            for s in states:
+                items = s.offsets.pending + s.chunks_held
+                held[s.tp.topic] = held.get(s.tp.topic, 0) + items
+                if items or s.lag:
+                    active.add(s.tp.topic)
+                if s.tp in paused:
+                    topics_paused.add(s.tp.topic)
+            if len(active) < 2:
+                continue  # alone (or idle): only the lane's own limits apply
+            capacity = self._limit * (LOW_SHARE if lane is InputLane.LOW else 1.0)
+            over = sources_to_pause(held, active, self._weights, capacity, topics_paused)
+            found |= {s.tp for s in states if s.tp.topic in over}
+        return found

@@ -2,6 +2,7 @@
 
 An item's offset is marked complete only after its outcome is written (acknowledged by the
 broker, or staged in its partition's transaction), so a crash re-reads it and never skips it.
+Each outcome ends its request's process span (tracing) and is accounted to its source topic.
 A document's chunk answers to its document instead (`kafka/documents.py`): its result is a
 chunk record keyed by doc_id, a retry waits in memory, and a dead letter names the chunk.
 """
@@ -18,6 +19,7 @@ import orjson
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import EngineObserver
+from embedstream.core.tracing import TRACEPARENT
 from embedstream.engine.cache import Hit
 from embedstream.engine.jobs import Embedded, Outcomes
 from embedstream.errors import EmbedStreamError
@@ -33,6 +35,15 @@ log = logging.getLogger(__name__)
 
 class ResultObserver(EngineObserver, Protocol):
     def observe_result(self, lane: str, end_to_end_s: float) -> None: ...
+
+    def count_source_usage(
+        self, source: str, *, tokens: int, estimated: bool, call_share: float
+    ) -> None:
+        """A call's results of one source: their provider tokens (`estimated` when the
+        provider reported no usage) and the source's share of the call's inputs."""
+
+    def count_source_cache_savings(self, source: str, hits: int, tokens: int) -> None:
+        """Cache hits of one source, and the estimated tokens they kept from the provider."""
 
 
 class KafkaOutcomes(Outcomes[WorkItem]):
@@ -116,7 +127,24 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         lane = key.priority.label
         for embedded in done:
             self._observer.observe_result(lane, (now - embedded.job.timestamp_ms) / 1000.0)
+            embedded.job.span.end("result")
             embedded.job.finish()
+        self._account(done)
+
+    def _account(self, done: list[Embedded[WorkItem]]) -> None:
+        """One call's usage per source (usually one source a call: one counter update each)."""
+        reported = sum(e.tokens for e in done)
+        tokens: dict[str, int] = {}
+        inputs: dict[str, int] = {}
+        for e in done:
+            source = e.job.source
+            tokens[source] = tokens.get(source, 0) + (e.tokens if reported else e.job.tokens)
+            inputs[source] = inputs.get(source, 0) + 1
+        for source, count in inputs.items():
+            self._observer.count_source_usage(
+                source, tokens=tokens[source], estimated=not reported,
+                call_share=count / len(done),
+            )  # fmt: skip
 
     def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:
         """Results served from the embedding cache (no call made, no tokens charged), written
@@ -135,11 +163,17 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             for h in hits
         ]
         await self.sink.results(results)  # one batch per partition, like a call's results
+        saved: dict[str, tuple[int, int]] = {}
         for hit in hits:
             self._observer.observe_result(
                 hit.key.priority.label, (now - hit.job.timestamp_ms) / 1000.0
             )
+            hit.job.span.end("cached")
             hit.job.finish()
+            count, tokens = saved.get(hit.job.source, (0, 0))
+            saved[hit.job.source] = (count + 1, tokens + hit.job.tokens)
+        for source, (count, tokens) in saved.items():
+            self._observer.count_source_cache_savings(source, count, tokens)
 
     async def retry_later(self, job: WorkItem, error: EmbedStreamError, delay_s: float) -> None:
         now = self._clock_ms()
@@ -148,9 +182,11 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             job.not_before_ms = not_before
             job.first_failure_ms = job.first_failure_ms or now
             job.first_error = job.first_error or f"{error.reason}: {error.message}"
+            job.span.event(f"retry in memory ({error.reason})")
             self.documents.resubmit(job)
             return
         await self.sink.retry(job, not_before, f"{error.reason}: {error.message}")
+        job.span.end("retry")
         job.finish()
 
     async def dead_letter(self, job: WorkItem, error: EmbedStreamError) -> None:
@@ -166,11 +202,16 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             first_failure_ms=job.first_failure_ms or now,
             last_failure_ms=now,
         )
+        traceparent = job.span.traceparent()
+        traced = [] if traceparent is None else [(TRACEPARENT, traceparent)]
         if job.chunk is None:
-            await self.sink.dead_letter(job.raw, job.request.id.encode(), failure, job.partition)
+            await self.sink.dead_letter(
+                job.raw, job.request.id.encode(), failure, job.partition, traced
+            )
         else:
             value, key, headers = _chunk_dead_letter(job, job.chunk)
-            await self.sink.dead_letter(value, key, failure, job.partition, headers)
+            await self.sink.dead_letter(value, key, failure, job.partition, headers + traced)
+        job.span.end("dead_letter")
         job.given_up()
 
     def abandoned(self, jobs: Sequence[WorkItem]) -> None:
@@ -179,8 +220,11 @@ class KafkaOutcomes(Outcomes[WorkItem]):
 
     async def refused(self, record: Record, state: PartitionState, failure: Failure) -> None:
         """A record that can never become work (malformed, unservable): dead-letter it now."""
+        # No span of ours: the dead letter carries the producer's traceparent on.
+        traced = [(name, value) for name, value in record.headers or ()
+                  if name == TRACEPARENT and value is not None]  # fmt: skip
         try:
-            await self.sink.dead_letter(record.value, record.key, failure, state)
+            await self.sink.dead_letter(record.value, record.key, failure, state, traced)
         except OutputUnwritable:
             log.error("dead letter of %s-%d@%d not written; it stays unfinished", record.topic,
                       record.partition, record.offset)  # fmt: skip

@@ -21,6 +21,7 @@ from embedstream.core.governor import Governor
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.offsets import PartitionOffsets
 from embedstream.core.policy import BatchLimits
+from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
@@ -72,6 +73,7 @@ class Parts:
     transactions: PartitionTransactions | None
     cache: EmbeddingCache | None = None
     clock: Clock = SYSTEM_CLOCK
+    tracer: Tracer = NULL_TRACER  # closed (its spans exported) when the service stops
 
 
 class Processor:

@@ -20,10 +20,12 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import Priority
+from embedstream.core.tracing import TRACEPARENT
 from embedstream.kafka.protocols import Producer, RecordBatch
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
 from embedstream.wire import (
+    SOURCE_TOPIC,
     TRUNCATED_FROM,
     ChunkResult,
     EmbedResult,
@@ -196,9 +198,11 @@ class Sink:
         await self._writer.write_many([self._result_output(i, r) for i, r in done])
 
     def _result_output(self, item: WorkItem, result: EmbedResult | ChunkResult) -> Output:
-        headers: Headers = []
+        headers: Headers = [(SOURCE_TOPIC, item.source.encode())] if item.source else []
         if item.truncated_from is not None:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
+        if (traceparent := item.span.traceparent()) is not None:
+            headers.append((TRACEPARENT, traceparent))
         if isinstance(result, ChunkResult):
             key, value = result.key, result.encode()
         else:
@@ -208,10 +212,16 @@ class Sink:
         return Output(item.origin, self._topics.results, key, value, headers, item.partition)
 
     async def document_record(
-        self, key: bytes, value: bytes | None, origin: Origin, owner: object
+        self,
+        key: bytes,
+        value: bytes | None,
+        origin: Origin,
+        owner: object,
+        traceparent: bytes | None = None,
     ) -> None:
         """A document's final record (or its tombstone, value None), keyed by doc_id."""
-        await self._writer.write(Output(origin, self._topics.results, key, value, [], owner))
+        headers: Headers = [] if traceparent is None else [(TRACEPARENT, traceparent)]
+        await self._writer.write(Output(origin, self._topics.results, key, value, headers, owner))
 
     async def retry(self, item: WorkItem, not_before_ms: int, error: str) -> None:
         state = RetryState(
@@ -223,6 +233,10 @@ class Sink:
             enqueued_at_ms=item.timestamp_ms,
         )
         headers = state.headers()
+        if item.source:  # read back, the retry is still accounted to its request's topic
+            headers.append((SOURCE_TOPIC, item.source.encode()))
+        if (traceparent := item.span.traceparent()) is not None:
+            headers.append((TRACEPARENT, traceparent))  # read back, it continues the trace
         key = item.request.id.encode()
         await self._writer.write(
             Output(item.origin, self._topics.retry, key, item.raw, headers, item.partition)

@@ -45,6 +45,8 @@ class WorkItem(Job):
     truncated_from: int | None = None  # estimate before truncation (oversize_policy=truncate)
     not_before_ms: int = 0  # a retry's earliest send time (from the retry record's headers)
     chunk: ChunkOf | None = None  # set when the item is a chunk of a document
+    # The input topic its request first came in on (a retry's too): accounting's label.
+    source: str = ""
 
     @property
     def key(self) -> BucketKey:

@@ -7,13 +7,14 @@ reason, topic/partition), never request ids or text, so series counts stay bound
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import FlushReason
+from embedstream.ops.accounting import SOURCE_METRIC_NAMES, SourceAccounting
 from embedstream.ops.store_metrics import STORE_METRIC_NAMES
 
 LANES = tuple(lane.label for lane in Priority)
@@ -52,6 +53,7 @@ PROCESSOR_METRIC_NAMES: frozenset[str] = frozenset(
         "embedstream_cache_misses_total",
         "embedstream_cache_errors_total",
         "embedstream_cache_tokens_saved_total",
+        *SOURCE_METRIC_NAMES,
     }
 )
 # ... and every family of embedstream's processes: the store writer's own too.
@@ -216,6 +218,7 @@ class Metrics:
             "Estimated tokens of the texts the cache answered, not sent to the provider.",
             registry=r,
         )
+        self.sources = SourceAccounting(r)
         self._create_known_series()
 
     def _create_known_series(self) -> None:
@@ -304,6 +307,24 @@ class Metrics:
 
     def count_cache_error(self, operation: str) -> None:
         self._cache_errors.labels(operation=operation).inc()
+
+    # ----------------------------------------------------------------- per source
+
+    def declare_sources(self, sources: Iterable[str]) -> None:
+        self.sources.declare_sources(sources)
+
+    def count_source_request(self, source: str) -> None:
+        self.sources.count_source_request(source)
+
+    def count_source_usage(
+        self, source: str, *, tokens: int, estimated: bool, call_share: float
+    ) -> None:
+        self.sources.count_source_usage(
+            source, tokens=tokens, estimated=estimated, call_share=call_share
+        )
+
+    def count_source_cache_savings(self, source: str, hits: int, tokens: int) -> None:
+        self.sources.count_source_cache_savings(source, hits, tokens)
 
     # ----------------------------------------------------------------- consumer
 

@@ -16,20 +16,23 @@ from embedstream.settings.derived import ITEM_RESIDENT_BYTES, default_buffered_i
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
 from embedstream.settings.fields_formats import FormatFields
+from embedstream.settings.fields_sources import SourceFields
 from embedstream.settings.fields_store import StoreFields
+from embedstream.settings.fields_tracing import TracingFields
 from embedstream.settings.parsing import (
     header_map,
     header_secrets,
     json_object,
     name_paths,
     topic_list,
+    weight_map,
 )
 from embedstream.settings.secrets import masked_secret, scrub_url, url_password
 from embedstream.settings.types import SettingSpec
 
 
 @dataclass(frozen=True)
-class Settings(StoreFields, FormatFields, DocumentFields, CoreFields):
+class Settings(SourceFields, TracingFields, StoreFields, FormatFields, DocumentFields, CoreFields):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     README reference."""
 
@@ -51,6 +54,10 @@ class Settings(StoreFields, FormatFields, DocumentFields, CoreFields):
         return topic_list(getattr(self, name))
 
     @property
+    def source_weight_map(self) -> dict[str, float]:
+        return weight_map(self.source_weights)
+
+    @property
     def extra_header_map(self) -> dict[str, str]:
         return header_map(self.extra_headers)
 
@@ -70,6 +77,7 @@ class Settings(StoreFields, FormatFields, DocumentFields, CoreFields):
         found += [p for value in found if (p := url_password(value))]
         # A registry URL is not secret, but user:password@ in it is.
         found += [p for p in [url_password(self.schema_registry_url or "")] if p]
+        found += header_secrets(header_map(self.tracing_headers, "tracing_headers"))
         return found + header_secrets(self.extra_header_map)
 
     def describe(self) -> dict[str, str]:

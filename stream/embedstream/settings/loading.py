@@ -20,6 +20,7 @@ from embedstream.settings.rules import (
     validate_security,
     validate_store,
     validate_topics,
+    validate_tracing,
 )
 from embedstream.settings.secrets import scrub_url
 from embedstream.settings.sources import collect_raw
@@ -77,6 +78,7 @@ def validate(s: Settings) -> None:
     validate_documents(s)
     validate_formats(s)
     validate_store(s)
+    validate_tracing(s)
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

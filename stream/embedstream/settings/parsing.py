@@ -42,6 +42,25 @@ def topic_list(value: str | None) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(","))
 
 
+def weight_map(text: str | None) -> dict[str, float]:
+    """source_weights as topic -> weight (each positive and finite); {} when unset."""
+    weights: dict[str, float] = {}
+    for pair in topic_list(text):
+        topic, sep, number = (part.strip() for part in pair.partition("="))
+        if not sep or not topic:
+            raise ConfigError("source_weights", f"expected topic=weight, got {pair!r}")
+        try:
+            weight = float(number)
+        except ValueError:
+            raise ConfigError("source_weights", f"weight of {topic!r} is not a number") from None
+        if not 0 < weight < float("inf"):
+            raise ConfigError("source_weights", f"weight of {topic!r} must be > 0, got {number}")
+        if topic in weights:
+            raise ConfigError("source_weights", f"{topic!r} is named twice")
+        weights[topic] = weight
+    return weights
+
+
 # --------------------------------------------------------------------------- provider
 
 AZURE_SETTINGS = ("azure_endpoint", "azure_deployment")
@@ -63,16 +82,17 @@ def json_object(name: str, text: str | None, *, secret: bool = False) -> dict[st
     return value
 
 
-def header_map(text: str | None) -> dict[str, str]:
-    """extra_headers as a header -> value mapping; values are never echoed in errors."""
-    headers = json_object("extra_headers", text, secret=True)
+def header_map(text: str | None, name: str = "extra_headers") -> dict[str, str]:
+    """A JSON object of HTTP headers (setting `name`: extra_headers, tracing_headers) as a
+    header -> value mapping; values are never echoed in errors."""
+    headers = json_object(name, text, secret=True)
     for header, value in headers.items():
         if not isinstance(value, str):
-            raise ConfigError("extra_headers", f"the value of {header!r} must be a string")
+            raise ConfigError(name, f"the value of {header!r} must be a string")
         if not header or any(c in header for c in " :\r\n"):
-            raise ConfigError("extra_headers", f"{header!r} is not a header name")
+            raise ConfigError(name, f"{header!r} is not a header name")
         if "\r" in value or "\n" in value:
-            raise ConfigError("extra_headers", f"the value of {header!r} holds a line break")
+            raise ConfigError(name, f"the value of {header!r} holds a line break")
     return headers
 
 

@@ -25,6 +25,7 @@ from embedstream.settings.parsing import (
     path_problem,
     topic_list,
     topic_name_problem,
+    weight_map,
 )
 from embedstream.settings.secrets import CACHE_URL_SCHEMES, scrub_url
 from embedstream.settings.types import SASL_PROTOCOLS, TLS_PROTOCOLS
@@ -248,3 +249,25 @@ def require_store(s: Settings) -> None:
             "embedstream sink needs the PostgreSQL to write to, "
             "e.g. postgresql://user@host:5432/db (or EMBEDSTREAM_STORE_DSN_FILE)",
         )
+
+    if s.max_document_bytes > s.max_buffered_bytes:
+        raise ConfigError("max_document_bytes", "must not exceed max_buffered_bytes")
+
+
+# --------------------------------------------------------------------------- tracing
+
+
+def validate_tracing(s: Settings) -> None:
+    """The collector URL is an http(s) URL, the export headers a JSON object of strings, and
+    the service has a name."""
+    if s.tracing_endpoint is not None and not s.tracing_endpoint.startswith(
+        ("http://", "https://")
+    ):
+        raise ConfigError(
+            "tracing_endpoint",
+            f"must start with http:// or https://, got {scrub_url(s.tracing_endpoint)!r}",
+        )
+    header_map(s.tracing_headers, "tracing_headers")
+    weight_map(s.source_weights)  # (with tracing: both are operators' settings)
+    if not s.tracing_service_name.strip():
+        raise ConfigError("tracing_service_name", "must not be empty")

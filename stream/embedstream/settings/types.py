@@ -20,6 +20,7 @@ ConcurrencyMode = Literal["fixed", "adaptive"]
 OversizePolicy = Literal["dead_letter", "truncate"]
 Delivery = Literal["at_least_once", "exactly_once"]
 CacheMode = Literal["off", "memory", "redis"]
+TracingMode = Literal["off", "otlp_http", "otlp_grpc"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
@@ -40,6 +41,7 @@ _LITERALS: dict[str, Any] = {
     "OversizePolicy": OversizePolicy,
     "Delivery": Delivery,
     "CacheMode": CacheMode,
+    "TracingMode": TracingMode,
     "SecurityProtocol": SecurityProtocol,
     "SaslMechanism": SaslMechanism,
     "CompressionType": CompressionType,
@@ -111,6 +113,8 @@ class Group(StrEnum):
     DOCUMENTS = "Documents"
     FORMATS = "Formats and Schema Registry"
     STORE = "Vector store (embedstream sink)"
+    TRACING = "Tracing"
+    SOURCES = "Sources"
 
 
 @dataclass(frozen=True)

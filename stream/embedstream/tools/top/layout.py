@@ -36,6 +36,7 @@ from embedstream.tools.top.rows import (
     target_row,
     total_row,
 )
+from embedstream.tools.top.sources import sources_line
 
 STYLES = {
     State.DOWN: "bold red",
@@ -223,6 +224,9 @@ def render(screen: Screen, width: int) -> Group:
     documents = documents_line(views)
     if documents is not None:
         parts.append(_line(documents, width))
+    sources = sources_line(views)
+    if sources is not None:
+        parts.append(_line(sources, width))
     parts.extend(_line(text, width, STYLES[state]) for state, text in problems(views))
     if screen.show_partitions:
         rows = partition_rows(views)

@@ -135,6 +135,8 @@ class Snapshot:
         """The processor has ended or deleted a document, or cut one into chunks."""
         return self.chunks > 0 or any(self.documents.values())
 
+    source_tokens: Mapping[str, float] = field(default_factory=_frozen)  # by source topic
+
     @property
     def cache_used(self) -> bool:
         """The processor has looked texts up in an embedding cache (cache is not off)."""
@@ -176,6 +178,7 @@ class _Collector:
         self.documents: dict[str, float] = dict.fromkeys(DOCUMENT_OUTCOMES, 0.0)
         self.scalars: dict[str, float] = defaultdict(float)
         self.ready: bool | None = None
+        self.source_tokens: dict[str, float] = {}
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if not name.startswith(_PREFIX):
@@ -204,6 +207,8 @@ class _Collector:
                 _add(self.api_errors_by_class, labels.get("error_class", ""), value)
         elif short == "ready":
             self.ready = value >= 1.0
+        elif short == "source_tokens_total":  # reported and estimated alike
+            _add(self.source_tokens, labels.get("source", ""), value)
 
     def _lag(self, offsets: bool, labels: Mapping[str, str], value: float) -> None:
         topic = labels.get("topic", "")
@@ -261,6 +266,7 @@ class _Collector:
             cache_tokens_saved=self.scalars["cache_tokens_saved_total"],
             documents=_frozen(self.documents),
             chunks=self.scalars["chunks_total"],
+            source_tokens=_frozen(self.source_tokens),
         )
 
 
@@ -303,6 +309,7 @@ class Rates:
     cache_tokens_saved: float = 0.0
     documents: Mapping[str, float] = field(default_factory=_frozen)  # increase by outcome
     chunks: float = 0.0
+    source_tokens: Mapping[str, float] = field(default_factory=_frozen)  # increase by source
 
     def items_per_s(self, lane: str | None = None) -> float:
         items = sum(self.results.values()) if lane is None else self.results.get(lane, 0.0)
@@ -379,6 +386,7 @@ def compute_rates(earlier: Snapshot, current: Snapshot, elapsed_s: float) -> Rat
         cache_tokens_saved=_increase(current.cache_tokens_saved, earlier.cache_tokens_saved),
         documents=_increases(current.documents, earlier.documents),
         chunks=_increase(current.chunks, earlier.chunks),
+        source_tokens=_increases(current.source_tokens, earlier.source_tokens),
     )
 
 

@@ -1,0 +1,103 @@
+"""Fair shares between the sources of one lane: buffer space and calls, by weight.
+
+A source is an input topic (the unit Kafka can pause; records inside one partition cannot be
+reordered). When several sources of a lane have work, each is entitled to a share of the
+lane's buffer in proportion to its weight (`source_weights`, 1 unless set); a source using
+less than its share leaves the rest to the others (water-filling), so an idle source costs
+nobody anything and a lone source may use the whole lane. Fetching follows the shares: a
+source over its share is paused while another source of its lane wants more (hysteresis: it
+resumes below half its share). For calls, :func:`take_by_share` picks the sources of the next
+batch's inputs by weighted deficit, so a trickle is served within about one call of a flood.
+
+Pure: no clock, no Kafka; the Kafka shell (`kafka/fetcher.py`) applies `sources_to_pause`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Set
+from typing import TypeVar
+
+S = TypeVar("S", bound=Hashable)
+
+DEFAULT_WEIGHT = 1.0
+RESUME_FRACTION = 0.5  # a paused source resumes below this fraction of its share
+
+
+def weight_of(weights: Mapping[S, float], source: S) -> float:
+    return weights.get(source, DEFAULT_WEIGHT)
+
+
+def buffer_shares(
+    demand: Mapping[S, float], weights: Mapping[S, float], capacity: float
+) -> dict[S, float]:
+    """Each source's share of `capacity`: weighted max-min fairness over `demand` (what each
+    would hold if it could). A source wanting less than its weighted part gets what it wants;
+    what it leaves is split among the others by weight, and so on."""
+    shares: dict[S, float] = {}
+    left = dict(demand)
+    room = float(capacity)
+    while left:
+        total_weight = sum(weight_of(weights, s) for s in left)
+        unit = room / total_weight
+        satisfied = {s: d for s, d in left.items() if d <= unit * weight_of(weights, s)}
+        if not satisfied:
+            for s in left:
+                shares[s] = unit * weight_of(weights, s)
+            return shares
+        for s, d in satisfied.items():
+            shares[s] = float(d)
+            room -= d
+            del left[s]
+    return shares
+
+
+def sources_to_pause(
+    held: Mapping[S, int],
+    wanting: Set[S],
+    weights: Mapping[S, float],
+    capacity: float,
+    paused: Set[S],
+) -> set[S]:
+    """The sources of one lane to pause so that the others get their shares.
+
+    `held` is each source's buffered items, `wanting` the sources with more to fetch (lag).
+    A source is paused when it holds its share or more while another source wants more than
+    it holds; a source already paused stays paused until it is below half its share. A source
+    with nothing to fetch is never paused (a trickle between records has no lag), and with no
+    other source wanting, nothing is paused here (the lane's own limits still apply).
+    """
+    sources = set(held) | set(wanting)
+    # Demand: what is held, and for a source with more to fetch, as much as it could get.
+    demand = {s: float(capacity) if s in wanting else float(held.get(s, 0)) for s in sources}
+    shares = buffer_shares(demand, weights, capacity)
+    pause: set[S] = set()
+    for s in wanting:  # one with nothing to fetch is never paused: its trickle comes in
+        others_starved = any(o in wanting and held.get(o, 0) < shares[o] for o in sources if o != s)
+        if not others_starved:
+            continue
+        threshold = shares[s] * (RESUME_FRACTION if s in paused else 1.0)
+        if held.get(s, 0) >= threshold and held.get(s, 0) > 0:
+            pause.add(s)
+    return pause
+
+
+def take_by_share(
+    queued: Mapping[S, int],
+    weights: Mapping[S, float],
+    served: Mapping[S, float],
+    size: int,
+) -> dict[S, int]:
+    """How many inputs of each source the next batch of `size` takes: one at a time to the
+    source with the least served per weight (`served`: its inputs sent so far, which the
+    caller keeps and may decay), among those with inputs queued. A source with nothing queued
+    takes nothing, so its turn goes to the others."""
+    taken: dict[S, int] = {}
+    given = {s: served.get(s, 0.0) for s in queued}
+    for _ in range(size):
+        ready = [s for s, n in queued.items() if n - taken.get(s, 0) > 0]
+        if not ready:
+            break
+        s = min(ready, key=lambda r: (given[r] / weight_of(weights, r), str(r)))
+        taken[s] = taken.get(s, 0) + 1
+        given[s] += 1
+    return taken
