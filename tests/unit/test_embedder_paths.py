@@ -95,3 +95,17 @@ def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert env_proxy("http://api.example/v1/embeddings") == "http://proxy:3128"
     assert env_proxy("http://internal.example/v1/embeddings") is None
     assert env_proxy("https://api.example/v1/embeddings") is None
+
+
+async def test_credentials_in_the_base_url_still_reach_the_provider() -> None:
+    """A gateway's user:password@ in base_url: aiohttp refuses it beside an Authorization
+    header, so such a URL takes the SDK's path (a canary test on the secured broker found
+    every call of the lean path failing, and its request dead-lettered)."""
+    async with SimulatorServer(SimulatorConfig()) as sim:
+        url = sim.url.replace("http://", "http://gateway:canary@")
+        embedder = OpenAIEmbedder(base_url=url, api_key="k", timeout_s=10)
+        try:
+            outcome = await embedder.embed(BatchCall("m", ["hello"], "float", None))
+        finally:
+            await embedder.close()
+    assert len(outcome.vectors) == 1 and sim.stats.inputs == 1

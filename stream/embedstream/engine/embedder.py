@@ -93,7 +93,9 @@ class OpenAIEmbedder:
         headers = dict(extra_headers or {})
         self._client: AsyncOpenAI | None = None
         self._poster: JsonPoster | None = None
-        if sdk:
+        # Credentials in the URL (a gateway's user:password@): aiohttp refuses them beside an
+        # Authorization header, so such a URL keeps the SDK's path, which has always sent them.
+        if sdk or _has_userinfo(base_url or os.environ.get("OPENAI_BASE_URL")):
             self._client = _sdk_client(base_url, key, timeout_s, headers, azure)
             return
         self._poster = JsonPoster(timeout_s)
@@ -204,6 +206,10 @@ def _sdk_client(
 
 
 _DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, as is the OPENAI_BASE_URL fallback
+
+
+def _has_userinfo(url: str | None) -> bool:
+    return bool(url) and "@" in urllib.parse.urlsplit(url or "").netloc
 
 
 def _lean_url(base_url: str | None, azure: AzureTarget | None) -> str | None:
