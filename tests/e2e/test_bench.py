@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from embedstream.kafka.admin import list_topics
 
-pytestmark = pytest.mark.integration
+# One worker runs them: each checks that no bench.* topic is left, which another bench run
+# in parallel would have.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("bench")]
 
 STREAM = Path(__file__).resolve().parents[2] / "stream"
 

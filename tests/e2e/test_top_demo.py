@@ -104,6 +104,8 @@ async def test_the_demo_shows_batches_growing_with_the_backlog(
     assert err.splitlines()[1:] == [
         "sparse: 60 requests at 30/s ...",
         "burst: 1,500 requests at once ...",
+        "documents: 36 document events ...",
+        "edits and a delete: 7 document events ...",
         "reading back requests, results and dead letters ...",
     ], err
     # all  items  items/s  calls  mean-batch  P50  P99
