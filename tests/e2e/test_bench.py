@@ -82,4 +82,5 @@ async def test_documents_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path
     # One paragraph edited in one document of ten: most chunks were cache answers.
     assert edited["inputs"] < first["inputs"] / 2
     assert "% of the first pass" in edited["scenario"] and "x items/s" in plain["scenario"]
-    assert await list_topics(bootstrap, "bench.") == []
+    # Its own topics are deleted (a kafka-flood run's were once seen left: see the note).
+    assert [t for t in await list_topics(bootstrap, "bench.") if ".documents." in t] == []
