@@ -41,6 +41,10 @@ class FakeCluster:
             TopicPartition(topic, p): [] for topic, count in topics.items() for p in range(count)
         }
         self.arrived = asyncio.Event()
+        # The order each record was appended in, across partitions (per partition, parallel
+        # to its log): a consumer serving the oldest first reads it.
+        self.appended: dict[TopicPartition, list[int]] = {tp: [] for tp in self.logs}
+        self._appends = 0
         self.group_offsets: dict[TopicPartition, int] = {}  # the group's committed offsets
         # Transactions: the current epoch of each transactional id, and committed transactions
         # whose markers are not written yet (only while `hold_markers`): their records and
@@ -92,9 +96,12 @@ class FakeCluster:
         if partition is None:  # by key as aiokafka does (murmur2), whichever way it is sent
             ids = list(range(len(tps)))
             partition = _PARTITIONER(key, ids, ids) if key is not None else 0
-        log = self.logs[TopicPartition(topic, partition)]
+        tp = TopicPartition(topic, partition)
+        log = self.logs[tp]
         record = FakeRecord(topic, partition, len(log), key, value, tuple(headers), timestamp)
         log.append(record)
+        self.appended[tp].append(self._appends)
+        self._appends += 1
         self.arrived.set()
         return record
 
@@ -119,6 +126,10 @@ class FakeConsumer:
         # getmany calls begun: one begun after an event means the loop has handled every
         # fetch before it (tests wait on this rather than on time).
         self.fetches = 0
+        # False: partitions are served in name order. True: as aiokafka's buffer does under
+        # a backlog, the partition whose next record was appended first is served first
+        # (its fetch completed first), so a newer record waits behind an older backlog.
+        self.oldest_first = False
 
     def request_rejoin(self) -> None:
         self.rejoins_requested += 1
@@ -149,20 +160,30 @@ class FakeConsumer:
         self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[FakeRecord]]:
         self.fetches += 1
-        batch = self._take(max_records)
+        only = set(partitions)
+        batch = self._take(max_records, only)
         if not batch:
             self.cluster.arrived.clear()
             try:
                 await asyncio.wait_for(self.cluster.arrived.wait(), timeout_ms / 1000)
             except TimeoutError:
                 return {}
-            batch = self._take(max_records)
+            batch = self._take(max_records, only)
         return batch
 
-    def _take(self, max_records: int | None) -> dict[TopicPartition, list[FakeRecord]]:
+    def _serving_order(self, only: set[TopicPartition]) -> list[TopicPartition]:
+        fetchable = sorted(tp for tp in self.assigned - self.paused if not only or tp in only)
+        if not self.oldest_first:
+            return fetchable
+        waiting = [tp for tp in fetchable if self.positions[tp] < len(self.cluster.logs[tp])]
+        return sorted(waiting, key=lambda tp: self.cluster.appended[tp][self.positions[tp]])
+
+    def _take(
+        self, max_records: int | None, only: set[TopicPartition]
+    ) -> dict[TopicPartition, list[FakeRecord]]:
         budget = max_records if max_records is not None else 10**9
         batch: dict[TopicPartition, list[FakeRecord]] = {}
-        for tp in sorted(self.assigned - self.paused):
+        for tp in self._serving_order(only):
             log = self.cluster.logs[tp]
             start = self.positions[tp]
             records = log[start : start + budget]

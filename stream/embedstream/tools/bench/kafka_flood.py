@@ -16,17 +16,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import orjson
 
 from embedstream.kafka.clients import connection_for, consumer_for, make_producer, partitions_of
 from embedstream.kafka.topics import TopicSpec, load_topic_specs
 from embedstream.ops.metrics import Metrics
-from embedstream.settings import Settings
+from embedstream.settings import Settings, validate
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
-from embedstream.tools.bench.kafka_figures import Drain, flood_rows, floor_rows
+from embedstream.tools.bench.kafka_figures import Drain, flood_rows, floor_rows, stage_rows
 from embedstream.tools.bench.kafka_scenarios import (
     KafkaBroker,
     publish,
@@ -48,18 +50,37 @@ def lane_results(metrics: Metrics, lane: str) -> float:
     return metrics.registry.get_sample_value("embedstream_results_total", {"lane": lane}) or 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Flooded:
+    """One drain with its high traffic: the drain, and each high request's moments."""
+
+    drain: Drain
+    high_moments: dict[str, dict[str, float]]  # id -> moment -> monotonic s, "scheduled" first
+    high_published: int
+
+    @property
+    def high_latencies_s(self) -> list[float]:
+        """From each high request's scheduled publication to its result acknowledged."""
+        return [t["acked"] - t["scheduled"] for t in self.high_moments.values() if "acked" in t]
+
+
 async def _drain(
     ctx: BenchContext,
     broker: KafkaBroker,
     texts: Sequence[str],
     high_rate: float,
     label: str,
-) -> tuple[Drain, list[float], int]:
-    """One drain on topics of its own: (the drain, high latencies in s, high published)."""
+    overrides: Mapping[str, object] | None = None,
+) -> Flooded:
+    """One drain on topics of its own, with ``overrides`` of the settings."""
     settings = broker.settings(ctx.settings, unique_prefix("flood"))
+    if overrides:
+        settings = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
+        validate(settings)
     # The high latency ends when the broker acknowledged the result (noted by the processor's
     # producer): a reader in this process fell seconds behind 20,000 low results and
-    # measured itself.
+    # measured itself. The high requests' other moments (fetched, call, written) say where
+    # their time went.
     timeline = Timeline()
     async with scenario_topics(settings) as names:
         await publish(settings, names.requests_low, texts, "low-")
@@ -83,7 +104,7 @@ async def _drain(
             publisher = None
             if high_rate > 0:
                 publisher = asyncio.create_task(
-                    _publish_high(settings, names.requests_high, high_rate, start, sent)
+                    _publish_high(settings, names.requests_high, high_rate, start, sent, timeline)
                 )
             deadline = start + GRACE_S + len(texts) / 500.0
             while done() < len(texts) and loop.time() < deadline:  # noqa: ASYNC110
@@ -95,11 +116,11 @@ async def _drain(
                 with contextlib.suppress(asyncio.CancelledError):
                     await publisher
                 await _wait_for_acks(timeline, list(sent))
-    acked = {i: timeline.moments.get(i, {}).get("acked") for i in sent}
-    latencies = [at - sent[i] for i, at in acked.items() if at is not None]
+    for request_id, due in sent.items():
+        timeline.note(request_id, "scheduled", due)
     drain = Drain(int(done()), seconds, backend.calls, backend.inputs, cpu.client_s,
                   cpu.provider_s, len(texts))  # fmt: skip
-    return drain, latencies, len(sent)
+    return Flooded(drain, timeline.only(list(sent)), len(sent))
 
 
 async def _wait_for_acks(timeline: Timeline, ids: Sequence[str]) -> None:
@@ -111,10 +132,15 @@ async def _wait_for_acks(timeline: Timeline, ids: Sequence[str]) -> None:
 
 
 async def _publish_high(
-    settings: Settings, topic: str, rate: float, start: float, sent: dict[str, float]
+    settings: Settings,
+    topic: str,
+    rate: float,
+    start: float,
+    sent: dict[str, float],
+    timeline: Timeline,
 ) -> None:
     """High events at Poisson times from ``start`` until cancelled; ``sent`` gets each id's
-    scheduled time once it is handed to the producer."""
+    scheduled time once it is handed to the producer, ``timeline`` its text and publication."""
     loop = asyncio.get_running_loop()
     producer = make_producer(settings, linger_ms=1)
     await producer.start()
@@ -125,8 +151,10 @@ async def _publish_high(
             due = start + 0.05 + offset
             await asyncio.sleep(max(0.0, due - loop.time()))
             request_id = f"high-{i}"
+            timeline.ids_by_text[f"high {text}"] = request_id
             value = orjson.dumps({"id": request_id, "text": f"high {text}"})
             await producer.send(topic, value, key=request_id.encode())
+            timeline.note(request_id, "published")
             sent[request_id] = due
     finally:
         with contextlib.suppress(Exception):
@@ -134,16 +162,27 @@ async def _publish_high(
 
 
 async def kafka_flood(
-    ctx: BenchContext, broker: KafkaBroker, low_items: int, high_rate: float
+    ctx: BenchContext,
+    broker: KafkaBroker,
+    low_items: int,
+    high_rate: float,
+    *,
+    stages: bool = False,
 ) -> list[ScenarioResult]:
+    """The drain alone, then with high traffic; ``stages``: a row per stage of the high
+    requests' way (published, fetched, call, written, acked)."""
     texts = make_texts(low_items, tokens=ctx.tokens, seed=ctx.seed)
-    alone, _, _ = await _drain(ctx, broker, texts, 0.0, f"kafka flood {low_items:,} alone")
-    ctx.progress.end(f"{alone.per_s:,.0f} items/s")
-    flooded, latencies, published = await _drain(
+    alone = await _drain(ctx, broker, texts, 0.0, f"kafka flood {low_items:,} alone")
+    ctx.progress.end(f"{alone.drain.per_s:,.0f} items/s")
+    flooded = await _drain(
         ctx, broker, texts, high_rate, f"kafka flood {low_items:,} + high {high_rate:g}/s"
     )
-    rows = flood_rows(alone, flooded, latencies, published, high_rate, broker.name)
+    rows = flood_rows(alone.drain, flooded.drain, flooded.high_latencies_s,
+                      flooded.high_published, high_rate, broker.name)  # fmt: skip
     ctx.progress.end(rows[1].scenario)
+    if stages:
+        label = f"  {rows[2].scenario}"
+        rows += stage_rows(flooded.high_moments, label, flooded.drain.seconds, last="acked")
     return [ScenarioResult(row) for row in rows]
 
 
