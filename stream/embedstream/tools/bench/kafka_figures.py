@@ -177,3 +177,25 @@ def stage_rows(
             )
         )
     return rows
+
+
+def spans(moments: Mapping[str, Mapping[str, float]], begin: str, end: str) -> list[float]:
+    """Seconds from ``begin`` to ``end`` of each request that has both."""
+    return [t[end] - t[begin] for t in moments.values() if {begin, end} <= t.keys()]
+
+
+def latency_row(scenario: str, durations_s: Sequence[float], seconds: float, note: str) -> Row:
+    """A row of durations' P50/P95/P99 (a stage's, the event loop's lateness)."""
+    return Row(
+        scenario=scenario,
+        kind="kafka-stage",
+        items=len(durations_s),
+        seconds=seconds,
+        bound_per_s=None,
+        latency=latency_percentiles(durations_s),
+        calls=0,
+        inputs=0,
+        client_cpu_s=0.0,
+        provider_cpu_s=None,
+        note=note,
+    )
