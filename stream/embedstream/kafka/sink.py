@@ -108,7 +108,8 @@ class DirectWriter:
         # writers woken at each drain ran out of request_timeout_ms within seconds
         # (KafkaTimeoutError by the thousand a minute in a soak on Apache Kafka, and commits
         # held back while they were retried).
-        self._enqueue_slots: dict[tuple[Producer, str, int], asyncio.Semaphore] = {}
+        # Keyed by (high?, topic, partition): each producer queues apart.
+        self._enqueue_slots: dict[tuple[bool, str, int], asyncio.Semaphore] = {}
 
     def _producer_of(self, output: Output) -> Producer:
         return self._high_producer if output.high else self._producer
@@ -117,19 +118,18 @@ class DirectWriter:
         await self._retrying(output.topic, lambda: self._send_one(output))
 
     async def write_many(self, outputs: Sequence[Output]) -> None:
-        by_partition: dict[tuple[Producer, str, int], list[Output]] = {}
+        by_partition: dict[tuple[bool, str, int], list[Output]] = {}
         for output in outputs:
             partitions = sorted(await self._producer.partitions_for(output.topic))
             partition = self._partitioner(output.key, partitions, partitions)
-            queue = (self._producer_of(output), output.topic, partition)
+            queue = (output.high and self._high_producer is not self._producer, output.topic,
+                     partition)  # fmt: skip
             by_partition.setdefault(queue, []).append(output)
         await asyncio.gather(
             *(self._write_partition(q, group) for q, group in by_partition.items())
         )
 
-    async def _write_partition(
-        self, queue: tuple[Producer, str, int], outputs: list[Output]
-    ) -> None:
+    async def _write_partition(self, queue: tuple[bool, str, int], outputs: list[Output]) -> None:
         """One partition's outputs (of one producer), as few batches as fit, one after another.
         Each batch is retried on its own: resending outputs the broker already took would
         duplicate them."""
@@ -139,10 +139,11 @@ class DirectWriter:
             start += await self._retrying(queue[1], send)
 
     async def _send_batch(
-        self, queue: tuple[Producer, str, int], outputs: list[Output], start: int
+        self, queue: tuple[bool, str, int], outputs: list[Output], start: int
     ) -> int:
         """Send outputs[start:] that fit one batch; how many went."""
-        producer, topic, partition = queue
+        high, topic, partition = queue
+        producer = self._high_producer if high else self._producer
         batch = producer.create_batch()
         count = 0
         for output in outputs[start:]:
