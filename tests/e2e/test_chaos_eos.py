@@ -17,15 +17,8 @@ import pytest
 from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 
-from tests.e2e.chaos import (
-    UNHANDLED,
-    UNTIDY,
-    Feeder,
-    Fleet,
-    ProcessorOptions,
-    report_figures,
-    run_until_drained,
-)
+from tests.e2e.chaos import UNHANDLED, UNTIDY, Fleet, ProcessorOptions
+from tests.e2e.chaos_feed import Feeder, report_figures, run_until_drained
 from tests.integration.broker import PrivateBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]

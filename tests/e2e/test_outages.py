@@ -22,14 +22,9 @@ from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 from embedstream.tools.embedded import free_port
 
-from tests.e2e.chaos import (
-    Feeder,
-    Fleet,
-    ProcessorOptions,
-    Sampling,
-    report_figures,
-    run_until_drained,
-)
+from tests.e2e.chaos import Fleet, ProcessorOptions
+from tests.e2e.chaos_feed import Feeder, report_figures, run_until_drained
+from tests.e2e.chaos_watch import Sampling
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
