@@ -214,7 +214,7 @@ class CoreFields:
         _D,
     )
     high_results_producer: bool = setting(
-        True,
+        False,
         "at_least_once: write high-priority outputs through a producer (connection) of their "
         "own, so they never queue behind big low-priority result batches.",
         _D,
