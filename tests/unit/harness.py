@@ -128,9 +128,11 @@ async def running(
     transactional: Callable[[str], FakeTransactionalProducer] | None = None,
     tracer: Tracer | None = None,
     metrics: Metrics | None = None,
+    high_producer: FakeProducer | None = None,
     **settings: Any,
 ) -> AsyncIterator[Harness]:
-    """A processor on the fakes; with `transactional` (by transactional id), exactly-once."""
+    """A processor on the fakes; with `transactional` (by transactional id), exactly-once;
+    with `high_producer`, the high lane's outputs go through it (high_results_producer)."""
     cluster = cluster or fake_cluster()
     if transactional is not None:
         settings["delivery"] = "exactly_once"
@@ -147,6 +149,7 @@ async def running(
         transactional_producer=transactional,
         tracer=tracer,
         metrics=metrics,
+        high_producer=high_producer,
     )
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(service.processor.assigned.wait(), 5)

@@ -15,8 +15,11 @@ from embedstream.tools.bench.kafka_figures import (
     cpu_us_per_item,
     flood_rows,
     floor_rows,
+    latency_row,
+    spans,
     stage_durations,
     stage_rows,
+    stages_until,
 )
 from embedstream.tools.bench.options import HTTP_PATHS, SCENARIOS, add_cli_arguments
 from embedstream.tools.bench.timeline import (
@@ -87,6 +90,21 @@ def test_stage_durations_span_consecutive_moments_and_skip_missing_ends() -> Non
     assert spans[("published", "fetched")] == pytest.approx([0.04, 0.0])
     assert spans[("call_start", "call_done")] == pytest.approx([0.05])
     assert spans[("acked", "read")] == pytest.approx([0.07])
+
+
+def test_stage_rows_until_acked_end_there_for_requests_never_read() -> None:
+    """The flood's high requests end at the broker's acknowledgement (no reader)."""
+    moments = {str(i): {"scheduled": 0.0, "published": 0.01, "acked": 0.2 * (i + 1)}
+               for i in range(5)}  # fmt: skip
+    rows = stage_rows(moments, "h", 1.0, last="acked")
+    assert stages_until("acked")[-1] == ("written", "acked")
+    assert len(rows) == len(STAGES)  # every stage but acked -> read, and the whole way
+    assert rows[-1].scenario == "h: scheduled -> acked" and rows[-1].items == 5
+    assert rows[-1].latency is not None and rows[-1].latency.p50_ms == pytest.approx(600.0)
+    processor = spans(moments, "published", "acked")
+    assert processor == pytest.approx([0.19, 0.39, 0.59, 0.79, 0.99])
+    lag = latency_row("lag", [0.001] * 99 + [0.5], 1.0, "n")
+    assert lag.latency is not None and lag.latency.p50_ms == pytest.approx(1.0)
 
 
 def test_stage_rows_end_with_the_whole_way() -> None:

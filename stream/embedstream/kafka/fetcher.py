@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
@@ -81,20 +81,31 @@ class Fetcher:
         return int(records / cost)
 
     async def fetch(self, budget: int, stopping: asyncio.Event) -> Fetched | None:
-        """One fetch, high-priority partitions first; None as soon as a stop is requested."""
-        fetch = asyncio.ensure_future(
-            self._consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=budget)
-        )
-        stop_wait = asyncio.ensure_future(stopping.wait())
-        done, _ = await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        stop_wait.cancel()
-        if fetch not in done:
-            fetch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, KafkaError):
-                await fetch
-            return None
+        """One fetch, high-priority partitions first; None as soon as a stop is requested.
+
+        The consumer hands over what it has buffered in the order its fetches completed, so
+        under a low backlog a high record fetched later waits behind every low record fetched
+        before it (seconds of them, in a flood on Apache Kafka): the high partitions are asked
+        first, then the rest of the budget goes to every partition."""
+        high = [s.tp for s in self._assignment if s.lane is Priority.HIGH and not s.paused]
+        got: dict[TopicPartition, list[Record]] = {}
+        if high:  # only what is already buffered: no wait
+            first = await self._take(self._consumer.getmany(*high, max_records=budget), stopping)
+            if first is None:
+                return None
+            got = first
+        left = budget - sum(len(records) for records in got.values())
+        if left > 0:
+            # Something in hand already: take what else is buffered, but do not wait for more.
+            wait_ms = 0 if got else FETCH_TIMEOUT_MS
+            rest = self._consumer.getmany(timeout_ms=wait_ms, max_records=left)
+            more = await self._take(rest, stopping)
+            if more is None:
+                return None
+            for tp, records in more.items():
+                got.setdefault(tp, []).extend(records)
         fetched: Fetched = []
-        for tp, records in fetch.result().items():
+        for tp, records in got.items():
             if not records:
                 continue
             state = self._assignment.get(tp)
@@ -106,6 +117,21 @@ class Fetcher:
                 fetched.append((state, records))
         fetched.sort(key=lambda pair: pair[0].lane)
         return fetched
+
+    async def _take(
+        self, getmany: Awaitable[Mapping[TopicPartition, Sequence[Record]]], stopping: asyncio.Event
+    ) -> dict[TopicPartition, list[Record]] | None:
+        """One consumer call's records, or None as soon as a stop is requested."""
+        fetch = asyncio.ensure_future(getmany)
+        stop_wait = asyncio.ensure_future(stopping.wait())
+        done, _ = await asyncio.wait({fetch, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        if fetch not in done:
+            fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                await fetch
+            return None
+        return {tp: list(records) for tp, records in fetch.result().items()}
 
     def observe(self, record: Record) -> None:
         size = len(record.value or b"")

@@ -72,6 +72,7 @@ class Parts:
     handoff: Handoff
     transactions: PartitionTransactions | None
     cache: EmbeddingCache | None = None
+    high_producer: Producer | None = None  # the high lane's outputs, if apart (kafka/sink.py)
     clock: Clock = SYSTEM_CLOCK
     tracer: Tracer = NULL_TRACER  # closed (its spans exported) when the service stops
 
@@ -154,6 +155,17 @@ class Processor:
         """Consume until `stop()`, then drain, commit and close every client."""
         p = self.parts
         await p.producer.start()
+        try:
+            if p.high_producer is not None:
+                await p.high_producer.start()
+            await self._run_started()
+        finally:
+            if p.high_producer is not None:
+                await p.high_producer.stop()
+            await p.producer.stop()
+
+    async def _run_started(self) -> None:
+        p = self.parts
         self.clients_started.set()
         try:
             p.consumer.subscribe(p.topics, listener=Listener(p.handoff))
@@ -167,7 +179,6 @@ class Processor:
             await p.handoff.close()
             if p.transactions is not None:
                 await p.transactions.close()
-            await p.producer.stop()
             if p.cache is not None:
                 await p.cache.close()
 

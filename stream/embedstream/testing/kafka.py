@@ -13,11 +13,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError, ProducerFenced
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.partitioner import DefaultPartitioner
-from aiokafka.producer.transaction_manager import TransactionState
 
 from embedstream.kafka.protocols import RebalanceListener, RecordHeaders
+
+# The transactional fakes live apart (one job a module); imported from here as before.
+from embedstream.testing.kafka_transactions import (
+    FakeTransactionalProducer as FakeTransactionalProducer,
+)
+from embedstream.testing.kafka_transactions import (
+    FakeTransactionManager as FakeTransactionManager,
+)
 
 _PARTITIONER = DefaultPartitioner()
 
@@ -41,6 +48,10 @@ class FakeCluster:
             TopicPartition(topic, p): [] for topic, count in topics.items() for p in range(count)
         }
         self.arrived = asyncio.Event()
+        # The order each record was appended in, across partitions (per partition, parallel
+        # to its log): a consumer serving the oldest first reads it.
+        self.appended: dict[TopicPartition, list[int]] = {tp: [] for tp in self.logs}
+        self._appends = 0
         self.group_offsets: dict[TopicPartition, int] = {}  # the group's committed offsets
         # Transactions: the current epoch of each transactional id, and committed transactions
         # whose markers are not written yet (only while `hold_markers`): their records and
@@ -92,9 +103,12 @@ class FakeCluster:
         if partition is None:  # by key as aiokafka does (murmur2), whichever way it is sent
             ids = list(range(len(tps)))
             partition = _PARTITIONER(key, ids, ids) if key is not None else 0
-        log = self.logs[TopicPartition(topic, partition)]
+        tp = TopicPartition(topic, partition)
+        log = self.logs[tp]
         record = FakeRecord(topic, partition, len(log), key, value, tuple(headers), timestamp)
         log.append(record)
+        self.appended[tp].append(self._appends)
+        self._appends += 1
         self.arrived.set()
         return record
 
@@ -119,6 +133,10 @@ class FakeConsumer:
         # getmany calls begun: one begun after an event means the loop has handled every
         # fetch before it (tests wait on this rather than on time).
         self.fetches = 0
+        # False: partitions are served in name order. True: as aiokafka's buffer does under
+        # a backlog, the partition whose next record was appended first is served first
+        # (its fetch completed first), so a newer record waits behind an older backlog.
+        self.oldest_first = False
 
     def request_rejoin(self) -> None:
         self.rejoins_requested += 1
@@ -149,20 +167,30 @@ class FakeConsumer:
         self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[FakeRecord]]:
         self.fetches += 1
-        batch = self._take(max_records)
+        only = set(partitions)
+        batch = self._take(max_records, only)
         if not batch:
             self.cluster.arrived.clear()
             try:
                 await asyncio.wait_for(self.cluster.arrived.wait(), timeout_ms / 1000)
             except TimeoutError:
                 return {}
-            batch = self._take(max_records)
+            batch = self._take(max_records, only)
         return batch
 
-    def _take(self, max_records: int | None) -> dict[TopicPartition, list[FakeRecord]]:
+    def _serving_order(self, only: set[TopicPartition]) -> list[TopicPartition]:
+        fetchable = sorted(tp for tp in self.assigned - self.paused if not only or tp in only)
+        if not self.oldest_first:
+            return fetchable
+        waiting = [tp for tp in fetchable if self.positions[tp] < len(self.cluster.logs[tp])]
+        return sorted(waiting, key=lambda tp: self.cluster.appended[tp][self.positions[tp]])
+
+    def _take(
+        self, max_records: int | None, only: set[TopicPartition]
+    ) -> dict[TopicPartition, list[FakeRecord]]:
         budget = max_records if max_records is not None else 10**9
         batch: dict[TopicPartition, list[FakeRecord]] = {}
-        for tp in sorted(self.assigned - self.paused):
+        for tp in self._serving_order(only):
             log = self.cluster.logs[tp]
             start = self.positions[tp]
             records = log[start : start + budget]
@@ -298,102 +326,3 @@ class FakeProducer:
         record = self.cluster.produce(topic, value, key, tuple(headers or ()), partition=partition)
         self.sent.append(record)
         return record
-
-
-class FakeTransactionManager:
-    """aiokafka's transaction state machine, as far as embedstream relies on it."""
-
-    def __init__(self) -> None:
-        self.state = TransactionState.UNINITIALIZED
-
-    def to(self, target: TransactionState) -> None:
-        if target is TransactionState.IN_TRANSACTION and self.state is not TransactionState.READY:
-            # aiokafka asserts the same; begin_transaction from a broken state trips it.
-            raise AssertionError(f"Invalid state transition {self.state} -> {target}")
-        self.state = target
-
-
-@dataclass
-class FakeTransactionalProducer:
-    """A transactional producer on the fake cluster: its records and offsets appear together
-    at commit; a newer producer of the same transactional id fences it (FATAL_ERROR, as
-    aiokafka). `start_gate` holds `start` (a slow init_transactions); `stall_commits`
-    commits time out, leaving it COMMITTING_TRANSACTION."""
-
-    cluster: FakeCluster
-    transactional_id: str
-    start_gate: asyncio.Event | None = None
-    stall_commits: int = 0
-    started: bool = False
-    stopped: bool = False
-    committed_transactions: int = 0
-    epoch: int = -1
-    manager: FakeTransactionManager = field(default_factory=FakeTransactionManager)
-    _records: list[tuple[str, bytes | None, bytes | None, RecordHeaders]] = field(
-        default_factory=list
-    )
-    _offsets: dict[TopicPartition, int] = field(default_factory=dict)
-
-    @property
-    def transaction_state(self) -> str:
-        return str(self.manager.state.name)
-
-    def pending_futures(self) -> list[asyncio.Future[Any]]:
-        return []  # every future it makes is returned to the caller
-
-    async def start(self) -> None:
-        if self.start_gate is not None:
-            await self.start_gate.wait()
-        self.epoch = self.cluster.init_transactions(self.transactional_id)
-        self.manager.to(TransactionState.READY)
-        self.started = True
-
-    async def stop(self) -> None:
-        self.stopped = True
-
-    def _check_epoch(self) -> None:
-        if self.cluster.txn_epochs.get(self.transactional_id) != self.epoch:
-            self.manager.to(TransactionState.FATAL_ERROR)
-            raise ProducerFenced()
-
-    async def begin_transaction(self) -> None:
-        self.manager.to(TransactionState.IN_TRANSACTION)
-        self._records, self._offsets = [], {}
-
-    async def send(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        *,
-        headers: RecordHeaders | None = None,
-    ) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        try:
-            self._check_epoch()
-        except ProducerFenced as exc:
-            future.set_exception(exc)
-        else:
-            self._records.append((topic, value, key, tuple(headers or ())))
-            future.set_result(None)
-        return future
-
-    async def send_offsets_to_transaction(
-        self, offsets: Mapping[TopicPartition, int], group_id: str
-    ) -> None:
-        self._check_epoch()
-        self._offsets.update(offsets)
-
-    async def commit_transaction(self) -> None:
-        self._check_epoch()
-        self.manager.to(TransactionState.COMMITTING_TRANSACTION)
-        if self.stall_commits:
-            self.stall_commits -= 1
-            raise TimeoutError("no answer to EndTxn (fake)")
-        self.cluster.commit_transaction(self.transactional_id, self._records, self._offsets)
-        self.committed_transactions += 1
-        self.manager.to(TransactionState.READY)
-
-    async def abort_transaction(self) -> None:
-        self._records, self._offsets = [], {}
-        self.manager.to(TransactionState.READY)

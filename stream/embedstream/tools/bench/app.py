@@ -265,7 +265,9 @@ def _steps(
             steps.append((f"kafka poisson{variant.label}", poisson))
     if "kafka-flood" in chosen:
         rate = sizes.flood_high_rate
-        steps.append(("kafka flood", lambda c: kafka_flood(c, broker, sizes.flood_items, rate)))
+        flood = functools.partial(kafka_flood, broker=broker, low_items=sizes.flood_items,
+                                  high_rate=rate, stages=ns.timeline)  # fmt: skip
+        steps.append(("kafka flood", flood))
     if "kafka-floor" in chosen:
         items = sizes.floor_items
         steps.append(("kafka floor", lambda c: kafka_floor(c, broker, items, ns.dimensions)))

@@ -131,28 +131,36 @@ def _floor_row(scenario: str, drain: Drain, note: str) -> Row:
     )
 
 
+def stages_until(last: str) -> tuple[tuple[str, str], ...]:
+    """The stages from the first moment up to ``last``."""
+    return tuple(itertools.pairwise(MOMENTS[: MOMENTS.index(last) + 1]))
+
+
 def stage_durations(
-    moments: Mapping[str, Mapping[str, float]],
+    moments: Mapping[str, Mapping[str, float]], last: str = "read"
 ) -> dict[tuple[str, str], list[float]]:
-    """Seconds each request spent in each stage, from its moments (name -> time, one clock).
-    A stage counts only requests with both of its ends; a negative span (two clocks of one
-    event ordered by different observers, e.g. a send noted after its fetch) counts as 0."""
-    spans: dict[tuple[str, str], list[float]] = {stage: [] for stage in STAGES}
+    """Seconds each request spent in each stage up to ``last``, from its moments (name ->
+    time, one clock). A stage counts only requests with both of its ends; a negative span (two
+    clocks of one event ordered by different observers, e.g. a send noted after its fetch)
+    counts as 0."""
+    stages = stages_until(last)
+    spans: dict[tuple[str, str], list[float]] = {stage: [] for stage in stages}
     for times in moments.values():
-        for begin, end in STAGES:
+        for begin, end in stages:
             if begin in times and end in times:
                 spans[(begin, end)].append(max(0.0, times[end] - times[begin]))
     return spans
 
 
-def stage_rows(moments: Mapping[str, Mapping[str, float]], label: str, seconds: float) -> list[Row]:
-    """One row per stage with its P50/P95/P99 (and the whole way, scheduled to read)."""
+def stage_rows(
+    moments: Mapping[str, Mapping[str, float]], label: str, seconds: float, last: str = "read"
+) -> list[Row]:
+    """One row per stage up to ``last`` with its P50/P95/P99 (and the whole way, scheduled to
+    ``last``)."""
     rows = []
-    spans = stage_durations(moments)
-    whole = [
-        t["read"] - t["scheduled"] for t in moments.values() if {"read", "scheduled"} <= t.keys()
-    ]
-    for (begin, end), durations in [*spans.items(), (("scheduled", "read"), whole)]:
+    spans = stage_durations(moments, last)
+    whole = [t[last] - t["scheduled"] for t in moments.values() if {last, "scheduled"} <= t.keys()]
+    for (begin, end), durations in [*spans.items(), (("scheduled", last), whole)]:
         rows.append(
             Row(
                 scenario=f"{label}: {begin} -> {end}",
@@ -169,3 +177,25 @@ def stage_rows(moments: Mapping[str, Mapping[str, float]], label: str, seconds: 
             )
         )
     return rows
+
+
+def spans(moments: Mapping[str, Mapping[str, float]], begin: str, end: str) -> list[float]:
+    """Seconds from ``begin`` to ``end`` of each request that has both."""
+    return [t[end] - t[begin] for t in moments.values() if {begin, end} <= t.keys()]
+
+
+def latency_row(scenario: str, durations_s: Sequence[float], seconds: float, note: str) -> Row:
+    """A row of durations' P50/P95/P99 (a stage's, the event loop's lateness)."""
+    return Row(
+        scenario=scenario,
+        kind="kafka-stage",
+        items=len(durations_s),
+        seconds=seconds,
+        bound_per_s=None,
+        latency=latency_percentiles(durations_s),
+        calls=0,
+        inputs=0,
+        client_cpu_s=0.0,
+        provider_cpu_s=None,
+        note=note,
+    )

@@ -16,17 +16,26 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import orjson
 
 from embedstream.kafka.clients import connection_for, consumer_for, make_producer, partitions_of
 from embedstream.kafka.topics import TopicSpec, load_topic_specs
 from embedstream.ops.metrics import Metrics
-from embedstream.settings import Settings
+from embedstream.settings import Settings, validate
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
-from embedstream.tools.bench.kafka_figures import Drain, flood_rows, floor_rows
+from embedstream.tools.bench.kafka_figures import (
+    Drain,
+    flood_rows,
+    floor_rows,
+    latency_row,
+    spans,
+    stage_rows,
+)
 from embedstream.tools.bench.kafka_scenarios import (
     KafkaBroker,
     publish,
@@ -41,11 +50,27 @@ from embedstream.tools.bench.timeline import Timeline
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 
 POLL_S = 0.01
+LOOP_PROBE_S = 0.005
 HIGH_ANSWER_WAIT_S = 5.0  # after the drain, for the high events already published
 
 
 def lane_results(metrics: Metrics, lane: str) -> float:
     return metrics.registry.get_sample_value("embedstream_results_total", {"lane": lane}) or 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Flooded:
+    """One drain with its high traffic: the drain, and each high request's moments."""
+
+    drain: Drain
+    high_moments: dict[str, dict[str, float]]  # id -> moment -> monotonic s, "scheduled" first
+    high_published: int
+    loop_lags_s: list[float]  # how late a 5 ms sleep of the bench's loop woke, during the drain
+
+    @property
+    def high_latencies_s(self) -> list[float]:
+        """From each high request's scheduled publication to its result acknowledged."""
+        return [t["acked"] - t["scheduled"] for t in self.high_moments.values() if "acked" in t]
 
 
 async def _drain(
@@ -54,12 +79,17 @@ async def _drain(
     texts: Sequence[str],
     high_rate: float,
     label: str,
-) -> tuple[Drain, list[float], int]:
-    """One drain on topics of its own: (the drain, high latencies in s, high published)."""
+    overrides: Mapping[str, object] | None = None,
+) -> Flooded:
+    """One drain on topics of its own, with ``overrides`` of the settings."""
     settings = broker.settings(ctx.settings, unique_prefix("flood"))
+    if overrides:
+        settings = dataclasses.replace(settings, **overrides)  # type: ignore[arg-type]
+        validate(settings)
     # The high latency ends when the broker acknowledged the result (noted by the processor's
     # producer): a reader in this process fell seconds behind 20,000 low results and
-    # measured itself.
+    # measured itself. The high requests' other moments (fetched, call, written) say where
+    # their time went.
     timeline = Timeline()
     async with scenario_topics(settings) as names:
         await publish(settings, names.requests_low, texts, "low-")
@@ -71,7 +101,10 @@ async def _drain(
         def done() -> float:
             return lane_results(metrics, "low")
 
+        bound_s = GRACE_S + len(texts) / 500.0
+        publisher = HighPublisher(settings, names.requests_high, high_rate, bound_s)
         async with (
+            publisher,
             reporting(ctx.progress, label, len(texts), "items", done),
             running_processor(settings, backend, metrics, timeline=timeline),
         ):
@@ -79,27 +112,38 @@ async def _drain(
             cpu.start()
             loop = asyncio.get_running_loop()
             start = loop.time()
-            sent: dict[str, float] = {}
-            publisher = None
+            lags: list[float] = []
+            probe = asyncio.create_task(_probe_loop(lags))
+            publishing = None
             if high_rate > 0:
-                publisher = asyncio.create_task(
-                    _publish_high(settings, names.requests_high, high_rate, start, sent)
-                )
-            deadline = start + GRACE_S + len(texts) / 500.0
+                publishing = asyncio.create_task(publisher.run(start, timeline))
+            deadline = start + bound_s
             while done() < len(texts) and loop.time() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(POLL_S)
             seconds = loop.time() - start
             cpu.stop()
-            if publisher is not None:
-                publisher.cancel()
+            probe.cancel()
+            if publishing is not None:
+                publishing.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await publisher
-                await _wait_for_acks(timeline, list(sent))
-    acked = {i: timeline.moments.get(i, {}).get("acked") for i in sent}
-    latencies = [at - sent[i] for i, at in acked.items() if at is not None]
+                    await publishing
+                await _wait_for_acks(timeline, list(publisher.sent))
+    sent = publisher.sent
+    for request_id, due in sent.items():
+        timeline.note(request_id, "scheduled", due)
     drain = Drain(int(done()), seconds, backend.calls, backend.inputs, cpu.client_s,
                   cpu.provider_s, len(texts))  # fmt: skip
-    return drain, latencies, len(sent)
+    return Flooded(drain, timeline.only(list(sent)), len(sent), lags)
+
+
+async def _probe_loop(lags: list[float]) -> None:
+    """How late the event loop (the processor's, the publisher's, this bench's) runs a task
+    that asked to wake in 5 ms: a wait every high request pays at each of its steps."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(LOOP_PROBE_S)
+        lags.append(max(0.0, loop.time() - asked - LOOP_PROBE_S))
 
 
 async def _wait_for_acks(timeline: Timeline, ids: Sequence[str]) -> None:
@@ -110,40 +154,83 @@ async def _wait_for_acks(timeline: Timeline, ids: Sequence[str]) -> None:
         await asyncio.sleep(POLL_S)
 
 
-async def _publish_high(
-    settings: Settings, topic: str, rate: float, start: float, sent: dict[str, float]
-) -> None:
-    """High events at Poisson times from ``start`` until cancelled; ``sent`` gets each id's
-    scheduled time once it is handed to the producer."""
-    loop = asyncio.get_running_loop()
-    producer = make_producer(settings, linger_ms=1)
-    await producer.start()
-    try:
-        arrivals = poisson_arrivals(rate, GRACE_S * 10, seed=7)
+class HighPublisher:
+    """High events at Poisson times from a start until stopped. Their texts, values and times
+    are made and the producer connected before the drain starts: made on the way (60,000 texts
+    for a 20-minute bound), they held the event loop for a second and a half at the start of
+    the drain, and the first high requests measured the bench."""
+
+    def __init__(self, settings: Settings, topic: str, rate: float, seconds: float) -> None:
+        self._topic = topic
+        self._producer = make_producer(settings, linger_ms=1)
+        arrivals = poisson_arrivals(rate, seconds, seed=7) if rate > 0 else []
         texts = make_texts(len(arrivals), seed=7)
-        for i, (offset, text) in enumerate(zip(arrivals, texts, strict=True)):
-            due = start + 0.05 + offset
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            request_id = f"high-{i}"
-            value = orjson.dumps({"id": request_id, "text": f"high {text}"})
-            await producer.send(topic, value, key=request_id.encode())
-            sent[request_id] = due
-    finally:
+        self._plan = [
+            (offset, f"high-{i}", f"high {text}")
+            for i, (offset, text) in enumerate(zip(arrivals, texts, strict=True))
+        ]
+        self.sent: dict[str, float] = {}  # id -> its scheduled time, once handed to the producer
+
+    async def __aenter__(self) -> HighPublisher:
+        await self._producer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
         with contextlib.suppress(Exception):
-            await producer.stop()
+            await self._producer.stop()
+
+    async def run(self, start: float, timeline: Timeline) -> None:
+        """Publish on schedule from ``start`` (loop time) until cancelled; ``timeline`` gets
+        each request's text and publication. Every event due at a wake-up is sent in that
+        one turn of the loop: one turn per event fell behind 50/s once the drain made each
+        turn 20 ms long, and the high requests measured the publisher."""
+        loop = asyncio.get_running_loop()
+        i = 0
+        while i < len(self._plan):
+            now = loop.time()
+            if start + 0.05 + self._plan[i][0] > now:
+                await asyncio.sleep(start + 0.05 + self._plan[i][0] - now)
+                continue
+            while i < len(self._plan) and start + 0.05 + self._plan[i][0] <= now:
+                offset, request_id, text = self._plan[i]
+                timeline.ids_by_text[text] = request_id
+                value = orjson.dumps({"id": request_id, "text": text})
+                await self._producer.send(self._topic, value, key=request_id.encode())
+                timeline.note(request_id, "published")
+                self.sent[request_id] = start + 0.05 + offset
+                i += 1
 
 
 async def kafka_flood(
-    ctx: BenchContext, broker: KafkaBroker, low_items: int, high_rate: float
+    ctx: BenchContext,
+    broker: KafkaBroker,
+    low_items: int,
+    high_rate: float,
+    *,
+    stages: bool = False,
 ) -> list[ScenarioResult]:
+    """The drain alone, then with high traffic; ``stages``: a row per stage of the high
+    requests' way (published, fetched, call, written, acked)."""
     texts = make_texts(low_items, tokens=ctx.tokens, seed=ctx.seed)
-    alone, _, _ = await _drain(ctx, broker, texts, 0.0, f"kafka flood {low_items:,} alone")
-    ctx.progress.end(f"{alone.per_s:,.0f} items/s")
-    flooded, latencies, published = await _drain(
+    alone = await _drain(ctx, broker, texts, 0.0, f"kafka flood {low_items:,} alone")
+    ctx.progress.end(f"{alone.drain.per_s:,.0f} items/s")
+    flooded = await _drain(
         ctx, broker, texts, high_rate, f"kafka flood {low_items:,} + high {high_rate:g}/s"
     )
-    rows = flood_rows(alone, flooded, latencies, published, high_rate, broker.name)
+    rows = flood_rows(alone.drain, flooded.drain, flooded.high_latencies_s,
+                      flooded.high_published, high_rate, broker.name)  # fmt: skip
     ctx.progress.end(rows[1].scenario)
+    if stages:
+        label = f"  {rows[2].scenario}"
+        rows += stage_rows(flooded.high_moments, label, flooded.drain.seconds, last="acked")
+        seconds = flooded.drain.seconds
+        processor = spans(flooded.high_moments, "published", "acked")
+        rows += [
+            latency_row(f"{label}: published -> acked", processor, seconds,
+                        "the processor's part (and the publisher's producer)"),
+            latency_row(f"{label}: event loop lag", flooded.loop_lags_s, seconds,
+                        "how late a 5 ms sleep woke, sampled through the drain"),
+        ]  # fmt: skip
     return [ScenarioResult(row) for row in rows]
 
 
