@@ -155,6 +155,27 @@ def test_levels_after_counts_inputs_over_weight_and_joiners_get_the_lowest() -> 
     assert joining_level({}) == 0.0
 
 
+@pytest.mark.parametrize(
+    ("held", "reserve", "paused", "expected"),
+    [
+        # B idle keeps room for one poll: A's flood pauses short of the lane's limit...
+        ({"a": 900, "b": 0}, 100.0, set(), {"a"}),
+        ({"a": 899, "b": 0}, 100.0, set(), set()),
+        ({"a": 950, "b": 50}, 100.0, set(), {"a"}),  # ...also while B holds some of it
+        ({"a": 600, "b": 0}, 100.0, {"a"}, {"a"}),  # paused until half its share (450)
+        ({"a": 449, "b": 0}, 100.0, {"a"}, set()),
+        # B's reserve taken by its own records: nobody is starved.
+        ({"a": 900, "b": 100}, 100.0, set(), set()),
+        # Without a reserve, an idle B leaves A the whole lane (the lane's limit applies).
+        ({"a": 1000, "b": 0}, 0.0, set(), set()),
+    ],
+)
+def test_an_idle_source_keeps_room_for_its_next_poll(
+    held: dict[str, int], reserve: float, paused: set[str], expected: set[str]
+) -> None:
+    assert sources_to_pause(held, {"a"}, {}, 1000, paused, reserve=reserve) == expected
+
+
 def test_a_trickle_without_lag_is_never_paused_by_a_flood() -> None:
     # B's records come one at a time: between them it has no lag, and holds its few items.
     assert sources_to_pause({"a": 900, "b": 2}, {"a"}, {}, 1000, {"b"}) == set()

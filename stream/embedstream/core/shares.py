@@ -58,22 +58,30 @@ def sources_to_pause(
     weights: Mapping[S, float],
     capacity: float,
     paused: Set[S],
+    reserve: float = 0.0,
 ) -> set[S]:
     """The sources of one lane to pause so that the others get their shares.
 
-    `held` is each source's buffered items, `wanting` the sources with more to fetch (lag).
-    A source is paused when it holds its share or more while another source wants more than
-    it holds; a source already paused stays paused until it is below half its share. A source
-    with nothing to fetch is never paused (a trickle between records has no lag), and with no
-    other source wanting, nothing is paused here (the lane's own limits still apply).
+    `held` is each source's buffered items (every source of the lane, idle ones at 0),
+    `wanting` the sources with more to fetch (lag). A source is paused when it holds its
+    share or more while another source holds less than its own; a source already paused
+    stays paused until it is below half its share. A source with nothing to fetch is never
+    paused (a trickle between records has no lag); it wants what it holds, or `reserve`
+    if more: room kept for its next records, so that a flood on another source never fills
+    the lane to its limit (where the lane pauses whole and the trickle waits for half the
+    lane to drain). With `reserve` 0 and no other source wanting, nothing is paused here
+    (the lane's own limits still apply).
     """
     sources = set(held) | set(wanting)
     # Demand: what is held, and for a source with more to fetch, as much as it could get.
-    demand = {s: float(capacity) if s in wanting else float(held.get(s, 0)) for s in sources}
+    demand = {
+        s: float(capacity) if s in wanting else max(float(held.get(s, 0)), reserve)
+        for s in sources
+    }
     shares = buffer_shares(demand, weights, capacity)
     pause: set[S] = set()
     for s in wanting:  # one with nothing to fetch is never paused: its trickle comes in
-        others_starved = any(o in wanting and held.get(o, 0) < shares[o] for o in sources if o != s)
+        others_starved = any(held.get(o, 0) < shares[o] for o in sources if o != s)
         if not others_starved:
             continue
         threshold = shares[s] * (RESUME_FRACTION if s in paused else 1.0)
