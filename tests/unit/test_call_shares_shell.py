@@ -4,6 +4,7 @@ ride the call after they are read, however much the flood has buffered (counted 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import orjson
@@ -60,10 +61,14 @@ async def calls_of(*, share_calls: bool = True, **settings: Any) -> list[tuple[s
         await eventually(lambda: batcher.buffered == 96)
         for made in range(2, 14):  # 97 items: 13 calls of 8 at most (the first of one)
             backend.let_through.release()
-            await eventually(lambda made=made: len(backend.calls) >= made)
+            await eventually(functools.partial(made_at_least, backend, made))
         backend.let_through.release()
         await h.engine_idle()
     return backend.calls
+
+
+def made_at_least(backend: OneCallAtATime, calls: int) -> bool:
+    return len(backend.calls) >= calls
 
 
 def topics_of(call: tuple[str, ...]) -> list[str]:

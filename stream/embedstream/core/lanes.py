@@ -82,7 +82,7 @@ class Bucket(Generic[T]):
 
     def __init__(self, key: BucketKey, weights: Mapping[str, float] | None = None) -> None:
         self.key = key
-        self._weights: dict[Source, float] = dict(weights or {})
+        self._weights: dict[Source, float] = {k: w for k, w in (weights or {}).items()}
         self._items: deque[Pending[T]] = deque()  # fast path: every item, of `_source`
         self._source: Source = None
         # Two or more sources with items: each one's queue, its level (inputs it was given
