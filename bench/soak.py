@@ -39,14 +39,8 @@ from embedstream.tools.verify.report import VerificationReport
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the chaos harness of the tests: processes, feeder, drain
 
-from tests.e2e.chaos import (  # noqa: E402
-    Feeder,
-    Fleet,
-    ProcessorOptions,
-    ProcessorProcess,
-    input_topics,
-    run_until_drained,
-)
+from tests.e2e.chaos import Fleet, ProcessorOptions, ProcessorProcess  # noqa: E402
+from tests.e2e.chaos_feed import Feeder, input_topics, run_until_drained  # noqa: E402
 from tests.integration.helpers import committed_lag  # noqa: E402
 
 SAMPLE_EVERY_S = 10.0

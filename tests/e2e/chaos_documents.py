@@ -30,7 +30,7 @@ from embedstream.wire.documents import (
     DocumentRecord,
 )
 
-from tests.e2e.chaos import Feeder
+from tests.e2e.chaos_feed import Feeder
 
 # Each paragraph (about 80 bytes, under 40 estimated tokens) is a chunk of its own, so a
 # version's chunk count follows its paragraph count and one poison paragraph is one chunk.

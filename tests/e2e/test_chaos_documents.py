@@ -22,7 +22,7 @@ from embedsim import SimulatorConfig, SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 from embedstream.tools.verify.app import read_back
 
-from tests.e2e.chaos import DEFAULT_MODEL, Fleet, ProcessorOptions, figures, run_until_drained
+from tests.e2e.chaos import DEFAULT_MODEL, Fleet, ProcessorOptions, figures
 from tests.e2e.chaos_documents import (
     CHUNK_ARGS,
     POISON,
@@ -30,6 +30,7 @@ from tests.e2e.chaos_documents import (
     DocumentPlan,
     check_endings,
 )
+from tests.e2e.chaos_feed import run_until_drained
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

@@ -17,21 +17,15 @@ import pytest
 from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 
-from tests.e2e.chaos import (
-    UNHANDLED,
-    UNTIDY,
-    Feeder,
-    Fleet,
-    ProcessorOptions,
-    report_figures,
-    run_until_drained,
-)
+from tests.e2e.chaos import UNHANDLED, UNTIDY, Fleet, ProcessorOptions
+from tests.e2e.chaos_feed import Feeder, report_figures, run_until_drained
+from tests.e2e.chaos_scale import SCALE
 from tests.integration.broker import PrivateBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-KILLS = 5
-BROKER_KILLS = 3
+KILLS = SCALE.member_kills
+BROKER_KILLS = SCALE.broker_kills
 
 
 async def _stop_tidily(fleet: Fleet) -> None:
@@ -50,17 +44,19 @@ def _options(bootstrap: str, prefix: str, base_url: str) -> ProcessorOptions:
 
 
 @pytest.mark.timeout(300)
-async def test_exactly_once_survives_five_sigkills_without_duplicates(
+async def test_exactly_once_survives_member_sigkills_without_duplicates(
     bootstrap: str, unique_prefix: str, simulator: SimulatorServer, tmp_path: Path
 ) -> None:
-    """Three members, one SIGKILLed (and restarted) five times while requests flow: lost 0 and
+    """Three members, one SIGKILLed (and restarted) KILLS times while requests flow: lost 0 and
     duplicates 0 in a read_committed read, because a killed member's open transaction (its
     outputs and offsets together) is aborted by the next owner's fencing."""
     options = _options(bootstrap, unique_prefix, simulator.url)
     await create_topics(bootstrap, load_topic_specs(unique_prefix))
     async with Fleet(options, tmp_path) as fleet:
         members = await fleet.start(3)
-        feeder = Feeder(bootstrap, unique_prefix, count=20_000, rate_per_s=400, id_prefix="e")
+        feeder = Feeder(
+            bootstrap, unique_prefix, count=SCALE.steady_events, rate_per_s=400, id_prefix="e"
+        )
         async with feeder:
             for kill in range(KILLS):
                 victim = members[kill % len(members)]
@@ -75,7 +71,7 @@ async def test_exactly_once_survives_five_sigkills_without_duplicates(
                 max_duplicates=0, describe=fleet.log_tails,
             )  # fmt: skip
         report = drained.report
-        report_figures("eos sigkill x5", feeder, drained, kills=KILLS)
+        report_figures(f"eos sigkill x{KILLS}", feeder, drained, kills=KILLS)
         assert report.lost == (), report.summary()
         assert report.duplicates == {}, report.summary()
         assert report.misattributed == () and report.in_both == (), report.summary()
@@ -93,7 +89,9 @@ async def test_exactly_once_fences_a_paused_zombie(
     await create_topics(bootstrap, load_topic_specs(unique_prefix))
     async with Fleet(options, tmp_path) as fleet:
         members = await fleet.start(3)
-        feeder = Feeder(bootstrap, unique_prefix, count=12_000, rate_per_s=400, id_prefix="z")
+        feeder = Feeder(
+            bootstrap, unique_prefix, count=SCALE.zombie_events, rate_per_s=400, id_prefix="z"
+        )
         async with feeder:
             zombie = members[0]
             await zombie.wait_assigned(nonempty=True, timeout_s=60)
@@ -115,11 +113,11 @@ async def test_exactly_once_fences_a_paused_zombie(
 
 
 @pytest.mark.timeout(360)
-async def test_exactly_once_survives_three_broker_sigkills_without_duplicates(
+async def test_exactly_once_survives_broker_sigkills_without_duplicates(
     private_broker: PrivateBroker, simulator: SimulatorServer, tmp_path: Path
 ) -> None:
     """A broker of the test's own (the transaction and group coordinator) is SIGKILLed and
-    restarted three times while three exactly-once members run and the feeder publishes.
+    restarted BROKER_KILLS times while three exactly-once members run and the feeder publishes.
     Transactions in flight are lost with it; the members must abort or drop their producers
     and carry on: lost 0 and duplicates 0 in a read_committed read, every member alive, and
     no untidy log line."""
@@ -129,7 +127,7 @@ async def test_exactly_once_survives_three_broker_sigkills_without_duplicates(
     await create_topics(bootstrap, load_topic_specs(prefix))
     async with Fleet(options, tmp_path) as fleet:
         members = await fleet.start(3)
-        feeder = Feeder(bootstrap, prefix, count=10_000, rate_per_s=200, id_prefix="x")
+        feeder = Feeder(bootstrap, prefix, count=SCALE.broker_events, rate_per_s=200, id_prefix="x")
         outages: list[float] = []
         async with feeder:
             for _ in range(BROKER_KILLS):
@@ -147,7 +145,7 @@ async def test_exactly_once_survives_three_broker_sigkills_without_duplicates(
             )  # fmt: skip
         report = drained.report
         report_figures(
-            "eos broker sigkill x3", feeder, drained, broker_kills=len(outages),
+            f"eos broker sigkill x{BROKER_KILLS}", feeder, drained, broker_kills=len(outages),
             outages_s=outages, send_errors=feeder.send_errors,
             repeated_requests=len(report.repeated_requests),
         )  # fmt: skip

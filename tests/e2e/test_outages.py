@@ -4,8 +4,9 @@ Found from outside: with `max_attempts=2` and the provider unreachable, items we
 dead-letter topic within 0.3 s while `/readyz` still said ready. Attempts are now spent only on
 failures the provider's other calls do not share, and the provider counts as down after three
 outage-like failures in a row over a second (core/outage.py). A real `embedstream run` process
-with `--max-attempts 2` rides out a 20 s outage under steady input, either with the simulator
-stopped (connection refused) or answering 500 to everything.
+with `--max-attempts 2` rides out a provider outage (10 s; 20 s in the long form of
+chaos_scale.py) under steady input, either with the simulator stopped (connection refused)
+or answering 500 to everything.
 """
 
 from __future__ import annotations
@@ -22,18 +23,14 @@ from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import create_topics, load_topic_specs
 from embedstream.tools.embedded import free_port
 
-from tests.e2e.chaos import (
-    Feeder,
-    Fleet,
-    ProcessorOptions,
-    Sampling,
-    report_figures,
-    run_until_drained,
-)
+from tests.e2e.chaos import Fleet, ProcessorOptions
+from tests.e2e.chaos_feed import Feeder, report_figures, run_until_drained
+from tests.e2e.chaos_scale import SCALE
+from tests.e2e.chaos_watch import Sampling
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-OUTAGE_S = 20.0
+OUTAGE_S = SCALE.outage_s
 # Seen down within this long of the outage's start (thresholds: 1 to 2 s, plus a scrape).
 DOWN_WITHIN_S = 4.0
 # Ready again within this long of the provider's return (a held batch asks again at least
@@ -89,7 +86,9 @@ async def test_an_outage_with_max_attempts_2_dead_letters_nothing_and_readyz_fol
             member = fleet.add(metrics_port=free_port())
             await member.start()
             await member.wait_assigned(timeout_s=60)
-            feeder = Feeder(bootstrap, unique_prefix, count=9000, rate_per_s=200, id_prefix="o")
+            feeder = Feeder(
+                bootstrap, unique_prefix, count=SCALE.outage_events, rate_per_s=200, id_prefix="o"
+            )
             async with ReadyzSampler(member.metrics_port) as readyz, feeder:
                 await asyncio.sleep(5.0)
                 outage_start = time.monotonic()

@@ -25,13 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
-
-import redis.asyncio as redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from embedstream.core import configured
 from embedstream.core.cachekeys import cache_key, provider_identity
@@ -41,6 +35,9 @@ from embedstream.core.observer import CacheObserver, NullObserver
 from embedstream.engine.jobs import Job
 from embedstream.settings import Settings
 from embedstream.wire import Vector, float32_bytes, vector_from_float32
+
+if TYPE_CHECKING:  # imported when a Redis tier is built: a processor without one never pays
+    import redis.asyncio as redis
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +93,10 @@ class Tier(Protocol):
     async def close(self) -> None: ...
 
 
+class TierFailed(OSError):
+    """The shared tier's own error, as the cache catches it: `<its class>: <message>`."""
+
+
 class MemoryTier:
     """The in-process tier: bounded by entries, each kept for the TTL at most."""
 
@@ -129,8 +130,15 @@ class RedisTier:
     name = "redis"
 
     def __init__(self, url: str, ttl_s: float, timeout_s: float) -> None:
+        import redis.asyncio as redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import RedisError
+
+        self._redis_error = RedisError
         self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else 0
-        self._client = redis.Redis.from_url(
+        self._client: redis.Redis = redis.Redis.from_url(
             url,
             # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
             # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
@@ -143,12 +151,18 @@ class RedisTier:
         self._set_many = self._client.register_script(_SET_MANY)
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        found = await self._client.mget(keys)
+        try:
+            found = await self._client.mget(keys)
+        except self._redis_error as exc:
+            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
         return [value if isinstance(value, bytes) else None for value in found]
 
     async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
         keys = [key for key, _ in entries]
-        await self._set_many(keys=keys, args=[self._ttl_ms, *(value for _, value in entries)])
+        try:
+            await self._set_many(keys=keys, args=[self._ttl_ms, *(v for _, v in entries)])
+        except self._redis_error as exc:
+            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -296,7 +310,7 @@ class EmbeddingCache:
             try:
                 async with asyncio.timeout(self._timeout_s * WRITE_TIMEOUT_FACTOR):
                     await self._shared.put_many(chunk)
-            except (RedisError, OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError) as exc:
                 self._shared_failed("write", exc)
                 self._keep_unwritten(chunk, at_front=True)
 
@@ -329,7 +343,7 @@ class EmbeddingCache:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     found.extend(await self._shared.get_many(chunk))
-            except (RedisError, OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError) as exc:
                 self._shared_failed("get", exc)
                 return found + [None] * (len(names) - len(found))
         return found
@@ -359,6 +373,8 @@ def _size(entries: Iterable[tuple[str, bytes]]) -> int:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
+    if isinstance(exc, TierFailed):
+        return str(exc)[:200]
     return f"{type(exc).__name__}: {exc}"[:200]
 
 

@@ -20,7 +20,6 @@ import dataclasses
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, overload
 
@@ -31,13 +30,12 @@ from embedstream.core.limits import check_item
 from embedstream.core.observer import EngineObserver
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.engine.backend import EmbeddingBackend
-from embedstream.engine.batcher import Batcher
 from embedstream.engine.build import build_engine
 from embedstream.engine.cache import EmbeddingCache, build_cache
+from embedstream.engine.client_callers import CallerRequest, Callers, client_closed
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import OpenAIEmbedder
-from embedstream.engine.jobs import Embedded, Job, Outcomes
-from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, TransientError
+from embedstream.errors import PermanentItemError, Reason, TransientError
 from embedstream.settings import Settings, load_settings, validate
 from embedstream.wire import Vector
 
@@ -48,70 +46,6 @@ log = logging.getLogger(__name__)
 Lane = Literal["high", "low"]
 IN_PROCESS_ID = "in-process"  # what logs name a caller's text (texts are never logged)
 EncodingFormat = Literal["float", "base64"]
-
-
-@dataclass(slots=True, eq=False, kw_only=True)
-class _Request(Job):
-    key: BucketKey
-    future: asyncio.Future[Vector]
-
-
-class _Callers(Outcomes[_Request]):
-    """Outcomes delivered to the awaiting callers; retries wait in memory, then rejoin."""
-
-    def __init__(self) -> None:
-        self._batcher: Batcher[_Request] | None = None
-        self._waiting: dict[_Request, asyncio.TimerHandle] = {}
-
-    def attach(self, batcher: Batcher[_Request]) -> None:
-        """The batcher retries rejoin: built after these outcomes, which its caller needs."""
-        self._batcher = batcher
-
-    @property
-    def batcher(self) -> Batcher[_Request]:
-        if self._batcher is None:
-            raise RuntimeError("_Callers.attach() was never called")
-        return self._batcher
-
-    async def succeeded(
-        self, key: BucketKey, done: Sequence[Embedded[_Request]], dimensions: int
-    ) -> None:
-        for embedded in done:
-            if not embedded.job.future.done():  # the caller may have given up
-                embedded.job.future.set_result(embedded.vector)
-
-    async def retry_later(self, job: _Request, error: EmbedStreamError, delay_s: float) -> None:
-        self.batcher.expect()
-        loop = asyncio.get_running_loop()
-        self._waiting[job] = loop.call_later(delay_s, self._rejoin, job)
-
-    def _rejoin(self, job: _Request) -> None:
-        del self._waiting[job]
-        if job.future.done():
-            self.batcher.forget_expected()
-        else:
-            self.batcher.add_expected(job.key, job.tokens, job)
-
-    async def dead_letter(self, job: _Request, error: EmbedStreamError) -> None:
-        if not job.future.done():
-            job.future.set_exception(error)
-
-    def abandoned(self, jobs: Sequence[_Request]) -> None:
-        for job in jobs:
-            if not job.future.done():
-                job.future.set_exception(_closed())
-
-    def give_up_waiting(self) -> None:
-        """Closing: retries still waiting for their delay fail now."""
-        for job, handle in list(self._waiting.items()):
-            handle.cancel()
-            del self._waiting[job]
-            self.batcher.forget_expected()
-            self.abandoned([job])
-
-
-def _closed() -> TransientError:
-    return TransientError(Reason.TIMEOUT, "client closed before the provider answered")
 
 
 class BatchingClient:
@@ -138,7 +72,7 @@ class BatchingClient:
         self._profile = configured.profile_label(self.settings)
         self._count_tokens = token_counter
         self._cache = embedding_cache or build_cache(self.settings, observer)
-        self._callers = _Callers()
+        self._callers = Callers()
         engine = build_engine(
             self.settings,
             self._backend,
@@ -152,7 +86,7 @@ class BatchingClient:
         self.governor = engine.governor
         self._batcher = engine.batcher
         self._caller = engine.caller
-        self._to_look_up: list[_Request] = []  # submitted in this loop turn, not yet looked up
+        self._to_look_up: list[CallerRequest] = []  # submitted in this loop turn, not yet looked up
         self._look_ups: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
 
@@ -241,7 +175,7 @@ class BatchingClient:
             task,
         )
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
-        job = _Request(id=IN_PROCESS_ID, text=text, tokens=tokens, key=key, future=future)
+        job = CallerRequest(id=IN_PROCESS_ID, text=text, tokens=tokens, key=key, future=future)
         if self._cache is None:
             self._batcher.add(key, tokens, job)
             return future
@@ -257,7 +191,7 @@ class BatchingClient:
         self._look_ups.add(task)
         task.add_done_callback(self._look_ups.discard)
 
-    async def _look_up(self, jobs: list[_Request]) -> None:
+    async def _look_up(self, jobs: list[CallerRequest]) -> None:
         """Answer the jobs the cache knows; the others join the batcher."""
         assert self._cache is not None
         misses = jobs
@@ -271,7 +205,7 @@ class BatchingClient:
             for job in jobs:
                 self._batcher.forget_expected()
                 if not job.future.done():
-                    job.future.set_exception(_closed())
+                    job.future.set_exception(client_closed())
             raise
         except Exception:  # never strand a caller: an unexpected error sends them all
             log.exception("embedding cache look-up failed; sending %d texts", len(jobs))
@@ -379,7 +313,7 @@ class BatchingClient:
         return await self.embed(list(texts), priority=priority)
 
 
-def _key_of(job: _Request) -> BucketKey:
+def _key_of(job: CallerRequest) -> BucketKey:
     return job.key
 
 
@@ -396,6 +330,6 @@ def _resolve(settings: Settings | None, values: dict[str, Any]) -> Settings:
     return resolved
 
 
-def _still_awaited(request: _Request) -> bool:
+def _still_awaited(request: CallerRequest) -> bool:
     """A caller that gave up (timeout, cancel) needs no call."""
     return not request.future.done()

@@ -20,11 +20,9 @@ import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import openai
 import orjson
-from openai import AsyncAzureOpenAI, AsyncOpenAI, omit
 
 from embedstream.core import configured
 from embedstream.engine.answers import classify_status, parse_body, status_message
@@ -36,6 +34,10 @@ from embedstream.errors import (
     TransientError,
 )
 from embedstream.settings import Settings, header_secrets
+
+if TYPE_CHECKING:  # the SDK is imported when its path is taken: 2 s of start-up otherwise
+    import openai
+    from openai import AsyncOpenAI
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,8 @@ class OpenAIEmbedder:
         if self._poster is not None:
             return await self._embed_lean(self._poster, call)
         assert self._client is not None
+        import openai
+
         started = time.perf_counter()
         try:
             # The client still builds the request, authenticates, times out and classifies
@@ -126,7 +130,7 @@ class OpenAIEmbedder:
                 model=call.model,
                 input=[],
                 encoding_format=self._wire_format,
-                dimensions=omit if call.dimensions is None else call.dimensions,
+                dimensions=openai.omit if call.dimensions is None else call.dimensions,
                 extra_body={**self._extra_body, **call.parameters(), "input": list(call.texts)},
             )
             body = raw.content
@@ -189,6 +193,8 @@ def _sdk_client(
     headers: dict[str, str],
     azure: AzureTarget | None,
 ) -> AsyncOpenAI:
+    from openai import AsyncAzureOpenAI, AsyncOpenAI
+
     if azure is not None:
         # Deployment URLs, the api-version query parameter and the `api-key` header.
         return AsyncAzureOpenAI(
@@ -250,6 +256,8 @@ _HINTS = ("retry-after", "x-ratelimit-")
 
 def classify(exc: openai.APIError, call: BatchCall | None = None) -> EmbedStreamError:
     """Map an SDK error to permanent / transient / provider-wide, keeping retry-after."""
+    import openai
+
     message = _safe_message(exc)
     if isinstance(exc, openai.APITimeoutError):
         return TransientError(Reason.TIMEOUT, "embeddings call timed out")

@@ -26,6 +26,7 @@ TOOL_VARIABLES: Mapping[str, str] = {
     "EMBEDSTREAM_TEST_SECURED_ENV": "secured.env of a running secured broker for the tests",
     "EMBEDSTREAM_TEST_WORKERS": "ops/test.sh: parallel pytest workers of unit and integration",
     "EMBEDSTREAM_TEST_E2E_WORKERS": "ops/test.sh: parallel pytest workers of the e2e tier",
+    "EMBEDSTREAM_CHAOS": "size of the chaos tests: short (the test command) or long",
     "EMBEDSTREAM_REQUIRE_BROKER": "1: integration tests fail instead of skipping without a broker",
     "EMBEDSTREAM_REQUIRE_TOOLS": "1: tests fail instead of skipping without promtool/redis-server",
     "EMBEDSTREAM_PYTHON": "interpreter ops/kafka/kafka.sh probes the broker with",

@@ -28,7 +28,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from embedstream.tools.top.model import Snapshot, compute_rates
+from embedstream.tools.top.model import Snapshot
+from embedstream.tools.top.rates import compute_rates
 from embedstream.tools.verify.report import ResultRecord, VerificationReport
 
 LANES = ("high", "low")

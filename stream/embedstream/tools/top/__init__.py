@@ -15,14 +15,8 @@ from embedstream.tools.top.app import (
 )
 from embedstream.tools.top.histogram import Histogram
 from embedstream.tools.top.layout import Fitted, Screen, fit_columns, render
-from embedstream.tools.top.model import (
-    PartitionLag,
-    Rates,
-    Snapshot,
-    TargetView,
-    compute_rates,
-    parse_exposition,
-)
+from embedstream.tools.top.model import PartitionLag, Snapshot, parse_exposition
+from embedstream.tools.top.rates import Rates, TargetView, compute_rates
 from embedstream.tools.top.rows import Row, State, partition_rows, target_row, total_row
 
 __all__ = [

@@ -24,7 +24,8 @@ from rich.live import Live
 
 from embedstream.tools.top.keys import terminal_keys
 from embedstream.tools.top.layout import Fitted, Screen
-from embedstream.tools.top.model import Snapshot, TargetView, compute_rates, parse_exposition
+from embedstream.tools.top.model import Snapshot, parse_exposition
+from embedstream.tools.top.rates import TargetView, compute_rates
 
 DEFAULT_TARGET = "http://127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 2.0

@@ -17,7 +17,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from embedstream.tools.top.model import TargetView
+from embedstream.tools.top.rates import TargetView
 from embedstream.tools.top.rows import (
     PartitionRow,
     Row,

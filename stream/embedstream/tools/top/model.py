@@ -1,7 +1,7 @@
 """Pure model of ``embedstream top``: parse /metrics text, derive rates.
 
 No I/O here. :func:`parse_exposition` turns one scrape into a :class:`Snapshot`;
-:func:`compute_rates` compares two snapshots of the same target taken ``elapsed_s`` apart.
+:mod:`embedstream.tools.top.rates` compares two of them.
 Rows and layout live in :mod:`embedstream.tools.top.rows` and
 :mod:`embedstream.tools.top.layout`.
 
@@ -57,10 +57,7 @@ DOCUMENT_OUTCOMES = ("complete", "incomplete", "deleted")  # embedstream_documen
 __all__ = [
     "Histogram",
     "PartitionLag",
-    "Rates",
     "Snapshot",
-    "TargetView",
-    "compute_rates",
     "lag_lane",
     "merge_histograms",
     "parse_exposition",
@@ -68,7 +65,7 @@ __all__ = [
 ]
 
 
-def _frozen(values: Mapping[str, float] | None = None) -> Mapping[str, float]:
+def frozen_mapping(values: Mapping[str, float] | None = None) -> Mapping[str, float]:
     return MappingProxyType(dict(values or {}))
 
 
@@ -83,7 +80,7 @@ def lag_lane(topic: str, label: str | None = None) -> str | None:
     return None
 
 
-def _increase(current: float, earlier: float) -> float:
+def increase(current: float, earlier: float) -> float:
     """Counter increase; a drop means the process restarted, so all of ``current`` is new."""
     return current - earlier if current >= earlier else current
 
@@ -106,16 +103,16 @@ class PartitionLag:
 class Snapshot:
     """The metrics of one processor at one scrape, as top uses them."""
 
-    lag: Mapping[str, float] = field(default_factory=_frozen)  # offsets by LAG_LANES
+    lag: Mapping[str, float] = field(default_factory=frozen_mapping)  # offsets by LAG_LANES
     lag_seconds_max: float = 0.0
     partitions: tuple[PartitionLag, ...] = ()  # sorted by topic, partition
-    queue_depth: Mapping[str, float] = field(default_factory=_frozen)  # by QUEUE_LANES
-    results: Mapping[str, float] = field(default_factory=_frozen)  # results_total by lane
-    flushes: Mapping[str, float] = field(default_factory=_frozen)  # flushes_total by reason
+    queue_depth: Mapping[str, float] = field(default_factory=frozen_mapping)  # by QUEUE_LANES
+    results: Mapping[str, float] = field(default_factory=frozen_mapping)  # results_total by lane
+    flushes: Mapping[str, float] = field(default_factory=frozen_mapping)  # flushes_total by reason
     batch_size: Histogram = field(default_factory=Histogram)
     item_wait: Mapping[str, Histogram] = field(default_factory=lambda: MappingProxyType({}))
-    api_calls: Mapping[str, float] = field(default_factory=_frozen)  # by outcome: ok, error
-    api_errors_by_class: Mapping[str, float] = field(default_factory=_frozen)
+    api_calls: Mapping[str, float] = field(default_factory=frozen_mapping)  # by outcome: ok, error
+    api_errors_by_class: Mapping[str, float] = field(default_factory=frozen_mapping)
     api_errors: float = 0.0
     dead_letters: float = 0.0
     retries: float = 0.0
@@ -127,7 +124,7 @@ class Snapshot:
     cache_misses: float = 0.0
     cache_errors: float = 0.0
     cache_tokens_saved: float = 0.0
-    documents: Mapping[str, float] = field(default_factory=_frozen)  # by DOCUMENT_OUTCOMES
+    documents: Mapping[str, float] = field(default_factory=frozen_mapping)  # by DOCUMENT_OUTCOMES
     chunks: float = 0.0  # chunks documents were cut into
 
     @property
@@ -135,7 +132,7 @@ class Snapshot:
         """The processor has ended or deleted a document, or cut one into chunks."""
         return self.chunks > 0 or any(self.documents.values())
 
-    source_tokens: Mapping[str, float] = field(default_factory=_frozen)  # by source topic
+    source_tokens: Mapping[str, float] = field(default_factory=frozen_mapping)  # by source topic
 
     @property
     def cache_used(self) -> bool:
@@ -243,16 +240,16 @@ class _Collector:
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
-            lag=_frozen(self.lag),
+            lag=frozen_mapping(self.lag),
             lag_seconds_max=self.lag_seconds_max,
             partitions=tuple(self.partitions[key] for key in sorted(self.partitions)),
-            queue_depth=_frozen(self.queue_depth),
-            results=_frozen(self.results),
-            flushes=_frozen(self.flushes),
+            queue_depth=frozen_mapping(self.queue_depth),
+            results=frozen_mapping(self.results),
+            flushes=frozen_mapping(self.flushes),
             batch_size=self.batch_size.build(),
             item_wait=MappingProxyType({k: v.build() for k, v in self.item_wait.items()}),
-            api_calls=_frozen(self.api_calls),
-            api_errors_by_class=_frozen(self.api_errors_by_class),
+            api_calls=frozen_mapping(self.api_calls),
+            api_errors_by_class=frozen_mapping(self.api_errors_by_class),
             api_errors=self.scalars["api_errors_total"],
             dead_letters=self.scalars["dead_letters_total"],
             retries=self.scalars["retries_total"],
@@ -264,9 +261,9 @@ class _Collector:
             cache_misses=self.scalars["cache_misses_total"],
             cache_errors=self.scalars["cache_errors_total"],
             cache_tokens_saved=self.scalars["cache_tokens_saved_total"],
-            documents=_frozen(self.documents),
+            documents=frozen_mapping(self.documents),
             chunks=self.scalars["chunks_total"],
-            source_tokens=_frozen(self.source_tokens),
+            source_tokens=frozen_mapping(self.source_tokens),
         )
 
 
@@ -283,122 +280,3 @@ def snapshot_of(families: Iterable[Metric]) -> Snapshot:
         for sample in family.samples:
             collector.add(sample.name, sample.labels, float(sample.value))
     return collector.snapshot()
-
-
-# --------------------------------------------------------------------------- rates
-
-
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """What changed on one target between two snapshots taken ``elapsed_s`` apart."""
-
-    elapsed_s: float
-    results: Mapping[str, float]  # increase by lane
-    flushes: Mapping[str, float]  # increase by reason
-    batch_size: Histogram  # increase
-    item_wait: Mapping[str, Histogram]  # increase by lane
-    api_errors: float
-    dead_letters: float
-    retries: float
-    calls_ok: float = 0.0
-    calls_failed: float = 0.0
-    provider_wide_errors: float = 0.0
-    cache_hits: float = 0.0
-    cache_misses: float = 0.0
-    cache_errors: float = 0.0
-    cache_tokens_saved: float = 0.0
-    documents: Mapping[str, float] = field(default_factory=_frozen)  # increase by outcome
-    chunks: float = 0.0
-    source_tokens: Mapping[str, float] = field(default_factory=_frozen)  # increase by source
-
-    def items_per_s(self, lane: str | None = None) -> float:
-        items = sum(self.results.values()) if lane is None else self.results.get(lane, 0.0)
-        return items / self.elapsed_s
-
-    @property
-    def errors_per_s(self) -> float:
-        return self.api_errors / self.elapsed_s
-
-    @property
-    def dead_letters_per_s(self) -> float:
-        return self.dead_letters / self.elapsed_s
-
-    @property
-    def retries_per_s(self) -> float:
-        return self.retries / self.elapsed_s
-
-    @property
-    def provider_failing(self) -> bool:
-        """The provider refused everyone (bad key, unknown model), or every call failed."""
-        all_failed = self.calls_failed > 0 and self.calls_ok == 0
-        return self.provider_wide_errors > 0 or all_failed
-
-    @property
-    def batch_mean(self) -> float | None:
-        """Mean inputs per call over the interval; None when no batch was flushed."""
-        if self.batch_size.count <= 0:
-            return None
-        return self.batch_size.sum / self.batch_size.count
-
-    def item_wait_histogram(self, lane: str | None = None) -> Histogram:
-        if lane is not None:
-            return self.item_wait.get(lane, Histogram())
-        return merge_histograms(self.item_wait.values())
-
-    def item_wait_quantile(self, q: float, lane: str | None = None) -> float | None:
-        """Seconds; None when no item was flushed in the interval."""
-        return self.item_wait_histogram(lane).quantile(q)
-
-
-def _increases(current: Mapping[str, float], earlier: Mapping[str, float]) -> Mapping[str, float]:
-    return _frozen({k: _increase(v, earlier.get(k, 0.0)) for k, v in current.items()})
-
-
-def compute_rates(earlier: Snapshot, current: Snapshot, elapsed_s: float) -> Rates:
-    """Rates of ``current`` relative to ``earlier``; ``elapsed_s`` must be positive."""
-    if not elapsed_s > 0:
-        raise ValueError(f"elapsed_s must be positive, got {elapsed_s}")
-    empty = Histogram()
-    calls = _increases(current.api_calls, earlier.api_calls)
-    return Rates(
-        elapsed_s=elapsed_s,
-        results=_increases(current.results, earlier.results),
-        flushes=_increases(current.flushes, earlier.flushes),
-        batch_size=current.batch_size.increase_since(earlier.batch_size),
-        item_wait=MappingProxyType(
-            {
-                lane: hist.increase_since(earlier.item_wait.get(lane, empty))
-                for lane, hist in current.item_wait.items()
-            }
-        ),
-        api_errors=_increase(current.api_errors, earlier.api_errors),
-        dead_letters=_increase(current.dead_letters, earlier.dead_letters),
-        retries=_increase(current.retries, earlier.retries),
-        calls_ok=calls.get("ok", 0.0),
-        calls_failed=calls.get("error", 0.0),
-        provider_wide_errors=_increase(
-            current.api_errors_by_class.get(PROVIDER_WIDE, 0.0),
-            earlier.api_errors_by_class.get(PROVIDER_WIDE, 0.0),
-        ),
-        cache_hits=_increase(current.cache_hits, earlier.cache_hits),
-        cache_misses=_increase(current.cache_misses, earlier.cache_misses),
-        cache_errors=_increase(current.cache_errors, earlier.cache_errors),
-        cache_tokens_saved=_increase(current.cache_tokens_saved, earlier.cache_tokens_saved),
-        documents=_increases(current.documents, earlier.documents),
-        chunks=_increase(current.chunks, earlier.chunks),
-        source_tokens=_increases(current.source_tokens, earlier.source_tokens),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class TargetView:
-    """One target at one refresh: a snapshot (and rates once there are two), or why it is down."""
-
-    url: str
-    snapshot: Snapshot | None = None
-    rates: Rates | None = None
-    error: str | None = None
-
-    @property
-    def up(self) -> bool:
-        return self.snapshot is not None

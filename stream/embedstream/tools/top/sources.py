@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from embedstream.tools.top.model import TargetView
+from embedstream.tools.top.rates import TargetView
 from embedstream.tools.top.rows import fmt_count, fmt_rate
 
 TOP_SOURCES = 3
