@@ -75,8 +75,7 @@ def sources_to_pause(
     sources = set(held) | set(wanting)
     # Demand: what is held, and for a source with more to fetch, as much as it could get.
     demand = {
-        s: float(capacity) if s in wanting else max(float(held.get(s, 0)), reserve)
-        for s in sources
+        s: float(capacity) if s in wanting else max(float(held.get(s, 0)), reserve) for s in sources
     }
     shares = buffer_shares(demand, weights, capacity)
     pause: set[S] = set()
