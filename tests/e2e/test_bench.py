@@ -84,3 +84,28 @@ async def test_documents_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path
     assert "% of the first pass" in edited["scenario"] and "x items/s" in plain["scenario"]
     # Its own topics are deleted (a kafka-flood run's were once seen left: see the note).
     assert [t for t in await list_topics(bootstrap, "bench.") if ".documents." in t] == []
+
+
+async def test_fairness_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path) -> None:
+    """A tiny kafka-fairness: every row is there and its ratios are computed (none of them
+    is asserted: a speed)."""
+    out = tmp_path / "bench.json"
+    done = bench(
+        "--scenarios", "kafka-fairness", "--bootstrap", bootstrap, "--fairness-items", "300",
+        "--fairness-seconds", "1", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    main = [row for row in rows if row["kind"] != "kafka-stage"]
+    b_alone, a_alone, a_shares, b_shares, a_fifo, b_fifo = main
+    pair = ["kafka-fairness-drain", "kafka-fairness-trickle"]
+    assert [row["kind"] for row in main] == [*reversed(pair), *pair, *pair]
+    for a in (a_alone, a_shares, a_fifo):
+        assert (a["items"], a["failed"]) == (300, 0) and a["inputs"] >= 300
+    for b in (b_alone, b_shares, b_fifo):
+        assert b["items"] > 0 and b["latency"]["p50_ms"] <= b["latency"]["p99_ms"]
+    assert "shares (" in a_shares["scenario"] and "% of alone)" in a_shares["scenario"]
+    assert "x alone)" in b_shares["scenario"] and "calls FIFO" in b_fifo["scenario"]
+    stages = {row["scenario"].rsplit(": ", 1)[1] for row in rows if row["kind"] == "kafka-stage"}
+    assert {"published -> fetched", "call_start -> call_done", "written -> acked"} <= stages
+    assert [t for t in await list_topics(bootstrap, "bench.") if ".fair." in t] == []

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
-from embedstream.core.shares import buffer_shares, sources_to_pause, take_by_share
+from embedstream.core.shares import (
+    buffer_shares,
+    joining_level,
+    levels_after,
+    share_order,
+    sources_to_pause,
+)
 from embedstream.errors import ConfigError
 from embedstream.settings import load_settings
 from hypothesis import given
@@ -75,24 +83,97 @@ def test_sources_to_pause(
 
 
 @pytest.mark.parametrize(
-    ("queued", "weights", "served", "size", "taken"),
+    ("queued", "weights", "levels", "size", "taken"),
     [
-        ({"a": 5000, "b": 3}, {}, {}, 256, {"a": 253, "b": 3}),  # the trickle goes in the next call
-        ({"a": 5000, "b": 5000}, {}, {}, 100, {"a": 50, "b": 50}),
-        ({"a": 5000, "b": 5000}, {"b": 3}, {}, 100, {"a": 25, "b": 75}),
-        ({"a": 5000, "b": 5000}, {}, {"a": 60}, 100, {"a": 20, "b": 80}),  # catches b up
-        ({"a": 0, "b": 7}, {}, {"b": 1e9}, 10, {"b": 7}),  # an idle source's turn goes on
-        ({}, {}, {}, 10, {}),
+        ([("a", 5000), ("b", 3)], {}, {}, 256, {"a": 253, "b": 3}),  # the trickle rides along
+        ([("a", 5000), ("b", 5000)], {}, {}, 100, {"a": 50, "b": 50}),
+        ([("a", 5000), ("b", 5000)], {"b": 3}, {}, 100, {"a": 25, "b": 75}),
+        ([("a", 5000), ("b", 5000)], {"a": 3}, {}, 256, {"a": 192, "b": 64}),  # 3:1
+        ([("a", 5000), ("b", 5000)], {}, {"a": 60}, 100, {"a": 20, "b": 80}),  # catches b up
+        ([("a", 0), ("b", 7)], {}, {"b": 1e9}, 10, {"b": 7}),  # an idle source's turn goes on
+        ([("a", 5), ("b", 5), ("c", 5)], {}, {}, 15, {"a": 5, "b": 5, "c": 5}),
+        ([("a", 9), ("b", 2), ("c", 9)], {}, {}, 12, {"a": 5, "b": 2, "c": 5}),  # b's rest split
+        ([], {}, {}, 10, {}),
     ],
 )
-def test_take_by_share(
-    queued: dict[str, int],
+def test_share_order_splits_a_call_by_weighted_deficit(
+    queued: list[tuple[str, int]],
     weights: dict[str, float],
-    served: dict[str, float],
+    levels: dict[str, float],
     size: int,
     taken: dict[str, int],
 ) -> None:
-    assert take_by_share(queued, weights, served, size) == taken
+    assert Counter(share_order(queued, levels, weights, size)) == taken
+
+
+@pytest.mark.parametrize(
+    ("queued", "weights", "levels", "order"),
+    [
+        ([("a", 9), ("b", 9)], {}, {}, "ababab"),  # equal levels: the first listed first
+        ([("b", 9), ("a", 9)], {}, {}, "bababa"),
+        ([("a", 9), ("b", 9)], {"a": 3}, {}, "abaaab"),  # a's 2nd and 3rd at 1/3, 2/3; b's at 1
+        ([("a", 9), ("b", 1)], {}, {"a": 2.0}, "baaaaa"),  # b is behind: first
+    ],
+)
+def test_share_order_is_the_one_at_a_time_pick(
+    queued: list[tuple[str, int]], weights: dict[str, float], levels: dict[str, float], order: str
+) -> None:
+    assert "".join(share_order(queued, levels, weights, len(order))) == order
+
+
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=4),
+    st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=4, max_size=4),
+    st.integers(1, 60),
+)
+def test_share_order_matches_picking_one_at_a_time(
+    counts: list[int], weights_list: list[float], size: int
+) -> None:
+    names = "abcd"[: len(counts)]
+    weights = dict(zip(names, weights_list, strict=False))
+    queued = list(zip(names, counts, strict=True))
+    left = dict(queued)
+    given_: dict[str, float] = dict.fromkeys(names, 0.0)
+    slow: list[str] = []
+    for _ in range(size):
+        ready = [s for s in names if left[s] > 0]
+        if not ready:
+            break
+        pick = min(ready, key=lambda s: (given_[s] / weights[s], names.index(s)))
+        slow.append(pick)
+        left[pick] -= 1
+        given_[pick] += 1
+    fast = share_order(queued, {}, weights, size)
+    assert Counter(fast) == Counter(slow)
+    assert fast[: size // 2] == share_order(queued, {}, weights, size // 2)  # prefix-consistent
+
+
+def test_levels_after_counts_inputs_over_weight_and_joiners_get_the_lowest() -> None:
+    levels = levels_after({"a": 1.0}, ["a", "b", "b", "b"], {"b": 3})
+    assert levels == {"a": 2.0, "b": 1.0}
+    assert joining_level(levels) == 1.0
+    assert joining_level({}) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("held", "reserve", "paused", "expected"),
+    [
+        # B idle keeps room for one poll: A's flood pauses short of the lane's limit...
+        ({"a": 900, "b": 0}, 100.0, set(), {"a"}),
+        ({"a": 899, "b": 0}, 100.0, set(), set()),
+        ({"a": 950, "b": 50}, 100.0, set(), {"a"}),  # ...also while B holds some of it
+        ({"a": 600, "b": 0}, 100.0, {"a"}, {"a"}),  # paused until half its share (450)
+        ({"a": 449, "b": 0}, 100.0, {"a"}, set()),
+        # B's reserve taken by its own records: nobody is starved.
+        ({"a": 900, "b": 100}, 100.0, set(), set()),
+        # Without a reserve, an idle B leaves A the whole lane (the lane's limit applies).
+        ({"a": 1000, "b": 0}, 0.0, set(), set()),
+    ],
+)
+def test_an_idle_source_keeps_room_for_its_next_poll(
+    held: dict[str, int], reserve: float, paused: set[str], expected: set[str]
+) -> None:
+    assert sources_to_pause(held, {"a"}, {}, 1000, paused, reserve=reserve) == expected
 
 
 def test_a_trickle_without_lag_is_never_paused_by_a_flood() -> None:

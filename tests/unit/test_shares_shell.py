@@ -65,3 +65,22 @@ async def test_weights_give_the_flood_more_of_the_buffer() -> None:
     flood, trickle, _ = await shares_of(source_weights=f"{FLOOD}=3")
     assert trickle == 20
     assert flood >= 50  # beyond the equal share of 40: 3/4 of what the trickle leaves
+
+
+async def test_an_idle_trickle_keeps_room_and_its_next_record_is_read() -> None:
+    """The trickle has nothing when the flood comes: the flood still stops one poll short of
+    the lane's limit (80), so the trickle's next record is read at once. Without that room
+    the lane pauses whole at its limit and the record waits for half the lane to drain,
+    never here (the flood is never answered)."""
+    backend = GatedBackend()
+    async with running(backend, cluster=cluster(), topic_requests_low=f"{FLOOD},{TRICKLE}",
+                       max_buffered_items=100, max_poll_records=10) as h:  # fmt: skip
+        publish(h, FLOOD, 300, "SLOW")
+        state = h.service.processor.parts.assignment.get(TopicPartition(FLOOD, 0))
+        assert state is not None
+        await eventually(lambda: state.paused and held(h, FLOOD) >= 60)
+        await h.fetch_turns(3)
+        assert held(h, FLOOD) < 80  # its share: the lane's 80 less one poll kept for the trickle
+        publish(h, TRICKLE, 1, "SLOW trickle")
+        await eventually(lambda: held(h, TRICKLE) == 1)
+        backend.gate.set()

@@ -6,15 +6,16 @@ lane's buffer in proportion to its weight (`source_weights`, 1 unless set); a so
 less than its share leaves the rest to the others (water-filling), so an idle source costs
 nobody anything and a lone source may use the whole lane. Fetching follows the shares: a
 source over its share is paused while another source of its lane wants more (hysteresis: it
-resumes below half its share). For calls, :func:`take_by_share` picks the sources of the next
+resumes below half its share). For calls, :func:`share_order` picks the sources of the next
 batch's inputs by weighted deficit, so a trickle is served within about one call of a flood.
 
-Pure: no clock, no Kafka; the Kafka shell (`kafka/fetcher.py`) applies `sources_to_pause`.
+Pure: no clock, no Kafka; the Kafka shell (`kafka/fetcher.py`) applies `sources_to_pause`,
+the buckets of `core/lanes.py` apply `share_order` to every call they cut.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Set
+from collections.abc import Hashable, Mapping, Sequence, Set
 from typing import TypeVar
 
 S = TypeVar("S", bound=Hashable)
@@ -57,22 +58,29 @@ def sources_to_pause(
     weights: Mapping[S, float],
     capacity: float,
     paused: Set[S],
+    reserve: float = 0.0,
 ) -> set[S]:
     """The sources of one lane to pause so that the others get their shares.
 
-    `held` is each source's buffered items, `wanting` the sources with more to fetch (lag).
-    A source is paused when it holds its share or more while another source wants more than
-    it holds; a source already paused stays paused until it is below half its share. A source
-    with nothing to fetch is never paused (a trickle between records has no lag), and with no
-    other source wanting, nothing is paused here (the lane's own limits still apply).
+    `held` is each source's buffered items (every source of the lane, idle ones at 0),
+    `wanting` the sources with more to fetch (lag). A source is paused when it holds its
+    share or more while another source holds less than its own; a source already paused
+    stays paused until it is below half its share. A source with nothing to fetch is never
+    paused (a trickle between records has no lag); it wants what it holds, or `reserve`
+    if more: room kept for its next records, so that a flood on another source never fills
+    the lane to its limit (where the lane pauses whole and the trickle waits for half the
+    lane to drain). With `reserve` 0 and no other source wanting, nothing is paused here
+    (the lane's own limits still apply).
     """
     sources = set(held) | set(wanting)
     # Demand: what is held, and for a source with more to fetch, as much as it could get.
-    demand = {s: float(capacity) if s in wanting else float(held.get(s, 0)) for s in sources}
+    demand = {
+        s: float(capacity) if s in wanting else max(float(held.get(s, 0)), reserve) for s in sources
+    }
     shares = buffer_shares(demand, weights, capacity)
     pause: set[S] = set()
     for s in wanting:  # one with nothing to fetch is never paused: its trickle comes in
-        others_starved = any(o in wanting and held.get(o, 0) < shares[o] for o in sources if o != s)
+        others_starved = any(held.get(o, 0) < shares[o] for o in sources if o != s)
         if not others_starved:
             continue
         threshold = shares[s] * (RESUME_FRACTION if s in paused else 1.0)
@@ -81,23 +89,42 @@ def sources_to_pause(
     return pause
 
 
-def take_by_share(
-    queued: Mapping[S, int],
+def share_order(
+    queued: Sequence[tuple[S, int]],
+    levels: Mapping[S, float],
     weights: Mapping[S, float],
-    served: Mapping[S, float],
-    size: int,
-) -> dict[S, int]:
-    """How many inputs of each source the next batch of `size` takes: one at a time to the
-    source with the least served per weight (`served`: its inputs sent so far, which the
-    caller keeps and may decay), among those with inputs queued. A source with nothing queued
-    takes nothing, so its turn goes to the others."""
-    taken: dict[S, int] = {}
-    given = {s: served.get(s, 0.0) for s in queued}
-    for _ in range(size):
-        ready = [s for s, n in queued.items() if n - taken.get(s, 0) > 0]
-        if not ready:
-            break
-        s = min(ready, key=lambda r: (given[r] / weight_of(weights, r), str(r)))
-        taken[s] = taken.get(s, 0) + 1
-        given[s] += 1
-    return taken
+    limit: int,
+) -> list[S]:
+    """The sources of the next `limit` inputs, in the order they are taken: each input goes
+    to the source with the lowest level (inputs it was given, divided by its weight), among
+    those with inputs left in `queued`; ties go to the source listed first (the caller lists
+    the oldest first). `levels` are the sources' levels now (0 unless given).
+
+    The same as picking one at a time, but computed as a merge: the k-th input of source s
+    is taken at level ``levels[s] + k / weight``, so the order is the `limit` smallest of
+    those. A source with nothing queued takes nothing, so its turn goes to the others; the
+    order is prefix-consistent (the first n of a longer order are the order for n)."""
+    candidates: list[tuple[float, int]] = []  # (level at which it is taken, source's rank)
+    for rank, (source, count) in enumerate(queued):
+        step = 1.0 / weight_of(weights, source)
+        base = levels.get(source, 0.0)
+        candidates.extend((base + k * step, rank) for k in range(min(count, limit)))
+    candidates.sort()
+    return [queued[rank][0] for _, rank in candidates[:limit]]
+
+
+def levels_after(
+    levels: Mapping[S, float], taken: Sequence[S], weights: Mapping[S, float]
+) -> dict[S, float]:
+    """The levels once the inputs of `taken` (sources, one per input) were given."""
+    after = dict(levels)
+    for source in taken:
+        after[source] = after.get(source, 0.0) + 1.0 / weight_of(weights, source)
+    return after
+
+
+def joining_level(levels: Mapping[S, float]) -> float:
+    """The level a source gets when it has work again: the lowest of those with work, so an
+    idle spell earns it no credit (its share went to the others meanwhile) and costs it no
+    debt either; with nobody else working, 0."""
+    return min(levels.values(), default=0.0)

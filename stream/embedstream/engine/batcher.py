@@ -13,12 +13,12 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
 
 from embedstream.core.costmodel import CostModels, cost_key
 from embedstream.core.governor import Governor
-from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority
+from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority, Source
 from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import (
     BatchLimits,
@@ -49,6 +49,7 @@ class Batcher(Generic[T]):
         observer: EngineObserver | None = None,
         cost: CostModels | None = None,
         observe_dispatch: bool = True,
+        source_weights: Mapping[str, float] | None = None,
     ) -> None:
         self._limits = limits
         self._dispatch = dispatch
@@ -63,6 +64,11 @@ class Batcher(Generic[T]):
         self.cost = cost or CostModels()
         self._observe_dispatch = observe_dispatch
         self._buckets: dict[BucketKey, Bucket[T]] = {}
+        # The sources (input topics) of a bucket share its calls by these weights.
+        self._source_weights = dict(source_weights or {})
+        # False: every bucket is one FIFO, whatever the items' sources (the fairness
+        # benchmark's baseline; not a setting).
+        self.share_calls = True
         self._buffered = 0
         self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._in_flight: dict[asyncio.Task[None], list[Pending[T]]] = {}  # calls and their items
@@ -93,11 +99,12 @@ class Batcher(Generic[T]):
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def add(self, key: BucketKey, tokens: int, payload: T) -> None:
+    def add(self, key: BucketKey, tokens: int, payload: T, source: Source = None) -> None:
+        """Buffer one item; `source` is the input topic it came in on (None: the only one)."""
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = Bucket(key)
-        bucket.add(Pending(tokens, self._clock(), payload))
+            bucket = self._buckets[key] = Bucket(key, self._source_weights)
+        bucket.add(Pending(tokens, self._clock(), payload), source if self.share_calls else None)
         self._buffered += 1
         self._buffered_by_priority[key.priority] += 1
         if key.priority is Priority.HIGH:

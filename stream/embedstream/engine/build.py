@@ -91,6 +91,7 @@ def build_engine(
         observer=observer,
         cost=cost,
         observe_dispatch=False,  # the batch-call path reports real call latencies
+        source_weights=settings.source_weight_map,
     )
     return Engine(governor, cost, caller, batcher)
 

@@ -216,9 +216,12 @@ class Fetcher:
                     active.add(s.tp.topic)
                 if s.tp in paused:
                     topics_paused.add(s.tp.topic)
-            if len(active) < 2:
+            if len(held) < 2 or not active:
                 continue  # alone (or idle): only the lane's own limits apply
             capacity = self._limit * (LOW_SHARE if lane is InputLane.LOW else 1.0)
-            over = sources_to_pause(held, active, self._weights, capacity, topics_paused)
+            # An idle topic keeps room for one poll of its records (see sources_to_pause).
+            over = sources_to_pause(
+                held, active, self._weights, capacity, topics_paused, reserve=self._max_poll
+            )
             found |= {s.tp for s in states if s.tp.topic in over}
         return found

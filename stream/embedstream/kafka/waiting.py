@@ -30,7 +30,7 @@ class WaitingRetries:
         return len(self._queue)
 
     def _submit(self, item: WorkItem) -> None:
-        self._batcher.add(item.key, item.tokens, item)
+        self._batcher.add(item.key, item.tokens, item, item.source)
 
     def hold_or_submit(self, item: WorkItem) -> None:
         if item.not_before_ms > self._clock_ms():

@@ -15,6 +15,7 @@ class SourceFields:
         None,
         "Weights of input topics sharing a lane, as topic=weight pairs, comma separated "
         "(e.g. orders=3,wiki=1); unset or unnamed topics weigh 1. Sources with work share "
-        "the lane's buffer by weight; one over its share pauses while another wants more.",
+        "each call's inputs and the lane's buffer by weight; one over its buffer share "
+        "pauses while another wants more.",
         _SRC,
     )

@@ -33,6 +33,7 @@ from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, ScenarioResult
 from embedstream.tools.bench.documents import documents_scenario
 from embedstream.tools.bench.extras import EXTRA_SCENARIOS
+from embedstream.tools.bench.kafka_fairness import kafka_fairness
 from embedstream.tools.bench.kafka_figures import stage_rows
 from embedstream.tools.bench.kafka_flood import kafka_flood, kafka_floor
 from embedstream.tools.bench.kafka_scenarios import (
@@ -274,6 +275,9 @@ def _steps(
     if "documents" in chosen:
         docs = sizes.docs
         steps.append(("documents", lambda c: documents_scenario(c, broker, docs, DOC_PARAGRAPHS)))
+    if "kafka-fairness" in chosen:
+        fair = (sizes.fairness_items, sizes.fairness_rate, sizes.fairness_seconds)
+        steps.append(("kafka fairness", lambda c: kafka_fairness(c, broker, *fair)))
     return steps
 
 

@@ -16,10 +16,11 @@ from embedstream.tools.bench.extras import EXTRA_SCENARIOS
 # The scenarios, in the order they run.
 SCENARIOS = (
     "closed", "backlog", "open", "kafka-backlog", "kafka-poisson", "kafka-flood", "kafka-floor",
-    "documents",
+    "documents", "kafka-fairness",
 )  # fmt: skip
-# documents runs on the Kafka scenarios' broker but is no member of the kafka group (its three
-# passes through one processor take longer than the group's other scenarios together).
+# documents and kafka-fairness run on the Kafka scenarios' broker but are no members of the
+# kafka group (each one's passes through a processor take longer than the group's other
+# scenarios together).
 ALIASES = {"all": SCENARIOS, "in-process": SCENARIOS[:3], "kafka": SCENARIOS[3:7], "none": ()}
 KAFKA_SCENARIOS = frozenset(SCENARIOS[3:])  # those that need a broker
 
@@ -61,12 +62,15 @@ class Sizes:
     flood_high_rate: float  # high events/s during its drain
     floor_items: int  # the records of kafka-floor
     docs: int  # the documents of each documents pass (DOC_PARAGRAPHS paragraphs each)
+    fairness_items: int  # kafka-fairness: source A's backlog
+    fairness_rate: float  # kafka-fairness: source B's events/s
+    fairness_seconds: float  # kafka-fairness: how long B publishes alone
 
 
 FULL = Sizes(50, 10.0, 100_000, (1000.0, 3000.0), 100_000, 2000.0, 10.0, 100_000,
-             20_000, 50.0, 20_000, 1_000)  # fmt: skip
+             20_000, 50.0, 20_000, 1_000, 50_000, 20.0, 10.0)  # fmt: skip
 QUICK = Sizes(50, 2.0, 5_000, (1000.0, 3000.0), 5_000, 2000.0, 3.0, 20_000,
-              2_000, 50.0, 2_000, 50)  # fmt: skip
+              2_000, 50.0, 2_000, 50, 2_000, 20.0, 3.0)  # fmt: skip
 DOC_PARAGRAPHS = 20  # about one chunk each at the default chunking rules
 
 HTTP_PATHS = {"lean": (False,), "sdk": (True,), "both": (True, False)}  # sdk? per run of each
@@ -146,7 +150,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         default=SCENARIOS,
         metavar="LIST",
         help="comma-separated: closed, backlog, open, kafka-backlog, kafka-poisson, "
-        "kafka-flood, kafka-floor, documents, or the "
+        "kafka-flood, kafka-floor, documents, kafka-fairness, or the "
         "groups in-process, kafka, all, none (e.g. with --endpoint) (default: all)",
     )
     add("--quick", action="store_true", help="small sizes: a check that everything runs")
@@ -216,6 +220,24 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=None,
         help="kafka-flood high events/s during the drain (50)",
+    )
+    kafka.add_argument(
+        "--fairness-items",
+        type=_positive_int,
+        default=None,
+        help="kafka-fairness: source A's backlog (50,000)",
+    )
+    kafka.add_argument(
+        "--fairness-rate",
+        type=_positive_float,
+        default=None,
+        help="kafka-fairness: source B's events/s (20)",
+    )
+    kafka.add_argument(
+        "--fairness-seconds",
+        type=_positive_float,
+        default=None,
+        help="kafka-fairness: how long B publishes alone (10)",
     )
     kafka.add_argument(
         "--floor-items", type=_positive_int, default=None, help="kafka-floor records (20,000)"
@@ -319,4 +341,7 @@ def sizes_from_args(ns: argparse.Namespace) -> Sizes:
         flood_high_rate=ns.flood_high_rate or base.flood_high_rate,
         floor_items=ns.floor_items or base.floor_items,
         docs=ns.docs or base.docs,
+        fairness_items=ns.fairness_items or base.fairness_items,
+        fairness_rate=ns.fairness_rate or base.fairness_rate,
+        fairness_seconds=ns.fairness_seconds or base.fairness_seconds,
     )
