@@ -16,7 +16,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Fail a grouped test when `--dist loadgroup` did not group it: tests sharing a session
     fixture (the secured broker, the bench) would each start their own, on every worker, and
     the suite would take minutes longer without saying why (pytest-xdist#1386)."""
-    if not item.config.getvalue("loadgroup"):
+    if not item.config.getoption("loadgroup", default=False):
         return
     if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
         pytest.fail(

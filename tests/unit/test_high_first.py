@@ -140,3 +140,51 @@ async def test_with_the_setting_off_one_producer_writes_every_result() -> None:
     main, high = await run_one_of_each(high_results_producer=False)
     assert sorted(k or b"" for k in keys(main)) == [b"h", b"l"]
     assert high.sent == [] and not high.started
+
+
+FLOOD, TRICKLE = TopicPartition("flood", 0), TopicPartition("trickle", 0)
+
+
+async def flooded_lane() -> tuple[FakeConsumer, Assignment]:
+    """Two low topics of one lane: 300 records of the flood, then one of the trickle, served
+    oldest first; the flood already holds 50 items in the buffer, the trickle none."""
+    cluster = FakeCluster({"flood": 1, "trickle": 1})
+    for i in range(300):
+        cluster.produce("flood", orjson.dumps({"id": f"f-{i}", "text": "x"}), b"f")
+    cluster.produce("trickle", orjson.dumps({"id": "t-0", "text": "x"}), b"t")
+    consumer = FakeConsumer(cluster)
+    consumer.oldest_first = True
+    await consumer.assign({FLOOD, TRICKLE})
+    assignment = Assignment(lambda topic: InputLane.LOW)
+    flood = assignment.add(FLOOD)
+    assignment.add(TRICKLE)
+    for offset in range(50):
+        flood.offsets.track(offset)
+    return consumer, assignment
+
+
+async def test_a_trickle_under_its_share_is_handed_over_before_a_floods_backlog() -> None:
+    consumer, assignment = await flooded_lane()
+    fetcher = Fetcher(consumer, assignment, Settings(max_buffered_items=1000))
+    fetcher.apply_backpressure(provider_blocked=False)  # the shares decide who goes first
+    fetched = await fetcher.fetch(10, asyncio.Event())
+    assert fetched is not None
+    by_partition = {state.tp: [r.offset for r in records] for state, records in fetched}
+    assert by_partition[TRICKLE] == [0]
+    assert by_partition[FLOOD] == list(range(9))
+    assert fetched[0][0].tp == TRICKLE  # admitted first
+
+
+async def test_with_the_lane_idle_nobody_is_put_first() -> None:
+    """Nothing held: no backlog to jump, the consumer's own order stands (the flood's records
+    came first)."""
+    consumer, assignment = await flooded_lane()
+    state = assignment.get(FLOOD)
+    assert state is not None
+    for offset in range(50):
+        state.offsets.complete(offset)
+    fetcher = Fetcher(consumer, assignment, Settings(max_buffered_items=1000))
+    fetcher.apply_backpressure(provider_blocked=False)
+    fetched = await fetcher.fetch(10, asyncio.Event())
+    assert fetched is not None
+    assert [state.tp for state, _ in fetched] == [FLOOD]

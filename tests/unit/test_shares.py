@@ -11,6 +11,7 @@ from embedstream.core.shares import (
     levels_after,
     share_order,
     sources_to_pause,
+    sources_under_share,
 )
 from embedstream.errors import ConfigError
 from embedstream.settings import load_settings
@@ -202,3 +203,23 @@ def test_a_bad_source_weight_fails_at_start_naming_the_setting(value: str, probl
 def test_source_weights_parse_full_topic_names() -> None:
     settings = load_settings(env={"EMBEDSTREAM_SOURCE_WEIGHTS": "t.orders=3, t.wiki = 0.5"})
     assert settings.source_weight_map == {"t.orders": 3.0, "t.wiki": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("held", "weights", "under"),
+    [
+        ({"a": 500, "b": 0}, {}, {"b"}),  # the trickle goes first
+        ({"a": 500, "b": 3}, {}, {"b"}),
+        ({"a": 50, "b": 50}, {}, set()),  # level: nobody jumps
+        ({"a": 0, "b": 0}, {}, set()),  # idle lane: no backlog to jump
+        ({"a": 500}, {}, set()),  # alone
+        ({"a": 300, "b": 100}, {"b": 0.2}, {"a"}),  # parts 333 and 67: a is under
+        ({"a": 300, "b": 100}, {"a": 3}, set()),  # b's part is 100: not under
+        ({"a": 300, "b": 99}, {"a": 3}, {"b"}),
+        ({"a": 10, "b": 0, "c": 0}, {}, {"b", "c"}),
+    ],
+)
+def test_sources_under_their_share_go_first(
+    held: dict[str, int], weights: dict[str, float], under: set[str]
+) -> None:
+    assert sources_under_share(held, weights) == under

@@ -128,3 +128,16 @@ def joining_level(levels: Mapping[S, float]) -> float:
     idle spell earns it no credit (its share went to the others meanwhile) and costs it no
     debt either; with nobody else working, 0."""
     return min(levels.values(), default=0.0)
+
+
+def sources_under_share(held: Mapping[S, int], weights: Mapping[S, float]) -> set[S]:
+    """The sources of one lane holding less than an equal-weight part of what the lane holds:
+    the fetcher hands their buffered records over first, as it does high ones, since the
+    consumer serves its buffer in fetch order and a trickle's record would otherwise wait
+    behind every record of a flood fetched before it. With one source, none (nothing to put
+    ahead of); with nothing held, none (no backlog to jump)."""
+    total = sum(held.values())
+    if len(held) < 2 or total <= 0:
+        return set()
+    total_weight = sum(weight_of(weights, s) for s in held)
+    return {s for s, n in held.items() if n < total * weight_of(weights, s) / total_weight}

@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 from embedstream.core.flow import LOW_SHARE, fetch_budget, partitions_to_pause
 from embedstream.core.holdback import HoldBacks
 from embedstream.core.lanes import InputLane, Priority
-from embedstream.core.shares import sources_to_pause
+from embedstream.core.shares import sources_to_pause, sources_under_share
 from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Record
 from embedstream.settings import Settings
@@ -57,6 +57,9 @@ class Fetcher:
         # Paused last round for being over their share: not a sign that the lane is paused
         # (its hysteresis would otherwise hold every topic of the lane paused).
         self._over_share_paused: set[TopicPartition] = set()
+        # Low partitions of topics under their share of a lane shared with a flood: fetched
+        # first, like high ones (see fetch).
+        self._under_share: set[TopicPartition] = set()
 
     @property
     def pressure(self) -> int:
@@ -85,12 +88,18 @@ class Fetcher:
 
         The consumer hands over what it has buffered in the order its fetches completed, so
         under a low backlog a high record fetched later waits behind every low record fetched
-        before it (seconds of them, in a flood on Apache Kafka): the high partitions are asked
-        first, then the rest of the budget goes to every partition."""
-        high = [s.tp for s in self._assignment if s.lane is Priority.HIGH and not s.paused]
+        before it (seconds of them, in a flood on Apache Kafka): the high partitions, and
+        those of a topic under its share of a lane another topic floods, are asked first,
+        then the rest of the budget goes to every partition."""
+        first_tps = [
+            s.tp
+            for s in self._assignment
+            if not s.paused and (s.lane is Priority.HIGH or s.tp in self._under_share)
+        ]
         got: dict[TopicPartition, list[Record]] = {}
-        if high:  # only what is already buffered: no wait
-            first = await self._take(self._consumer.getmany(*high, max_records=budget), stopping)
+        if first_tps:  # only what is already buffered: no wait
+            ask = self._consumer.getmany(*first_tps, max_records=budget)
+            first = await self._take(ask, stopping)
             if first is None:
                 return None
             got = first
@@ -204,6 +213,7 @@ class Fetcher:
         """The partitions of topics holding more than their share of their lane's buffer
         while another topic of the lane has work (the retry topic is a lane of its own)."""
         found: set[TopicPartition] = set()
+        self._under_share = set()
         for lane in (InputLane.HIGH, InputLane.LOW):
             states = [s for s in self._assignment if s.tp in assigned and s.input_lane is lane]
             held: dict[str, int] = {}
@@ -218,6 +228,8 @@ class Fetcher:
                     topics_paused.add(s.tp.topic)
             if len(held) < 2 or not active:
                 continue  # alone (or idle): only the lane's own limits apply
+            under = sources_under_share(held, self._weights)
+            self._under_share |= {s.tp for s in states if s.tp.topic in under}
             capacity = self._limit * (LOW_SHARE if lane is InputLane.LOW else 1.0)
             # An idle topic keeps room for one poll of its records (see sources_to_pause).
             over = sources_to_pause(
