@@ -9,14 +9,14 @@
 #                                 (e.g. `bash ops/test.sh tests/integration/test_cache.py -x`)
 #
 # Tiers run in parallel workers (pytest-xdist; every test has its own topic prefix and ports):
-# unit and integration together, then e2e (processes, chaos) with fewer workers, since its
-# tests time real processes on the machine's two cores.
+# unit and integration together, then e2e (processes, chaos) with three workers while the
+# static checks run beside it: its tests mostly wait on feeders, restarts and outages.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PYTHON="${PYTHON:-python3}"
 WORKERS="${EMBEDSTREAM_TEST_WORKERS:-4}"
-E2E_WORKERS="${EMBEDSTREAM_TEST_E2E_WORKERS:-2}"
+E2E_WORKERS="${EMBEDSTREAM_TEST_E2E_WORKERS:-3}"
 fast=0
 if [[ "${1:-}" == "--fast" ]]; then
   fast=1
@@ -66,14 +66,22 @@ export EMBEDSTREAM_TEST_BOOTSTRAP="127.0.0.1:$EMBEDSTREAM_KAFKA_PORT"
 # The secured broker (TLS/SASL tests) is started by its pytest fixture, on free ports.
 export EMBEDSTREAM_REQUIRE_BROKER=1 EMBEDSTREAM_REQUIRE_TOOLS=1
 
-static_checks
 status=0
 if (($#)); then
+  static_checks
   "$PYTHON" -m pytest -p no:cacheprovider "$@" || status=$?
 else
   "$PYTHON" -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadgroup --durations=15 tests/unit tests/integration \
     || status=$?
+  # The e2e tier mostly waits (feeders at fixed rates, restarts, outages): the static checks
+  # run beside it rather than before everything (their output is printed once they end).
+  static_log="$(mktemp)"
+  static_checks >"$static_log" 2>&1 &
+  static_pid=$!
   "$PYTHON" -m pytest -p no:cacheprovider -n "$E2E_WORKERS" --dist loadgroup --durations=15 tests/e2e || status=$?
+  wait "$static_pid" || status=$?
+  cat "$static_log"
+  rm -f "$static_log"
 fi
 if [[ $status -ne 0 ]]; then
   echo "---- tests failed (exit $status); tail of the Kafka broker log ----" >&2
