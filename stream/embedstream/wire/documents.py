@@ -24,6 +24,7 @@ import orjson
 
 from embedstream.errors import InvalidEvent, Reason
 from embedstream.wire.events import MAX_ID_CHARS, EmbedResult
+from embedstream.wire.json_bytes import record_json
 from embedstream.wire.vectors import Vector, all_finite, base64_floats
 
 # A plain result is the result event that exists today; one type, not two.
@@ -77,7 +78,7 @@ class ChunkResult:
         }
         if self.text is not None:
             doc["text"] = self.text
-        return orjson.dumps(doc)
+        return record_json(doc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ class DocumentComplete:
         return self.doc_id.encode()
 
     def encode(self) -> bytes:
-        return orjson.dumps(
+        return record_json(
             {
                 "type": COMPLETE,
                 "doc_id": self.doc_id,
@@ -120,7 +121,7 @@ class DocumentIncomplete:
         return self.doc_id.encode()
 
     def encode(self) -> bytes:
-        return orjson.dumps(
+        return record_json(
             {
                 "type": INCOMPLETE,
                 "doc_id": self.doc_id,

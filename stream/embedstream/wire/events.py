@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from embedstream.errors import InvalidEvent, Reason
+from embedstream.wire.json_bytes import record_json
 from embedstream.wire.vectors import Vector
 
 MAX_ID_CHARS = 512
@@ -200,7 +201,7 @@ class EmbedResult:
     cached: bool = False  # served from the embedding cache: no provider call was made
 
     def encode(self) -> bytes:
-        return orjson.dumps(
+        return record_json(
             {
                 "id": self.id,
                 "model": self.model,
