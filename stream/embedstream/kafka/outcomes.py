@@ -118,32 +118,37 @@ class KafkaOutcomes(Outcomes[WorkItem]):
     async def _write_results(
         self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int
     ) -> None:
+        """Encodes the records, then lets the vectors go before waiting for the broker: behind
+        a slow broker thousands of results wait to be acked, and a 256-float vector as a list
+        costs 8 KiB, more than its JSON (soak, bench/soak_heap.py)."""
         now = self._clock_ms()
-        results = [
-            (e.job, self._result(e.job, key.model, e.vector, dimensions, e.tokens, now))
-            for e in done
-        ]
-        await self.sink.results(results)
+        outputs = self.sink.result_outputs(
+            [(e.job, self._result(e.job, key.model, e.vector, dimensions, e.tokens, now))
+             for e in done]
+        )  # fmt: skip
+        finished = [(e.job, e.tokens) for e in done]
+        done.clear()  # this task's own list: the last reference to the vectors
+        await self.sink.write_outputs(outputs)
         lane = key.priority.label
-        for embedded in done:
-            self._observer.observe_result(lane, (now - embedded.job.timestamp_ms) / 1000.0)
-            embedded.job.span.end("result")
-            embedded.job.finish()
-        self._account(done)
+        for job, _ in finished:
+            self._observer.observe_result(lane, (now - job.timestamp_ms) / 1000.0)
+            job.span.end("result")
+            job.finish()
+        self._account(finished)
 
-    def _account(self, done: list[Embedded[WorkItem]]) -> None:
+    def _account(self, finished: list[tuple[WorkItem, int]]) -> None:
         """One call's usage per source (usually one source a call: one counter update each)."""
-        reported = sum(e.tokens for e in done)
+        reported = sum(used for _, used in finished)
         tokens: dict[str, int] = {}
         inputs: dict[str, int] = {}
-        for e in done:
-            source = e.job.source
-            tokens[source] = tokens.get(source, 0) + (e.tokens if reported else e.job.tokens)
+        for job, used in finished:
+            source = job.source
+            tokens[source] = tokens.get(source, 0) + (used if reported else job.tokens)
             inputs[source] = inputs.get(source, 0) + 1
         for source, count in inputs.items():
             self._observer.count_source_usage(
                 source, tokens=tokens[source], estimated=not reported,
-                call_share=count / len(done),
+                call_share=count / len(finished),
             )  # fmt: skip
 
     def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:

@@ -211,7 +211,17 @@ class Sink:
 
     async def results(self, done: Sequence[tuple[WorkItem, EmbedResult | ChunkResult]]) -> None:
         """Many results at once (one call's): written as one batch per partition."""
-        await self._writer.write_many([self._result_output(i, r) for i, r in done])
+        await self.write_outputs(self.result_outputs(done))
+
+    def result_outputs(
+        self, done: Sequence[tuple[WorkItem, EmbedResult | ChunkResult]]
+    ) -> list[Output]:
+        """The records of many results, encoded: their vectors are not needed any more."""
+        return [self._result_output(i, r) for i, r in done]
+
+    async def write_outputs(self, outputs: Sequence[Output]) -> None:
+        """Records of `result_outputs`, written as one batch per partition."""
+        await self._writer.write_many(outputs)
 
     def _result_output(self, item: WorkItem, result: EmbedResult | ChunkResult) -> Output:
         headers: Headers = [(SOURCE_TOPIC, item.source.encode())] if item.source else []

@@ -1,0 +1,90 @@
+"""While its results wait for the broker's ack, a call keeps their records, not their vectors.
+
+Behind a slow broker thousands of results wait to be acknowledged (a soak held 4,392 of them,
+bench/soak_heap.py); a 256-float vector as a list costs 8 KiB, more than its JSON, so the
+vectors are let go as soon as the records are encoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import Sequence
+
+import orjson
+from aiokafka import TopicPartition
+from embedstream.core.lanes import BucketKey, InputLane, Priority
+from embedstream.engine.jobs import Embedded
+from embedstream.kafka.documents import DocumentFlow
+from embedstream.kafka.outcomes import KafkaOutcomes
+from embedstream.kafka.partitions import PartitionState
+from embedstream.kafka.sink import Output, Sink
+from embedstream.kafka.topics import configured_topics
+from embedstream.kafka.work import Origin, WorkItem
+from embedstream.ops.metrics import Metrics
+from embedstream.settings import load_settings
+from embedstream.testing.clock import FakeClock
+from embedstream.wire import EmbedRequest
+
+KEY = BucketKey(Priority.LOW, "m", "float", None)
+
+
+class Vector(list[float]):
+    """A float list that can be watched with a weak reference."""
+
+
+class AckLater:
+    """A writer whose broker acknowledges nothing until `ack` is set."""
+
+    def __init__(self) -> None:
+        self.waiting: list[Output] = []
+        self.writing = asyncio.Event()  # set once a write is waiting for its ack
+        self.ack = asyncio.Event()
+
+    async def write(self, output: Output) -> None:
+        await self.write_many([output])
+
+    async def write_many(self, outputs: Sequence[Output]) -> None:
+        self.waiting.extend(outputs)
+        self.writing.set()
+        await self.ack.wait()
+
+
+def work_item(state: PartitionState, offset: int) -> WorkItem:
+    request = EmbedRequest(f"r{offset}", "some text")
+    return WorkItem(
+        id=request.id, text=request.text, tokens=2, request=request,
+        origin=Origin(state.tp.topic, state.tp.partition, offset), raw=b"{}",
+        priority=Priority.LOW, partition=state, timestamp_ms=0, model="m",
+        encoding_format="float",
+    )  # fmt: skip
+
+
+async def test_vectors_are_let_go_while_their_results_wait_for_the_ack() -> None:
+    clock = FakeClock()
+    writer = AckLater()
+    metrics = Metrics()
+    sink = Sink(writer, configured_topics(load_settings(env={})), clock)
+    outcomes = KafkaOutcomes(sink, metrics, DocumentFlow(sink, metrics, include_text=False), clock)
+    state = PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW)
+    items = [work_item(state, offset) for offset in range(3)]
+    for item in items:
+        state.offsets.track(item.origin.offset)
+    vectors = [Vector([0.5 + i, 0.25]) for i in range(3)]
+    watched = [weakref.ref(v) for v in vectors]
+    await outcomes.succeeded(
+        KEY, [Embedded(item, v, 1) for item, v in zip(items, vectors, strict=True)], 2
+    )
+    del vectors
+    await writer.writing.wait()  # the background write has begun
+    gc.collect()
+    assert [ref() for ref in watched] == [None, None, None]
+    # The records carry the vectors, and the items finish once the broker has them.
+    assert [orjson.loads(o.value or b"")["embedding"] for o in writer.waiting] == [
+        [0.5, 0.25], [1.5, 0.25], [2.5, 0.25]
+    ]  # fmt: skip
+    assert state.offsets.pending == 3
+    writer.ack.set()
+    await outcomes.flush()
+    assert state.offsets.pending == 0
