@@ -76,3 +76,23 @@ def test_pending_bytes_count_unfinished_records_only() -> None:
     tracker.complete(0)
     tracker.complete(2)
     assert tracker.pending_bytes == 0
+
+
+def test_held_bytes_count_against_an_unfinished_record_until_released() -> None:
+    tracker = PartitionOffsets()
+    tracker.track(0, size=100)
+    tracker.track(1, size=50)
+    tracker.hold_bytes(1, 5_000)  # its result, waiting for the broker's ack
+    assert tracker.pending_bytes == 5_150
+    tracker.hold_bytes(1, -5_000)  # acked
+    assert tracker.pending_bytes == 150
+    tracker.hold_bytes(0, 7_000)
+    tracker.complete(0)  # finishing frees what it held with it
+    assert tracker.pending_bytes == 50
+    tracker.hold_bytes(0, -7_000)  # a release after the finish changes nothing
+    tracker.hold_bytes(0, 7_000)  # nor does a hold on a finished record
+    assert tracker.pending_bytes == 50
+    tracker.hold_bytes(1, -80)  # never below nothing for a record
+    assert tracker.pending_bytes == 0
+    tracker.complete(1)
+    assert tracker.pending_bytes == 0

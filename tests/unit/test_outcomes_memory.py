@@ -1,8 +1,10 @@
-"""While its results wait for the broker's ack, a call keeps their records, not their vectors.
+"""While its results wait for the broker's ack, a call keeps their records, not their vectors,
+and the records count against max_buffered_bytes.
 
 Behind a slow broker thousands of results wait to be acknowledged (a soak held 4,392 of them,
 bench/soak_heap.py); a 256-float vector as a list costs 8 KiB, more than its JSON, so the
-vectors are let go as soon as the records are encoded.
+vectors are let go as soon as the records are encoded; a 1,536-float result is 30 KB of JSON,
+thirty times its request, so the byte bound counts it until it is acked.
 """
 
 from __future__ import annotations
@@ -88,3 +90,24 @@ async def test_vectors_are_let_go_while_their_results_wait_for_the_ack() -> None
     writer.ack.set()
     await outcomes.flush()
     assert state.offsets.pending == 0
+
+
+async def test_results_waiting_for_the_ack_count_against_the_byte_bound() -> None:
+    clock = FakeClock()
+    writer = AckLater()
+    metrics = Metrics()
+    sink = Sink(writer, configured_topics(load_settings(env={})), clock)
+    outcomes = KafkaOutcomes(sink, metrics, DocumentFlow(sink, metrics, include_text=False), clock)
+    state = PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW)
+    items = [work_item(state, offset) for offset in range(2)]
+    for item in items:
+        state.offsets.track(item.origin.offset, size=len(item.raw))
+    vector = [1 / 3] * 1536  # a 1,536-dimensions result: about 30 KB of JSON
+    await outcomes.succeeded(KEY, [Embedded(item, vector, 1) for item in items], 1536)
+    await writer.writing.wait()
+    results = sum(len(o.value or b"") for o in writer.waiting)
+    assert results > 2 * 25_000
+    assert state.offsets.pending_bytes == results + 2 * len(b"{}")
+    writer.ack.set()
+    await outcomes.flush()
+    assert state.offsets.pending_bytes == 0

@@ -31,6 +31,20 @@ class PartitionOffsets:
             self.pending_bytes += size
         self._next_after_tracked = offset + 1
 
+    def hold_bytes(self, offset: int, size: int) -> None:
+        """Count `size` more bytes (less, if negative) against the unfinished record at
+        `offset`: its result while it waits for the broker's ack. Nothing for a record already
+        finished, whose bytes were freed with it."""
+        if offset in self._completed or not self._outstanding or offset < self._outstanding[0]:
+            return
+        before = self._sizes.get(offset, 0)
+        after = max(0, before + size)
+        if after:
+            self._sizes[offset] = after
+        else:
+            self._sizes.pop(offset, None)
+        self.pending_bytes += after - before
+
     def complete(self, offset: int) -> None:
         if offset not in self._completed:
             self.pending_bytes -= self._sizes.pop(offset, 0)

@@ -128,7 +128,16 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         )  # fmt: skip
         finished = [(e.job, e.tokens) for e in done]
         done.clear()  # this task's own list: the last reference to the vectors
-        await self.sink.write_outputs(outputs)
+        # Until acked, each record counts against max_buffered_bytes on its input's offset:
+        # a 1,536-float result is 30 KB of JSON, thirty times what its request weighed.
+        held = [(job, len(o.value or b"")) for (job, _), o in zip(finished, outputs, strict=True)]
+        for job, size in held:
+            job.partition.offsets.hold_bytes(job.origin.offset, size)
+        try:
+            await self.sink.write_outputs(outputs)
+        finally:
+            for job, size in held:
+                job.partition.offsets.hold_bytes(job.origin.offset, -size)
         lane = key.priority.label
         for job, _ in finished:
             self._observer.observe_result(lane, (now - job.timestamp_ms) / 1000.0)

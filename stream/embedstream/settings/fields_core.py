@@ -202,7 +202,7 @@ class CoreFields:
     max_buffered_bytes: int = setting(
         64 * 1024 * 1024,
         "Most bytes held in memory (request bytes plus about 1 KiB per item for what it costs "
-        "in Python); above it fetching pauses.",
+        "in Python, and each result's bytes until the broker has it); above it fetching pauses.",
         _L,
         gt=0,
     )
