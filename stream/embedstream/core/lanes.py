@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from enum import IntEnum, StrEnum
 from typing import Generic, NamedTuple, TypeVar
 
-from embedstream.core.shares import joining_level, levels_after, share_order
+from embedstream.core.shares import joining_level, levels_after, share_order, trickle_sources
 
 T = TypeVar("T")
 
@@ -147,6 +147,33 @@ class Bucket(Generic[T]):
             return [self._items.popleft() for _ in range(min(n, len(self._items)))]
         queues = self._queues
         order = self._order(n)
+        taken = [queues[s].popleft() for s in order]
+        self._count -= len(taken)
+        self._levels = levels_after(self._levels, order, self._weights)
+        self._planned_for = 0
+        self._forget_empty()
+        return taken
+
+    def trickle_count(self) -> int:
+        """Items of the trickles beside a flood (`core/shares.py` trickle_sources): what
+        `take_trickle` would take; 0 with one source, or none that small."""
+        if self._queues is None:
+            return 0
+        counts = {s: len(q) for s, q in self._queues.items()}
+        return sum(counts[s] for s in trickle_sources(counts, self._weights))
+
+    def take_trickle(self, n: int) -> list[Pending[T]]:
+        """Up to ``n`` items of the trickles only, oldest source first, each in its order: a
+        call of their own, so a trickle never waits for a flood-sized call to finish."""
+        if self._queues is None:
+            return []
+        queues = self._queues
+        counts = {s: len(q) for s, q in queues.items()}
+        trickles = trickle_sources(counts, self._weights)
+        order_of_sources = sorted(trickles, key=lambda s: queues[s][0].arrival)
+        order: list[Source] = []
+        for source in order_of_sources:
+            order += [source] * min(counts[source], n - len(order))
         taken = [queues[s].popleft() for s in order]
         self._count -= len(taken)
         self._levels = levels_after(self._levels, order, self._weights)
