@@ -145,14 +145,7 @@ class Bucket(Generic[T]):
     def take(self, n: int) -> list[Pending[T]]:
         if self._queues is None:
             return [self._items.popleft() for _ in range(min(n, len(self._items)))]
-        queues = self._queues
-        order = self._order(n)
-        taken = [queues[s].popleft() for s in order]
-        self._count -= len(taken)
-        self._levels = levels_after(self._levels, order, self._weights)
-        self._planned_for = 0
-        self._forget_empty()
-        return taken
+        return self._take_in(self._order(n))
 
     def trickle_count(self) -> int:
         """Items of the trickles beside a flood (`core/shares.py` trickle_sources): what
@@ -174,6 +167,12 @@ class Bucket(Generic[T]):
         order: list[Source] = []
         for source in order_of_sources:
             order += [source] * min(counts[source], n - len(order))
+        return self._take_in(order)
+
+    def _take_in(self, order: list[Source]) -> list[Pending[T]]:
+        """The next item of each source of ``order`` in turn (two or more sources)."""
+        assert self._queues is not None
+        queues = self._queues
         taken = [queues[s].popleft() for s in order]
         self._count -= len(taken)
         self._levels = levels_after(self._levels, order, self._weights)
