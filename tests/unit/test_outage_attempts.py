@@ -41,9 +41,10 @@ class StoppingProvider:
 
 async def test_an_answer_to_a_call_sent_before_the_failure_spends_no_attempt() -> None:
     provider = StoppingProvider()
-    settings = {"max_attempts": 2, "max_batch_size": 1, "max_concurrency": 4,
-                "max_wait_ms": 1, "retry_backoff_base_ms": 200}  # fmt: skip
-    async with BatchingClient(provider, **settings) as client:
+    async with BatchingClient(
+        provider, max_attempts=2, max_batch_size=1, max_concurrency=4, max_wait_ms=1,
+        retry_backoff_base_ms=200,
+    ) as client:  # fmt: skip
         await client.embed("warm")  # the provider served a call just now
         slow = asyncio.ensure_future(client.embed("slow"))
         victim = asyncio.ensure_future(client.embed("victim"))
