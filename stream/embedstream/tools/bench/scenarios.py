@@ -47,7 +47,7 @@ class Measured:
     def __init__(self, ctx: BenchContext, *, warm_up_texts: int | None = None) -> None:
         self.ctx = ctx
         self.backend = TimedBackend(ctx.embedder())
-        self.client = BatchingClient(self.backend, settings=ctx.settings)
+        self.client = ctx.make_client(self.backend, ctx.settings)
         self.cpu = CpuMeter(ctx.provider_cpu())
         slots = ctx.settings.max_concurrency
         self._warm_up = warm_up_texts if warm_up_texts is not None else 2 * slots
