@@ -183,10 +183,11 @@ def test_spreading_stays_within_limits_and_never_finishes_later(
         (1_000.0, 8, 8),  # 1000 * 0.04 / (8 * 0.7 - 1000 * 0.0006) = 8
         (3_000.0, 8, 32),  # 120 / (5.6 - 1.8) = 31.6: calls of 19 would keep all 8 busy
         (3_000.0, 4, 121),  # fewer slots: bigger calls (120 / (2.8 - 1.8), rounded up)
-        (9_999.0, 8, 256),  # no size keeps up: the largest call, never more
+        (3_800.0, 4, None),  # 292 would: more than a call takes, so the backlog rules decide
+        (9_999.0, 8, None),  # no size keeps up: a backlog
     ],
 )
-def test_fill_target(rate: float, slots: int, target: int) -> None:
+def test_fill_target(rate: float, slots: int, target: int | None) -> None:
     assert fill_target(rate, slots, BENCH, 30.0, CAPPED) == target
 
 
@@ -195,8 +196,11 @@ def test_calls_of_the_fill_target_keep_the_slots_below_the_utilization(
     rate: float, slots: int
 ) -> None:
     target = fill_target(rate, slots, BENCH, 30.0, CAPPED)
-    assert 1 <= target <= CAPPED.max_items
-    if target < CAPPED.max_items:  # busy slots = calls/s x seconds a call
+    if target is None:  # not even the largest call keeps up below 70%
+        largest = CAPPED.max_items
+        assert rate / largest * BENCH.latency(30.0 * largest, largest) > 0.7 * slots
+    else:  # busy slots = calls/s x seconds a call
+        assert 1 <= target <= CAPPED.max_items
         busy = rate / target * BENCH.latency(30.0 * target, target)
         assert busy <= 0.7 * slots * (1 + 1e-9)
 
@@ -209,9 +213,12 @@ def test_calls_of_the_fill_target_keep_the_slots_below_the_utilization(
         (8, 8, 1_000.0, 2, 0.0),  # already full enough
         (3, 8, 0.0, 2, 0.0),  # nothing arriving: waiting gains nothing
         (1, 256, 100.0, 2, 0.05),  # never past max_wait
+        (1, None, 9_999.0, 2, 0.0),  # a backlog: the depth's wait decides
     ],
 )
-def test_fill_wait(buffered: int, target: int, rate: float, in_flight: int, wait: float) -> None:
+def test_fill_wait(
+    buffered: int, target: int | None, rate: float, in_flight: int, wait: float
+) -> None:
     assert fill_wait(buffered, target, rate, in_flight, CAPPED) == pytest.approx(wait)
 
 

@@ -119,10 +119,12 @@ def fill_target(
     tokens_per_item: float,
     limits: BatchLimits,
     utilization: float = FILL_UTILIZATION,
-) -> int:
+) -> int | None:
     """The fewest items a call should carry so that calls at this arrival rate keep at most
     ``utilization`` of the lane's ``slots`` busy: ``s >= rate * L(s) / (slots * u)``, i.e.
-    ``s >= rate * base / (slots * u - rate * per_item)`` (``max_items`` when no size does).
+    ``s >= rate * base / (slots * u - rate * per_item)``. None when no call within
+    ``max_items`` does: the lane is behind (a backlog), and the backlog's rules (the depth's
+    wait, spreading over every idle slot) decide instead.
 
     Sending whatever is buffered whenever a slot frees makes calls as small as the slots
     allow: at 3,000 items/s on 8 slots of 40 ms + 0.6 ms an item, calls of ~19 keep all 8 busy
@@ -132,19 +134,22 @@ def fill_target(
         return 1
     per_item = cost.per_token_s * tokens_per_item + cost.per_item_s
     room = slots * utilization - rate_per_s * per_item
-    if room <= 0:
-        return limits.max_items
-    return max(1, min(limits.max_items, math.ceil(rate_per_s * cost.base_s / room)))
+    size = math.ceil(rate_per_s * cost.base_s / room) if room > 0 else math.inf
+    return max(1, size) if size <= limits.max_items else None
 
 
 def fill_wait(
-    buffered: int, target: int, rate_per_s: float, lane_in_flight: int, limits: BatchLimits
+    buffered: int,
+    target: int | None,
+    rate_per_s: float,
+    lane_in_flight: int,
+    limits: BatchLimits,
 ) -> float:
     """How long the oldest item may wait for batch-mates so the call reaches ``target``:
     the time that many items take to arrive, within ``max_wait``. None of it while the lane
-    has no call in flight (its slots are idle: sending now delays nobody) or the bucket
-    already holds the target."""
-    if lane_in_flight == 0 or buffered >= target or rate_per_s <= 0:
+    has no call in flight (its slots are idle: sending now delays nobody), the bucket
+    already holds the target, or there is none (a backlog)."""
+    if target is None or lane_in_flight == 0 or buffered >= target or rate_per_s <= 0:
         return 0.0
     return min(limits.max_wait_s, target / rate_per_s)
 

@@ -77,7 +77,7 @@ class Batcher(Generic[T]):
         # buffered when a slot frees (the benchmarks' before arm; not a setting).
         self.fill_calls = True
         self._arrivals = {lane: ArrivalRate() for lane in Priority}
-        self._fill_targets: dict[BucketKey, int] = {}
+        self._fill_targets: dict[BucketKey, int | None] = {}
         self._buffered = 0
         self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._in_flight: dict[asyncio.Task[None], list[Pending[T]]] = {}  # calls and their items
@@ -271,8 +271,8 @@ class Batcher(Generic[T]):
         lane = bucket.key.priority
         slots = self.governor.idle_slots(lane)
         cost = self.cost.cost(cost_key(bucket.key))
-        least = self._fill_targets.get(bucket.key, 1) if self.fill_calls else 1
-        size = spread_length(counts, len(bucket), slots, self._limits, cost, least=least)
+        least = self._fill_targets.get(bucket.key) if self.fill_calls else None
+        size = spread_length(counts, len(bucket), slots, self._limits, cost, least=least or 1)
         if lane is Priority.LOW:  # smaller low calls while high traffic is recent
             size = min(size, self.governor.low_call_cap(self._limits.max_items))
         items = bucket.take(size)
