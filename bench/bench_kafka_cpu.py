@@ -238,7 +238,7 @@ def group_of(filename: str, function: str) -> str:
     for group, fragments in GROUPS:
         for fragment in fragments:
             where, _, name = fragment.partition(":")
-            if where in path and (not name or name == function):
+            if where in path and (not name or function.split(".")[-1] == name):
                 return group
     return OTHER
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -203,8 +204,14 @@ def scenarios(
         chosen.append((f"closed {CALLERS}", lambda c: closed_loop(c, CALLERS, seconds=seconds)))
     for rate in RATES:
         if f"open-{rate:.0f}" in names:
-            chosen.append((f"open {rate:,.0f}/s", lambda c, r=rate: open_loop(c, r, seconds)))
+            chosen.append(
+                (f"open {rate:,.0f}/s", functools.partial(_open, rate=rate, seconds=seconds))
+            )
     return chosen
+
+
+async def _open(ctx: BenchContext, *, rate: float, seconds: float) -> ScenarioResult:
+    return await open_loop(ctx, rate, seconds)
 
 
 def figures(result: ScenarioResult) -> dict[str, float | int | None]:

@@ -224,7 +224,8 @@ def test_fill_wait(
 
 def test_a_filling_call_waits_then_goes_on_time() -> None:
     counts = [30, 30, 30]
-    assert decide(CAPPED, counts, 0.0, 0.005, 0, fill_wait_s=0.008) == Wait(pytest.approx(0.003))
+    waiting = decide(CAPPED, counts, 0.0, 0.005, 0, fill_wait_s=0.008)
+    assert isinstance(waiting, Wait) and waiting.seconds == pytest.approx(0.003)
     assert decide(CAPPED, counts, 0.0, 0.008, 0, fill_wait_s=0.008) == Flush(FlushReason.TIME)
     assert decide(CAPPED, counts, 0.0, 0.0, 0) == Flush(FlushReason.TIME)  # no fill: at once
 

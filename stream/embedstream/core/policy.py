@@ -134,8 +134,9 @@ def fill_target(
         return 1
     per_item = cost.per_token_s * tokens_per_item + cost.per_item_s
     room = slots * utilization - rate_per_s * per_item
-    size = math.ceil(rate_per_s * cost.base_s / room) if room > 0 else math.inf
-    return max(1, size) if size <= limits.max_items else None
+    if room <= 0 or rate_per_s * cost.base_s > room * limits.max_items:
+        return None
+    return max(1, math.ceil(rate_per_s * cost.base_s / room))
 
 
 def fill_wait(
