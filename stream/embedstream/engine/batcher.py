@@ -275,7 +275,10 @@ class Batcher(Generic[T]):
         size = spread_length(counts, len(bucket), slots, self._limits, cost, least=least or 1)
         if lane is Priority.LOW:  # smaller low calls while high traffic is recent
             size = min(size, self.governor.low_call_cap(self._limits.max_items))
-        items = bucket.take(size)
+        # A trickle beside a flood gets a call of its own: seated in a flood-sized call it
+        # would wait as long as the flood's calls take.
+        trickle = bucket.trickle_count() if self.share_calls else 0
+        items = bucket.take_trickle(min(size, trickle)) if trickle else bucket.take(size)
         if bucket and size < batch_length(counts, self._limits):
             self._spreading[bucket.key] = reason  # a piece of a plan: the rest follow now
         else:
