@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 class ResultObserver(EngineObserver, Protocol):
     def observe_result(self, lane: str, end_to_end_s: float) -> None: ...
 
+    def observe_results(self, lane: str, end_to_end_s: Sequence[float]) -> None: ...
+
     def count_source_usage(
         self, source: str, *, tokens: int, estimated: bool, call_share: float
     ) -> None:
@@ -124,9 +126,9 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             for e in done
         ]
         await self.sink.results(results)
-        lane = key.priority.label
+        latencies = [(now - embedded.job.timestamp_ms) / 1000.0 for embedded in done]
+        self._observer.observe_results(key.priority.label, latencies)
         for embedded in done:
-            self._observer.observe_result(lane, (now - embedded.job.timestamp_ms) / 1000.0)
             embedded.job.span.end("result")
             embedded.job.finish()
         self._account(done)
