@@ -17,15 +17,22 @@ one ``BatchingClient`` (8 slots, the library's defaults otherwise):
   ``50 / L(1)``.
 - ``poisson R/s``: open-loop arrivals; latency from the scheduled arrival to the vector.
 - ``burst``: 3000 items at t=0, then 20/s.
+
+``--static`` adds bench_tails.py's static batchers (N items or T ms after the previous flush,
+8 slots) on the same provider, so the policy's tail is seen beside theirs with CPU left out.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import random
 import statistics
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import embedstream.engine.batcher as batcher_module
 from embedsim.model import count_tokens
@@ -33,6 +40,10 @@ from embedstream.core.costmodel import CallCost
 from embedstream.core.policy import BatchLimits, batch_length, spread_length
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
+from embedstream.settings import load_settings
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from bench.bench_tails import StaticBatcher
 
 BASE_S = 0.040
 PER_TOKEN_S = 0.00002
@@ -84,9 +95,10 @@ def old_spread_length(
     limits: BatchLimits,
     cost: CallCost,
     call_price: float = 0.0,
+    least: int = 1,
 ) -> int:
     """The rule before the cost model: even rounds, no piece under 32 items."""
-    del cost, call_price
+    del cost, call_price, least
     fits = batch_length(token_counts, limits)
     if slots <= 1 or buffered <= 32:
         return fits
@@ -100,8 +112,12 @@ def text(rng: random.Random, index: int) -> str:
     return f"{index} " + " ".join(rng.choice(WORDS) for _ in range(17))
 
 
+FILL = {"on": True}  # the fill rule (core/policy.fill_target) in the clients made now
+
+
 def make_client(provider: SleepingProvider) -> BatchingClient:
     client = BatchingClient(provider, model="m", max_concurrency=SLOTS)
+    client._batcher.fill_calls = FILL["on"]
     # The client takes no clock; its batcher and governor must read the virtual one.
     loop = asyncio.get_running_loop()
     client._batcher._clock = loop.time
@@ -109,11 +125,35 @@ def make_client(provider: SleepingProvider) -> BatchingClient:
     return client
 
 
-async def closed(seconds: float, callers: int = 50) -> str:
+Factory = Callable[[SleepingProvider], Any]  # a started-on-entry client with `embed`
+
+
+class Static:
+    """bench_tails.py's static batcher as an async context manager, like BatchingClient."""
+
+    def __init__(self, provider: SleepingProvider, max_items: int, interval_ms: float) -> None:
+        settings = load_settings(env={}, overrides={"model": "m", "max_concurrency": SLOTS})
+        self._batcher = StaticBatcher(provider, settings, max_items=max_items,
+                                      interval_s=interval_ms / 1e3)  # fmt: skip
+
+    async def __aenter__(self) -> StaticBatcher:
+        self._batcher.start()
+        return self._batcher
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._batcher.close()
+
+
+def static(max_items: int, interval_ms: float) -> Factory:
+    return lambda provider: Static(provider, max_items, interval_ms)
+
+
+async def closed(seconds: float, callers: int = 50, factory: Factory = make_client) -> str:
     provider = SleepingProvider()
     loop = asyncio.get_running_loop()
     done = 0
-    async with make_client(provider) as client:
+    latencies: list[float] = []
+    async with factory(provider) as client:
         rng = random.Random(1)
         stop = loop.time() + seconds
 
@@ -121,7 +161,9 @@ async def closed(seconds: float, callers: int = 50) -> str:
             nonlocal done
             i = 0
             while loop.time() < stop:
+                asked = loop.time()
                 await client.embed(text(rng, n * 1_000_000 + i))
+                latencies.append(loop.time() - asked)
                 done += 1
                 i += 1
 
@@ -129,10 +171,14 @@ async def closed(seconds: float, callers: int = 50) -> str:
         await asyncio.gather(*(caller(n) for n in range(callers)))
         rate = done / (loop.time() - started)
     bound = callers / (BASE_S + PER_TOKEN_S * count_tokens(text(random.Random(1), 0)))
-    return f"{rate:,.0f} items/s ({rate / bound:.0%} of C/L(1)), {provider.calls} calls"
+    p99 = statistics.quantiles(latencies, n=100)[98]
+    return (f"{rate:,.0f} items/s ({rate / bound:.0%} of C/L(1)), P99 {p99 * 1e3:.1f} ms, "
+            f"{provider.calls} calls")  # fmt: skip
 
 
-async def open_loop(seconds: float, rate: float, seeds: int, burst: int = 0) -> str:
+async def open_loop(
+    seconds: float, rate: float, seeds: int, burst: int = 0, factory: Factory = make_client
+) -> str:
     """P50 and P99 of each seed's run, averaged over ``seeds`` arrival sequences: one
     sequence's P99 moves by 10% with tiny timing changes (a queue at 90% load is chaotic)."""
     p50: list[float] = []
@@ -142,7 +188,7 @@ async def open_loop(seconds: float, rate: float, seeds: int, burst: int = 0) -> 
         provider = SleepingProvider()
         loop = asyncio.get_running_loop()
         latencies: list[float] = []
-        async with make_client(provider) as client:
+        async with factory(provider) as client:
             rng = random.Random(seed)
             start = loop.time()
 
@@ -166,9 +212,19 @@ async def open_loop(seconds: float, rate: float, seeds: int, burst: int = 0) -> 
     )
 
 
-async def main(seconds: float, rates: list[float], seeds: int) -> None:
-    for name, rule in (("cost model", spread_length), ("floor of 32", old_spread_length)):
+async def main(
+    seconds: float, rates: list[float], seeds: int, statics: bool, prices: list[float]
+) -> None:
+    rules: list[tuple[str, Callable[..., int], bool]] = [
+        ("fill + spread", spread_length, True), ("spread only", spread_length, False),
+    ]  # fmt: skip
+    for price in prices:  # the cost model with another price per extra call
+        priced = functools.partial(spread_length, call_price=price)
+        rules.append((f"price {price:g}", priced, False))
+    rules.append(("floor of 32", old_spread_length, False))
+    for name, rule, fill in rules:
         batcher_module.__dict__["spread_length"] = rule  # what the batcher calls
+        FILL["on"] = fill
         print(f"{name:>12} | closed, 50 callers: {await closed(seconds)}")
         for rate in rates:
             result = await open_loop(seconds, rate, seeds)
@@ -176,6 +232,14 @@ async def main(seconds: float, rates: list[float], seeds: int) -> None:
         result = await open_loop(4.0, 20.0, seeds, burst=3000)
         print(f"{name:>12} | burst 3000 + 20/s: {result}")
     batcher_module.__dict__["spread_length"] = spread_length
+    FILL["on"] = True
+    for name, factory in (("static 200/5", static(200, 5.0)), ("static 64/50", static(64, 50.0))):
+        if not statics:
+            break
+        print(f"{name:>12} | closed, 50 callers: {await closed(seconds, factory=factory)}")
+        for rate in rates:
+            result = await open_loop(seconds, rate, seeds, factory=factory)
+            print(f"{name:>12} | poisson {rate:.0f}/s: {result}")
 
 
 if __name__ == "__main__":
@@ -183,9 +247,14 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=5.0, help="virtual seconds per run")
     parser.add_argument("--rate", type=float, nargs="*", default=[200.0, 1000.0, 3000.0])
     parser.add_argument("--seeds", type=int, default=5, help="arrival sequences per scenario")
+    parser.add_argument("--static", action="store_true", help="the static batchers too")
+    parser.add_argument("--call-price", type=float, nargs="*", default=[],
+                        help="the cost model at these prices per extra call (x base)")  # fmt: skip
     args = parser.parse_args()
     loop = VirtualLoop()
     try:
-        loop.run_until_complete(main(args.seconds, args.rate, args.seeds))
+        loop.run_until_complete(
+            main(args.seconds, args.rate, args.seeds, args.static, args.call_price)
+        )
     finally:
         loop.close()

@@ -166,3 +166,20 @@ async def test_with_calls_unshared_a_bucket_is_one_fifo() -> None:
 
 async def _ignore(key: BucketKey, items: list[Pending[Item]], reason: FlushReason) -> None:
     return None
+
+
+def test_the_trickle_is_taken_alone_in_its_own_order() -> None:
+    bucket = filled([("a", 500), ("b", 3), ("c", 2)])
+    assert bucket.trickle_count() == 5
+    taken = bucket.take_trickle(4)
+    assert [p.payload for p in taken] == [("b", 0), ("b", 1), ("b", 2), ("c", 0)]
+    assert len(bucket) == 501
+    assert [p.payload for p in bucket.take_trickle(8)] == [("c", 1)]
+    assert bucket.trickle_count() == 0 and bucket.take_trickle(8) == []
+    assert sources_of(bucket.take(8)) == {"a": 8}  # one source left: the fast path
+
+
+def test_comparable_backlogs_have_no_trickle() -> None:
+    bucket = filled([("a", 50), ("b", 40)])
+    assert bucket.trickle_count() == 0
+    assert filled([("a", 50)]).trickle_count() == 0

@@ -59,10 +59,13 @@ async def calls_of(*, share_calls: bool = True, **settings: Any) -> list[tuple[s
         await eventually(lambda: batcher.buffered == 48)
         publish(h, TRICKLE, 48)
         await eventually(lambda: batcher.buffered == 96)
-        for made in range(2, 14):  # 97 items: 13 calls of 8 at most (the first of one)
+        made = 1
+        while batcher.buffered:  # 97 items: 13 calls of 8 at most (the first of one), or more
+            made += 1
             backend.let_through.release()
             await eventually(functools.partial(made_at_least, backend, made))
-        backend.let_through.release()
+        for _ in range(2):  # the calls still held
+            backend.let_through.release()
         await h.engine_idle()
     return backend.calls
 
@@ -94,3 +97,35 @@ async def test_without_shares_the_trickle_waits_for_the_whole_flood() -> None:
     calls = await calls_of(share_calls=False)
     first = next(i for i, call in enumerate(calls) if TRICKLE in topics_of(call))
     assert first == 7  # behind six calls of the flood's 48: what the shares remove
+
+
+async def test_a_trickle_beside_a_flood_gets_a_call_of_its_own() -> None:
+    """One flood item in a held call, 200 more buffered, then one trickle item: the next call
+    carries the trickle item alone (seated among 7 flood items it would take as long as
+    they do); the flood's calls follow, full."""
+    backend = OneCallAtATime()
+    settings: dict[str, Any] = {
+        "max_batch_size": 8,
+        "max_concurrency": 2,
+        "max_buffered_items": 400,
+    }
+    lanes = f"{FLOOD},{TRICKLE}"
+    async with running(backend, cluster=cluster(), topic_requests_low=lanes, **settings) as h:
+        batcher = h.service.processor.parts.batcher
+        publish(h, FLOOD, 1)
+        await eventually(lambda: len(backend.calls) == 1)
+        publish(h, FLOOD, 200, start=1)
+        await eventually(lambda: batcher.buffered == 200)
+        publish(h, TRICKLE, 1)
+        await eventually(lambda: batcher.buffered == 201)
+        backend.let_through.release()
+        await eventually(functools.partial(made_at_least, backend, 2))
+        second = backend.calls[1]
+        backend.let_through.release()
+        await eventually(functools.partial(made_at_least, backend, 3))
+        third = backend.calls[2]
+        for _ in range(40):
+            backend.let_through.release()
+        await h.engine_idle()
+    assert second == (f"{TRICKLE} 0",)
+    assert topics_of(third) == [FLOOD] * 8

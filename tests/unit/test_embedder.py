@@ -188,6 +188,16 @@ def test_base64_decoding_round_trips(vectors: list[list[float]]) -> None:
     assert outcome.dimensions == len(vectors[0])
 
 
+def test_a_float_request_takes_base64_and_float_entries_in_one_answer() -> None:
+    call = BatchCall("m", ["a", "b", "c"], "float", None)
+    entries: list[tuple[object, object]] = [
+        (2, encode_base64([0.5, 1.0])), (0, [0.25, 0.75]), (1, encode_base64([-2.0, 3.0])),
+    ]  # fmt: skip
+    outcome = _outcome(call, _response(entries), 0.01, {})
+    assert outcome.vectors == [[0.25, 0.75], [-2.0, 3.0], [0.5, 1.0]]
+    assert all(isinstance(v, list) and len(v) == 2 for v in outcome.vectors)
+
+
 def test_usage_that_is_not_a_count_reads_as_zero() -> None:
     document = _response([(0, [1.0])]) | {"usage": {"total_tokens": "many"}}
     outcome = _outcome(BatchCall("m", ["a"], "float", None), document, 0.01, {})

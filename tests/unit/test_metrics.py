@@ -105,6 +105,17 @@ def test_outcome_counters(registry: CollectorRegistry, metrics: Metrics) -> None
     assert sample(registry, "embedstream_dead_letters_total", reason="too_long") == 1
 
 
+def test_a_calls_results_are_counted_and_observed_at_once(
+    registry: CollectorRegistry, metrics: Metrics
+) -> None:
+    metrics.observe_results("low", [0.5, 1.5, -2.0])  # the last: producer clock ahead
+    metrics.observe_results("low", [])
+    assert sample(registry, "embedstream_results_total", lane="low") == 3
+    assert sample(registry, "embedstream_end_to_end_latency_seconds_count", lane="low") == 3
+    assert sample(registry, "embedstream_end_to_end_latency_seconds_sum", lane="low") == 2.0
+    assert sample(registry, "embedstream_results_total", lane="high") in (None, 0)
+
+
 def test_lag_and_forget_partition(registry: CollectorRegistry, metrics: Metrics) -> None:
     metrics.set_lag("embed.requests.high", 0, "high", 42)
     metrics.set_lag_seconds("embed.requests.high", 0, "high", 1.5)

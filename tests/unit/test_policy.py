@@ -13,6 +13,8 @@ from embedstream.core.policy import (
     Wait,
     batch_length,
     decide,
+    fill_target,
+    fill_wait,
     spread_length,
     wait_budget,
 )
@@ -168,3 +170,67 @@ def test_spreading_stays_within_limits_and_never_finishes_later(
 
     if size < batch_length(counts, limits):  # the cut is the spreading's, not the limits'
         assert finish(pieces(buffered, size)) <= finish(fewest) * (1 + 1e-9)
+
+
+# --------------------------------------------------------------------------- the fill rule
+
+
+@pytest.mark.parametrize(
+    ("rate", "slots", "target"),
+    [
+        (0.0, 8, 1),  # nothing arriving: no batch-mates to wait for
+        (20.0, 8, 1),  # sparse: one item a call keeps the slots nearly idle
+        (1_000.0, 8, 8),  # 1000 * 0.04 / (8 * 0.7 - 1000 * 0.0006) = 8
+        (3_000.0, 8, 32),  # 120 / (5.6 - 1.8) = 31.6: calls of 19 would keep all 8 busy
+        (3_000.0, 4, 121),  # fewer slots: bigger calls (120 / (2.8 - 1.8), rounded up)
+        (3_800.0, 4, None),  # 292 would: more than a call takes, so the backlog rules decide
+        (9_999.0, 8, None),  # no size keeps up: a backlog
+    ],
+)
+def test_fill_target(rate: float, slots: int, target: int | None) -> None:
+    assert fill_target(rate, slots, BENCH, 30.0, CAPPED) == target
+
+
+@given(st.floats(min_value=1.0, max_value=1e4), st.integers(min_value=1, max_value=64))
+def test_calls_of_the_fill_target_keep_the_slots_below_the_utilization(
+    rate: float, slots: int
+) -> None:
+    target = fill_target(rate, slots, BENCH, 30.0, CAPPED)
+    if target is None:  # not even the largest call keeps up below 70%
+        largest = CAPPED.max_items
+        assert rate / largest * BENCH.latency(30.0 * largest, largest) > 0.7 * slots
+    else:  # busy slots = calls/s x seconds a call
+        assert 1 <= target <= CAPPED.max_items
+        busy = rate / target * BENCH.latency(30.0 * target, target)
+        assert busy <= 0.7 * slots * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("buffered", "target", "rate", "in_flight", "wait"),
+    [
+        (3, 8, 1_000.0, 2, 0.008),  # the time 8 items take to arrive
+        (3, 8, 1_000.0, 0, 0.0),  # the lane's slots are idle: sending now delays nobody
+        (8, 8, 1_000.0, 2, 0.0),  # already full enough
+        (3, 8, 0.0, 2, 0.0),  # nothing arriving: waiting gains nothing
+        (1, 256, 100.0, 2, 0.05),  # never past max_wait
+        (1, None, 9_999.0, 2, 0.0),  # a backlog: the depth's wait decides
+    ],
+)
+def test_fill_wait(
+    buffered: int, target: int | None, rate: float, in_flight: int, wait: float
+) -> None:
+    assert fill_wait(buffered, target, rate, in_flight, CAPPED) == pytest.approx(wait)
+
+
+def test_a_filling_call_waits_then_goes_on_time() -> None:
+    counts = [30, 30, 30]
+    waiting = decide(CAPPED, counts, 0.0, 0.005, 0, fill_wait_s=0.008)
+    assert isinstance(waiting, Wait) and waiting.seconds == pytest.approx(0.003)
+    assert decide(CAPPED, counts, 0.0, 0.008, 0, fill_wait_s=0.008) == Flush(FlushReason.TIME)
+    assert decide(CAPPED, counts, 0.0, 0.0, 0) == Flush(FlushReason.TIME)  # no fill: at once
+
+
+def test_spreading_never_cuts_pieces_under_the_fill_target() -> None:
+    assert spread_length([30] * 50, 50, 8, CAPPED, BENCH) == 7  # 8 pieces of ~6
+    assert spread_length([30] * 50, 50, 8, CAPPED, BENCH, least=20) == 25  # 2 of 25
+    assert spread_length([30] * 10, 10, 8, CAPPED, BENCH, least=20) == 10  # one call

@@ -12,6 +12,7 @@ from embedstream.core.shares import (
     share_order,
     sources_to_pause,
     sources_under_share,
+    trickle_sources,
 )
 from embedstream.errors import ConfigError
 from embedstream.settings import load_settings
@@ -223,3 +224,22 @@ def test_sources_under_their_share_go_first(
     held: dict[str, int], weights: dict[str, float], under: set[str]
 ) -> None:
     assert sources_under_share(held, weights) == under
+
+
+@pytest.mark.parametrize(
+    ("held", "weights", "trickles"),
+    [
+        ({"a": 2000, "b": 1}, {}, {"b"}),  # a trickle beside a flood
+        ({"a": 2000, "b": 0}, {}, set()),  # nothing to call for
+        ({"a": 48, "b": 48}, {}, set()),  # comparable backlogs share mixed calls
+        ({"a": 300, "b": 100}, {}, set()),  # b's part 200: over a quarter of it
+        ({"a": 330, "b": 40}, {}, {"b"}),  # under a quarter of its 185
+        ({"a": 300, "b": 30}, {"b": 0.1}, set()),  # b's part is 30: it is no trickle
+        ({"a": 500}, {}, set()),  # alone
+        ({"a": 1000, "b": 2, "c": 3}, {}, {"b", "c"}),
+    ],
+)
+def test_a_trickle_is_under_a_quarter_of_its_share(
+    held: dict[str, int], weights: dict[str, float], trickles: set[str]
+) -> None:
+    assert trickle_sources(held, weights) == trickles

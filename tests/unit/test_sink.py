@@ -52,6 +52,28 @@ async def test_many_outputs_go_out_as_one_batch_per_partition_keyed_like_the_pro
         assert record.partition == partitioner(record.key, [0, 1, 2], [0, 1, 2])
 
 
+class CountingProducer(FakeProducer):
+    """Counts the metadata look-ups a write makes."""
+
+    asked = 0
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        self.asked += 1
+        return await super().partitions_for(topic)
+
+
+async def test_a_call_of_outputs_asks_each_topics_partitions_once() -> None:
+    cluster = FakeCluster({"results": 3, "retry": 2})
+    producer = CountingProducer(cluster)
+    outputs = [
+        Output(Origin("in", 0, i), "results" if i % 5 else "retry", f"id-{i}".encode(), b"v", [])
+        for i in range(50)
+    ]
+    await DirectWriter(producer, SYSTEM_CLOCK).write_many(outputs)
+    assert producer.asked == 2  # not once per output
+    assert len(cluster.records("results")) + len(cluster.records("retry")) == 50
+
+
 async def test_a_batch_write_the_broker_refuses_is_retried_whole() -> None:
     cluster = FakeCluster({"results": 2})
     producer = FakeProducer(cluster, fail_next=1)

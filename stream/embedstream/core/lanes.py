@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from enum import IntEnum, StrEnum
 from typing import Generic, NamedTuple, TypeVar
 
-from embedstream.core.shares import joining_level, levels_after, share_order
+from embedstream.core.shares import joining_level, levels_after, share_order, trickle_sources
 
 T = TypeVar("T")
 
@@ -145,8 +145,34 @@ class Bucket(Generic[T]):
     def take(self, n: int) -> list[Pending[T]]:
         if self._queues is None:
             return [self._items.popleft() for _ in range(min(n, len(self._items)))]
+        return self._take_in(self._order(n))
+
+    def trickle_count(self) -> int:
+        """Items of the trickles beside a flood (`core/shares.py` trickle_sources): what
+        `take_trickle` would take; 0 with one source, or none that small."""
+        if self._queues is None:
+            return 0
+        counts = {s: len(q) for s, q in self._queues.items()}
+        return sum(counts[s] for s in trickle_sources(counts, self._weights))
+
+    def take_trickle(self, n: int) -> list[Pending[T]]:
+        """Up to ``n`` items of the trickles only, oldest source first, each in its order: a
+        call of their own, so a trickle never waits for a flood-sized call to finish."""
+        if self._queues is None:
+            return []
         queues = self._queues
-        order = self._order(n)
+        counts = {s: len(q) for s, q in queues.items()}
+        trickles = trickle_sources(counts, self._weights)
+        order_of_sources = sorted(trickles, key=lambda s: queues[s][0].arrival)
+        order: list[Source] = []
+        for source in order_of_sources:
+            order += [source] * min(counts[source], n - len(order))
+        return self._take_in(order)
+
+    def _take_in(self, order: list[Source]) -> list[Pending[T]]:
+        """The next item of each source of ``order`` in turn (two or more sources)."""
+        assert self._queues is not None
+        queues = self._queues
         taken = [queues[s].popleft() for s in order]
         self._count -= len(taken)
         self._levels = levels_after(self._levels, order, self._weights)

@@ -83,8 +83,10 @@ def decide(
     oldest_arrival: float,
     now: float,
     depth: int,
+    fill_wait_s: float = 0.0,
 ) -> Flush | Wait | None:
-    """What to do with one bucket now; None when it is empty."""
+    """What to do with one bucket now; None when it is empty. ``fill_wait_s``: how long the
+    oldest item may wait anyway for the call to fill (:func:`fill_wait`)."""
     if not token_counts:
         return None
     n = batch_length(token_counts, limits)
@@ -92,7 +94,7 @@ def decide(
         return Flush(FlushReason.SIZE)
     if n < len(token_counts):
         return Flush(FlushReason.TOKENS)
-    remaining = wait_budget(limits, depth) - (now - oldest_arrival)
+    remaining = max(wait_budget(limits, depth), fill_wait_s) - (now - oldest_arrival)
     if remaining <= 0:
         return Flush(FlushReason.TIME)
     return Wait(remaining)
@@ -105,6 +107,54 @@ def decide(
 CALL_PRICE = 0.01
 
 
+# The busiest share of a lane's call slots the fill rule aims for: above it, calls of a few
+# items each keep every slot busy and an arriving item waits for one to free.
+FILL_UTILIZATION = 0.7
+
+
+def fill_target(
+    rate_per_s: float,
+    slots: int,
+    cost: CallCost,
+    tokens_per_item: float,
+    limits: BatchLimits,
+    utilization: float = FILL_UTILIZATION,
+) -> int | None:
+    """The fewest items a call should carry so that calls at this arrival rate keep at most
+    ``utilization`` of the lane's ``slots`` busy: ``s >= rate * L(s) / (slots * u)``, i.e.
+    ``s >= rate * base / (slots * u - rate * per_item)``. None when no call within
+    ``max_items`` does: the lane is behind (a backlog), and the backlog's rules (the depth's
+    wait, spreading over every idle slot) decide instead.
+
+    Sending whatever is buffered whenever a slot frees makes calls as small as the slots
+    allow: at 3,000 items/s on 8 slots of 40 ms + 0.6 ms an item, calls of ~19 keep all 8 busy
+    and every item waits for a slot to free (P99 112 ms in virtual time, where a static
+    batcher of 64 items had 87 ms); calls of 26 leave a fifth of the slots free."""
+    if rate_per_s <= 0 or slots < 1:
+        return 1
+    per_item = cost.per_token_s * tokens_per_item + cost.per_item_s
+    room = slots * utilization - rate_per_s * per_item
+    if room <= 0 or rate_per_s * cost.base_s > room * limits.max_items:
+        return None
+    return max(1, math.ceil(rate_per_s * cost.base_s / room))
+
+
+def fill_wait(
+    buffered: int,
+    target: int | None,
+    rate_per_s: float,
+    lane_in_flight: int,
+    limits: BatchLimits,
+) -> float:
+    """How long the oldest item may wait for batch-mates so the call reaches ``target``:
+    the time that many items take to arrive, within ``max_wait``. None of it while the lane
+    has no call in flight (its slots are idle: sending now delays nobody), the bucket
+    already holds the target, or there is none (a backlog)."""
+    if target is None or lane_in_flight == 0 or buffered >= target or rate_per_s <= 0:
+        return 0.0
+    return min(limits.max_wait_s, target / rate_per_s)
+
+
 def spread_length(
     token_counts: Sequence[int],
     buffered: int,
@@ -112,6 +162,7 @@ def spread_length(
     limits: BatchLimits,
     cost: CallCost,
     call_price: float = CALL_PRICE,
+    least: int = 1,
 ) -> int:
     """How many items the next call takes, so the backlog finishes soonest on ``slots`` idle
     call slots, by the cost model ``cost``.
@@ -123,7 +174,8 @@ def spread_length(
     Only full rounds are worth having, so ``k`` never exceeds ``slots`` unless one round
     cannot hold the backlog, and then it stays within the fewest rounds: a deep backlog goes
     out in even, nearly full batches (3000 items, 8 slots, 256 per call: 16 calls of 188,
-    two rounds, instead of 12 of 256 with the second round half idle).
+    two rounds, instead of 12 of 256 with the second round half idle). No piece has fewer
+    than ``least`` items (the fill target) unless the backlog itself has.
     """
     fits = batch_length(token_counts, limits)
     if not token_counts or slots <= 1 or buffered <= 1:
@@ -135,7 +187,7 @@ def spread_length(
         1,
     )
     rounds = math.ceil(fewest / slots)
-    most = min(buffered, max(slots, rounds * slots))
+    most = min(buffered, max(slots, rounds * slots), max(fewest, buffered // max(least, 1)))
     price = call_price * cost.base_s
     best_k, best = fewest, math.inf
     for k in range(fewest, most + 1):

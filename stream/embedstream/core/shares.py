@@ -141,3 +141,22 @@ def sources_under_share(held: Mapping[S, int], weights: Mapping[S, float]) -> se
         return set()
     total_weight = sum(weight_of(weights, s) for s in held)
     return {s for s, n in held.items() if n < total * weight_of(weights, s) / total_weight}
+
+
+TRICKLE_FRACTION = 0.25  # a source holding under this part of its share is a trickle
+
+
+def trickle_sources(held: Mapping[S, int], weights: Mapping[S, float]) -> set[S]:
+    """The sources of one bucket with items but under a quarter of their weighted part of
+    what the bucket holds: a trickle beside a flood. Such items get a call of their own (not
+    a seat in a flood-sized call, which takes as long as the flood's calls do); sources with
+    comparable backlogs share mixed calls by weight instead (`share_order`)."""
+    total = sum(held.values())
+    if len(held) < 2:
+        return set()
+    total_weight = sum(weight_of(weights, s) for s in held)
+    return {
+        s
+        for s, n in held.items()
+        if 0 < n < TRICKLE_FRACTION * total * weight_of(weights, s) / total_weight
+    }

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
 
+from embedstream.core.arrivals import ArrivalRate
 from embedstream.core.costmodel import CostModels, cost_key
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority, Source
@@ -27,6 +28,8 @@ from embedstream.core.policy import (
     Wait,
     batch_length,
     decide,
+    fill_target,
+    fill_wait,
     spread_length,
 )
 
@@ -69,6 +72,12 @@ class Batcher(Generic[T]):
         # False: every bucket is one FIFO, whatever the items' sources (the fairness
         # benchmark's baseline; not a setting).
         self.share_calls = True
+        # How fast each lane's items come, and the call size that keeps its slots from all
+        # being busy at that rate (core/policy.fill_target). False: a call takes whatever is
+        # buffered when a slot frees (the benchmarks' before arm; not a setting).
+        self.fill_calls = True
+        self._arrivals = {lane: ArrivalRate() for lane in Priority}
+        self._fill_targets: dict[BucketKey, int | None] = {}
         self._buffered = 0
         self._buffered_by_priority: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._in_flight: dict[asyncio.Task[None], list[Pending[T]]] = {}  # calls and their items
@@ -107,6 +116,7 @@ class Batcher(Generic[T]):
         bucket.add(Pending(tokens, self._clock(), payload), source if self.share_calls else None)
         self._buffered += 1
         self._buffered_by_priority[key.priority] += 1
+        self._arrivals[key.priority].add(self._clock())
         if key.priority is Priority.HIGH:
             self.governor.saw_high()
         self._wake.set()
@@ -222,7 +232,8 @@ class Batcher(Generic[T]):
                 continue
             counts = bucket.token_counts(self._limits.max_items + 1)
             depth = depths[bucket.key.priority]
-            decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth)
+            filling = self._fill_wait(bucket, counts, now)
+            decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth, filling)
             if isinstance(decision, Flush):
                 ready[bucket.key.priority] = (bucket, decision.reason)
             elif self._draining or self._hurrying:
@@ -239,15 +250,35 @@ class Batcher(Generic[T]):
             soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder
         return ready.get(Priority.HIGH), ready.get(Priority.LOW), soonest
 
+    def _fill_wait(self, bucket: Bucket[T], counts: list[int], now: float) -> float:
+        """How long the bucket's oldest item may wait for its call to fill (0: no rule)."""
+        if not self.fill_calls or self._draining or self._hurrying:
+            return 0.0
+        lane = bucket.key.priority
+        rate = self._arrivals[lane].per_s(now)
+        cost = self.cost.cost(cost_key(bucket.key))
+        slots = self.governor.lane_slots(lane)
+        target = fill_target(rate, slots, cost, sum(counts) / len(counts), self._limits)
+        self._fill_targets[bucket.key] = target
+        governor = self.governor
+        in_flight = governor.low_in_flight if lane is Priority.LOW else (
+            governor.in_flight - governor.low_in_flight
+        )  # fmt: skip
+        return fill_wait(len(bucket), target, rate, in_flight, self._limits)
+
     def _launch(self, bucket: Bucket[T], reason: FlushReason) -> None:
         counts = bucket.token_counts(self._limits.max_items + 1)
         lane = bucket.key.priority
         slots = self.governor.idle_slots(lane)
         cost = self.cost.cost(cost_key(bucket.key))
-        size = spread_length(counts, len(bucket), slots, self._limits, cost)
+        least = self._fill_targets.get(bucket.key) if self.fill_calls else None
+        size = spread_length(counts, len(bucket), slots, self._limits, cost, least=least or 1)
         if lane is Priority.LOW:  # smaller low calls while high traffic is recent
             size = min(size, self.governor.low_call_cap(self._limits.max_items))
-        items = bucket.take(size)
+        # A trickle beside a flood gets a call of its own: seated in a flood-sized call it
+        # would wait as long as the flood's calls take.
+        trickle = bucket.trickle_count() if self.share_calls else 0
+        items = bucket.take_trickle(min(size, trickle)) if trickle else bucket.take(size)
         if bucket and size < batch_length(counts, self._limits):
             self._spreading[bucket.key] = reason  # a piece of a plan: the rest follow now
         else:

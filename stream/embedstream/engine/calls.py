@@ -91,7 +91,7 @@ class BatchCaller(Generic[J]):
         self._cache = cache
         self._tracer = tracer  # one client span per call, linked to its requests' spans
         self._abandon = asyncio.Event()
-        self._last_success_ms: int | None = None  # the last call that succeeded (clock_ms)
+        self._last_success_ms: int | None = None  # when the last call that succeeded was sent
 
     def abandon_holds(self) -> None:
         """Stop waiting out rate limits and outages: held batches end with `abandoned`."""
@@ -126,6 +126,7 @@ class BatchCaller(Generic[J]):
                 attempt=max(p.payload.attempts for p in batch),
             )  # fmt: skip
             started = time.perf_counter()
+            sent_ms = self._clock_ms()
             try:
                 outcome = await self._embed(call)
             except EmbedStreamError as exc:
@@ -152,7 +153,10 @@ class BatchCaller(Generic[J]):
                 reason = "held"  # the same batch again, after a rate limit or an outage
                 continue
             span.end(input_tokens=outcome.total_tokens)
-            self._last_success_ms = self._clock_ms()
+            # When it was sent, not answered: a call the provider accepted before a job's
+            # failure and answered after it (a stopping server finishes what it accepted)
+            # says nothing about the provider serving anyone since.
+            self._last_success_ms = max(self._last_success_ms or sent_ms, sent_ms)
             if self._cost is not None:
                 tokens = sum(p.tokens for p in batch)
                 self._cost.observe(
@@ -194,7 +198,7 @@ class BatchCaller(Generic[J]):
         if self._last_success_ms is None:
             return True
         if job.first_failure_ms is not None:
-            return self._last_success_ms < job.first_failure_ms
+            return self._last_success_ms <= job.first_failure_ms  # sent before it failed
         return now_ms - self._last_success_ms > RECENT_SUCCESS_MS
 
     async def _hold_back(self, exc: EmbedStreamError, times: int) -> bool:

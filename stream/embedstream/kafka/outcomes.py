@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 class ResultObserver(EngineObserver, Protocol):
     def observe_result(self, lane: str, end_to_end_s: float) -> None: ...
 
+    def observe_results(self, lane: str, end_to_end_s: Sequence[float]) -> None: ...
+
     def count_source_usage(
         self, source: str, *, tokens: int, estimated: bool, call_share: float
     ) -> None:
@@ -138,9 +140,9 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         finally:
             for job, size in held:
                 job.partition.offsets.hold_bytes(job.origin.offset, -size)
-        lane = key.priority.label
+        latencies = [(now - job.timestamp_ms) / 1000.0 for job, _ in finished]
+        self._observer.observe_results(key.priority.label, latencies)
         for job, _ in finished:
-            self._observer.observe_result(lane, (now - job.timestamp_ms) / 1000.0)
             job.span.end("result")
             job.finish()
         self._account(finished)

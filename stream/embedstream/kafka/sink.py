@@ -119,8 +119,12 @@ class DirectWriter:
 
     async def write_many(self, outputs: Sequence[Output]) -> None:
         by_partition: dict[tuple[bool, str, int], list[Output]] = {}
+        partitions_of: dict[str, list[int]] = {}  # a call's outputs share a topic or two
         for output in outputs:
-            partitions = sorted(await self._producer.partitions_for(output.topic))
+            partitions = partitions_of.get(output.topic)
+            if partitions is None:
+                found = await self._producer.partitions_for(output.topic)
+                partitions = partitions_of[output.topic] = sorted(found)
             partition = self._partitioner(output.key, partitions, partitions)
             queue = (output.high and self._high_producer is not self._producer, output.topic,
                      partition)  # fmt: skip

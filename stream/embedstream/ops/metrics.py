@@ -279,9 +279,16 @@ class Metrics:
     # ----------------------------------------------------------------- outcomes
 
     def observe_result(self, lane: str, end_to_end_s: float) -> None:
-        self._results.labels(lane=lane).inc()
-        # Record timestamps come from producer clocks; skew must not yield negative latency.
-        self._end_to_end.labels(lane=lane).observe(max(end_to_end_s, 0.0))
+        self.observe_results(lane, (end_to_end_s,))
+
+    def observe_results(self, lane: str, end_to_end_s: Sequence[float]) -> None:
+        """A call's results: the lane's children looked up and the counter added to once (per
+        result, the look-ups and the counter's lock cost about 10 µs of CPU each in a profile)."""
+        self._results.labels(lane=lane).inc(len(end_to_end_s))
+        observe = self._end_to_end.labels(lane=lane).observe
+        for seconds in end_to_end_s:
+            # Record timestamps come from producer clocks; skew must not yield negative latency.
+            observe(max(seconds, 0.0))
 
     def count_retry(self, reason: str) -> None:
         self._retries.labels(reason=reason).inc()

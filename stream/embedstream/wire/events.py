@@ -35,6 +35,8 @@ class EmbedRequest:
 
     def parameters(self) -> tuple[str, ...]:
         """The provider-specific fields this request sets."""
+        if self.user is None and self.input_type is None and self.task is None:
+            return ()  # most requests: no generator to run per request
         return tuple(name for name in REQUEST_PARAMETERS if getattr(self, name) is not None)
 
 

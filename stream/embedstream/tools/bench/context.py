@@ -7,7 +7,10 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, Protocol
 
+from embedstream.engine.backend import EmbeddingBackend
+from embedstream.engine.client import BatchingClient, Vector
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.settings import Settings
 from embedstream.tools.bench.model import LatencyModel, Row
@@ -15,6 +18,28 @@ from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.progress import StepProgress
 
 PROGRESS_INTERVAL_S = 0.25
+
+
+class LoadTarget(Protocol):
+    """What the in-process scenarios drive: `BatchingClient`, or a baseline batcher with its
+    surface (bench/bench_tails.py's static batcher) under the same load."""
+
+    def start(self) -> None: ...
+
+    async def close(self, timeout_s: float | None = None) -> None: ...
+
+    async def embed(self, text: str) -> Vector: ...
+
+    def submit(
+        self, text: str, *, priority: Literal["high", "low"] = "high"
+    ) -> asyncio.Future[Vector]: ...
+
+
+ClientFactory = Callable[[EmbeddingBackend, Settings], LoadTarget]
+
+
+def batching_client(backend: EmbeddingBackend, settings: Settings) -> LoadTarget:
+    return BatchingClient(backend, settings=settings)
 
 
 @dataclass
@@ -27,6 +52,8 @@ class BenchContext:
     log_dir: Path
     provider: SimulatorProcess | None = None  # None for a real endpoint
     sdk: bool = False  # the openai SDK's HTTP path instead of the lean one (before/after A/B)
+    # What the in-process scenarios measure on the embedder; the engine unless a baseline's.
+    make_client: ClientFactory = batching_client
 
     def embedder(self, settings: Settings | None = None) -> OpenAIEmbedder:
         """The embedder under test for ``settings`` (default: the context's)."""

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from embedstream.tools.bench.kafka_figures import Drain, stage_durations
+from embedstream.tools.bench.kafka_figures import Drain, drain_row, stage_durations
 from embedstream.tools.bench.model import Row, latency_percentiles, percentile
+
+DRAIN_KIND = "kafka-fairness-drain"
 
 B_P99_GOAL = 2.0  # B's P99 with A's flood, at most this many times its P99 alone
 A_DRAIN_GOAL = 0.85  # A's drain rate with B, at least this share of its rate alone
@@ -76,13 +78,15 @@ def fairness_rows(
     drain_note = f"{broker}; one processor, A and B two low topics of one lane"
     rows = [
         _trickle_row(f"{name}: B alone", b_alone, a_alone.seconds, broker),
-        _drain_row(f"{name}: A alone", a_alone, drain_note),
+        drain_row(f"{name}: A alone", a_alone, drain_note, DRAIN_KIND),
     ]
     for arm in arms:
         r = ratios(a_alone, b_alone, arm)
         share = "n/a" if r.a_drain is None else f"{100 * r.a_drain:.0f}% of alone"
         times = "n/a" if r.b_p99 is None else f"{r.b_p99:.1f}x alone"
-        rows.append(_drain_row(f"{name}: A with B, {arm.label} ({share})", arm.drain, drain_note))
+        rows.append(
+            drain_row(f"{name}: A with B, {arm.label} ({share})", arm.drain, drain_note, DRAIN_KIND)
+        )
         rows.append(
             _trickle_row(
                 f"{name}: B with A, {arm.label} (P99 {times})", arm.trickle, arm.drain.seconds,
@@ -115,23 +119,6 @@ def trickle_stage_rows(trickle: Trickle, label: str) -> list[Row]:
             )
         )
     return rows
-
-
-def _drain_row(scenario: str, drain: Drain, note: str) -> Row:
-    return Row(
-        scenario=scenario,
-        kind="kafka-fairness-drain",
-        items=drain.items,
-        seconds=drain.seconds,
-        bound_per_s=None,
-        latency=None,
-        calls=drain.calls,
-        inputs=drain.inputs,
-        client_cpu_s=drain.cpu_s,
-        provider_cpu_s=drain.provider_cpu_s,
-        failed=drain.expected - drain.items,
-        note=note,
-    )
 
 
 def _trickle_row(scenario: str, trickle: Trickle, seconds: float, broker: str) -> Row:

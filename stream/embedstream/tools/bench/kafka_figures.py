@@ -53,9 +53,12 @@ def flood_rows(
     name = f"kafka flood {alone.expected:,} low"
     note = f"{broker}; one processor, assignment to the last low result"
     rows = [
-        _drain_row(f"{name}: drain alone", alone, note),
-        _drain_row(
-            f"{name}: drain with high {high_rate:g}/s ({share:.0f}% of alone)", flooded, note
+        drain_row(f"{name}: drain alone", alone, note, "kafka-flood-low"),
+        drain_row(
+            f"{name}: drain with high {high_rate:g}/s ({share:.0f}% of alone)",
+            flooded,
+            note,
+            "kafka-flood-low",
         ),
     ]
     rows.append(
@@ -77,10 +80,11 @@ def flood_rows(
     return rows
 
 
-def _drain_row(scenario: str, drain: Drain, note: str) -> Row:
+def drain_row(scenario: str, drain: Drain, note: str, kind: str) -> Row:
+    """The row of one drain: items, time, calls and CPU; `failed` what it never got."""
     return Row(
         scenario=scenario,
-        kind="kafka-flood-low",
+        kind=kind,
         items=drain.items,
         seconds=drain.seconds,
         bound_per_s=None,
@@ -106,29 +110,14 @@ def floor_rows(floor: Drain, embedstream: Drain, broker: str) -> list[Row]:
     ours_us = cpu_us_per_item(embedstream.cpu_s, embedstream.items)
     ratio = ours_us / floor_us if floor_us > 0 else 0.0
     name = f"kafka floor {floor.expected:,}"
+    bare = f"{broker}; read, one send() per result-sized record, no embedding"
+    ours = f"{broker}; one processor, embeddings and all"
     return [
-        _floor_row(f"{name}: bare aiokafka loop, {floor_us:.0f} µs CPU/item", floor,
-                   f"{broker}; read, one send() per result-sized record, no embedding"),
-        _floor_row(f"{name}: embedstream, {ours_us:.0f} µs CPU/item ({ratio:.2f}x floor)",
-                   embedstream, f"{broker}; one processor, embeddings and all"),
+        drain_row(f"{name}: bare aiokafka loop, {floor_us:.0f} µs CPU/item", floor, bare,
+                  "kafka-floor"),
+        drain_row(f"{name}: embedstream, {ours_us:.0f} µs CPU/item ({ratio:.2f}x floor)",
+                  embedstream, ours, "kafka-floor"),
     ]  # fmt: skip
-
-
-def _floor_row(scenario: str, drain: Drain, note: str) -> Row:
-    return Row(
-        scenario=scenario,
-        kind="kafka-floor",
-        items=drain.items,
-        seconds=drain.seconds,
-        bound_per_s=None,
-        latency=None,
-        calls=drain.calls,
-        inputs=drain.inputs,
-        client_cpu_s=drain.cpu_s,
-        provider_cpu_s=drain.provider_cpu_s,
-        failed=drain.expected - drain.items,
-        note=note,
-    )
 
 
 def stages_until(last: str) -> tuple[tuple[str, str], ...]:

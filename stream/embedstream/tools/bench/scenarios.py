@@ -29,7 +29,7 @@ from types import TracebackType
 
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.client import BatchingClient
-from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
+from embedstream.tools.bench.context import BenchContext, LoadTarget, ScenarioResult, reporting
 from embedstream.tools.bench.model import Percentiles, Row, latency_percentiles
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
 from embedstream.tools.bench.workload import make_text, make_texts, poisson_arrivals
@@ -47,7 +47,7 @@ class Measured:
     def __init__(self, ctx: BenchContext, *, warm_up_texts: int | None = None) -> None:
         self.ctx = ctx
         self.backend = TimedBackend(ctx.embedder())
-        self.client = BatchingClient(self.backend, settings=ctx.settings)
+        self.client = ctx.make_client(self.backend, ctx.settings)
         self.cpu = CpuMeter(ctx.provider_cpu())
         slots = ctx.settings.max_concurrency
         self._warm_up = warm_up_texts if warm_up_texts is not None else 2 * slots
@@ -248,7 +248,7 @@ async def open_loop(ctx: BenchContext, rate: float, seconds: float) -> ScenarioR
 
 
 async def _release(
-    client: BatchingClient, texts: Sequence[str], deadlines: Sequence[float], tracker: _Completions
+    client: LoadTarget, texts: Sequence[str], deadlines: Sequence[float], tracker: _Completions
 ) -> None:
     """Submit each text at its deadline (all those already due at once after a stall)."""
     loop = asyncio.get_running_loop()
