@@ -109,3 +109,25 @@ async def test_fairness_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path)
     stages = {row["scenario"].rsplit(": ", 1)[1] for row in rows if row["kind"] == "kafka-stage"}
     assert {"published -> fetched", "call_start -> call_done", "written -> acked"} <= stages
     assert [t for t in await list_topics(bootstrap, "bench.") if ".fair." in t] == []
+
+
+async def test_mixed_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path) -> None:
+    """A tiny kafka-mixed: both drains finish, every high item is acknowledged in each, and
+    the high requests' stages are there (their times are not asserted: a speed)."""
+    out = tmp_path / "bench.json"
+    done = bench(
+        "--scenarios", "kafka-mixed", "--bootstrap", bootstrap, "--mixed-items", "400",
+        "--timeline", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    alone, mixed, whole = (row for row in rows if row["kind"] != "kafka-stage")
+    assert (alone["kind"], mixed["kind"], whole["kind"]) == (
+        "kafka-mixed-high", "kafka-mixed-high", "kafka-mixed-drain"
+    )  # fmt: skip
+    assert (alone["items"], alone["failed"], mixed["items"], mixed["failed"]) == (40, 0, 40, 0)
+    assert (whole["items"], whole["failed"]) == (400, 0) and whole["inputs"] >= 400
+    assert "x alone" in mixed["scenario"] and "join " in mixed["note"]
+    stages = {row["scenario"].rsplit(": ", 1)[1] for row in rows if row["kind"] == "kafka-stage"}
+    assert {"published -> fetched", "fetched -> call_start", "written -> acked"} <= stages
+    assert [t for t in await list_topics(bootstrap, "bench.") if ".mixed." in t] == []

@@ -16,12 +16,18 @@ from embedstream.tools.bench.kafka_figures import (
     flood_rows,
     floor_rows,
     latency_row,
+    mixed_rows,
     spans,
     stage_durations,
     stage_rows,
     stages_until,
 )
-from embedstream.tools.bench.options import HTTP_PATHS, SCENARIOS, add_cli_arguments
+from embedstream.tools.bench.options import (
+    HTTP_PATHS,
+    SCENARIOS,
+    add_cli_arguments,
+    sizes_from_args,
+)
 from embedstream.tools.bench.timeline import (
     Timeline,
     TimelineBackend,
@@ -196,6 +202,28 @@ async def test_the_backend_notes_each_known_texts_call() -> None:
     assert set(timeline.moments) == {"id-1"} and times["call_start"] <= times["call_done"]
 
 
+# --------------------------------------------------------------------------- mixed
+
+
+def test_mixed_rows_give_the_high_p99_as_a_multiple_of_the_high_drain_alone() -> None:
+    alone = [0.1 * k for k in range(1, 11)]  # the tenth high result acked 1.0 s in
+    mixed = [0.2 * k for k in range(1, 11)]  # P99 about 1.98 s
+    whole = drain(100, 4.0)
+    rows = mixed_rows(alone, mixed, 10, whole, (1.5, 2.5), "Kafka at x")
+    assert [r.kind for r in rows] == ["kafka-mixed-high", "kafka-mixed-high", "kafka-mixed-drain"]
+    assert "drained in 1.00 s" in rows[0].scenario and rows[0].seconds == pytest.approx(1.0)
+    assert "+ 90 low: high P99 1.98x alone" in rows[1].scenario
+    assert "join 1.5 s" in rows[0].note and "join 2.5 s" in rows[1].note
+    assert rows[1].latency is not None and rows[1].latency.p99_ms == pytest.approx(1982.0)
+    assert rows[2].items_per_s == 25.0
+
+
+def test_mixed_rows_count_high_items_never_acked_and_divide_by_no_zero() -> None:
+    rows = mixed_rows([], [0.5], 3, drain(1, 1.0, expected=30), (0.0, 0.0), "b")
+    assert rows[0].failed == 3 and rows[0].latency is None
+    assert rows[1].failed == 2 and "high P99 0.00x alone" in rows[1].scenario
+
+
 # --------------------------------------------------------------------------- options
 
 
@@ -204,6 +232,13 @@ def test_the_new_scenarios_and_their_sizes_are_options() -> None:
     assert ns.scenarios == ("kafka-flood", "kafka-floor") and ns.flood_items == 7
     assert ns.timeline and "kafka-floor" in SCENARIOS
     assert parse("--http-path", "both").http_path == "both" and HTTP_PATHS["both"] == (True, False)
+
+
+def test_kafka_mixed_is_a_scenario_with_a_size_of_its_own() -> None:
+    ns = parse("--scenarios", "kafka-mixed", "--mixed-items", "300")
+    assert ns.scenarios == ("kafka-mixed",) and sizes_from_args(ns).mixed_items == 300
+    assert sizes_from_args(parse()).mixed_items == 100_000
+    assert sizes_from_args(parse("--quick")).mixed_items == 5_000
 
 
 def test_a_poisson_variant_names_its_settings() -> None:

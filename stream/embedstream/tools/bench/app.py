@@ -33,6 +33,7 @@ from embedstream.tools.bench.finish import Runner, finish_run
 from embedstream.tools.bench.kafka_fairness import kafka_fairness
 from embedstream.tools.bench.kafka_figures import stage_rows
 from embedstream.tools.bench.kafka_flood import kafka_flood, kafka_floor
+from embedstream.tools.bench.kafka_mixed import kafka_mixed
 from embedstream.tools.bench.kafka_scenarios import (
     KafkaBroker,
     PoissonVariant,
@@ -261,6 +262,10 @@ def _steps(
     if "kafka-fairness" in chosen:
         fair = (sizes.fairness_items, sizes.fairness_rate, sizes.fairness_seconds)
         steps.append(("kafka fairness", lambda c: kafka_fairness(c, broker, *fair)))
+    if "kafka-mixed" in chosen:
+        mixed = functools.partial(kafka_mixed, broker=broker, items=sizes.mixed_items,
+                                  stages=ns.timeline)  # fmt: skip
+        steps.append(("kafka mixed", mixed))
     return steps
 
 

@@ -188,3 +188,50 @@ def latency_row(scenario: str, durations_s: Sequence[float], seconds: float, not
         provider_cpu_s=None,
         note=note,
     )
+
+
+def mixed_rows(
+    alone_acked_s: Sequence[float],
+    mixed_acked_s: Sequence[float],
+    high_expected: int,
+    mixed: Drain,
+    joins_s: tuple[float, float],
+    broker: str,
+) -> list[Row]:
+    """Three rows of kafka-mixed: the high backlog drained alone, the same high items in a
+    backlog of both lanes (their P99 as a multiple of the alone drain's time in the name:
+    the issue's goal is at most 1.3x), and the mixed backlog's whole drain. Every time runs
+    from the processor's assignment, so the group join (``joins_s``, alone then mixed, in
+    the notes) is left out of both sides of the ratio."""
+    alone_s = max(alone_acked_s, default=0.0)
+    mixed_latency = latency_percentiles(mixed_acked_s)
+    ratio = 0.0
+    if mixed_latency is not None and alone_s > 0:
+        ratio = mixed_latency.p99_ms / 1000.0 / alone_s
+    name = f"kafka mixed {high_expected:,} high"
+    rows = []
+    for scenario, acked, join_s in (
+        (f"{name}: alone, drained in {alone_s:.2f} s", alone_acked_s, joins_s[0]),
+        (f"{name} + {mixed.expected - high_expected:,} low: high P99 {ratio:.2f}x alone",
+         mixed_acked_s, joins_s[1]),
+    ):  # fmt: skip
+        rows.append(
+            Row(
+                scenario=scenario,
+                kind="kafka-mixed-high",
+                items=len(acked),
+                seconds=max(acked, default=0.0),
+                bound_per_s=None,
+                latency=latency_percentiles(acked),
+                calls=0,
+                inputs=0,
+                client_cpu_s=0.0,
+                provider_cpu_s=None,
+                failed=high_expected - len(acked),
+                note=f"{broker}; from the assignment to each result acknowledged; "
+                f"join {join_s:.1f} s",
+            )
+        )
+    note = f"{broker}; one processor, the assignment to the last result of either lane"
+    rows.append(drain_row(f"{name} + low: the whole backlog", mixed, note, "kafka-mixed-drain"))
+    return rows

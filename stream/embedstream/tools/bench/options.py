@@ -16,11 +16,11 @@ from embedstream.tools.bench.extras import EXTRA_SCENARIOS
 # The scenarios, in the order they run.
 SCENARIOS = (
     "closed", "backlog", "open", "kafka-backlog", "kafka-poisson", "kafka-flood", "kafka-floor",
-    "documents", "kafka-fairness",
+    "documents", "kafka-fairness", "kafka-mixed",
 )  # fmt: skip
-# documents and kafka-fairness run on the Kafka scenarios' broker but are no members of the
-# kafka group (each one's passes through a processor take longer than the group's other
-# scenarios together).
+# documents, kafka-fairness and kafka-mixed run on the Kafka scenarios' broker but are no
+# members of the kafka group (each one's passes through a processor take longer than the
+# group's other scenarios together).
 ALIASES = {"all": SCENARIOS, "in-process": SCENARIOS[:3], "kafka": SCENARIOS[3:7], "none": ()}
 KAFKA_SCENARIOS = frozenset(SCENARIOS[3:])  # those that need a broker
 
@@ -65,12 +65,13 @@ class Sizes:
     fairness_items: int  # kafka-fairness: source A's backlog
     fairness_rate: float  # kafka-fairness: source B's events/s
     fairness_seconds: float  # kafka-fairness: how long B publishes alone
+    mixed_items: int  # kafka-mixed: the backlog of both lanes (a tenth high)
 
 
 FULL = Sizes(50, 10.0, 100_000, (1000.0, 3000.0), 100_000, 2000.0, 10.0, 100_000,
-             20_000, 50.0, 20_000, 1_000, 50_000, 20.0, 10.0)  # fmt: skip
+             20_000, 50.0, 20_000, 1_000, 50_000, 20.0, 10.0, 100_000)  # fmt: skip
 QUICK = Sizes(50, 2.0, 5_000, (1000.0, 3000.0), 5_000, 2000.0, 3.0, 20_000,
-              2_000, 50.0, 2_000, 50, 2_000, 20.0, 3.0)  # fmt: skip
+              2_000, 50.0, 2_000, 50, 2_000, 20.0, 3.0, 5_000)  # fmt: skip
 DOC_PARAGRAPHS = 20  # about one chunk each at the default chunking rules
 
 HTTP_PATHS = {"lean": (False,), "sdk": (True,), "both": (True, False)}  # sdk? per run of each
@@ -150,7 +151,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         default=SCENARIOS,
         metavar="LIST",
         help="comma-separated: closed, backlog, open, kafka-backlog, kafka-poisson, "
-        "kafka-flood, kafka-floor, documents, kafka-fairness, or the "
+        "kafka-flood, kafka-floor, documents, kafka-fairness, kafka-mixed, or the "
         "groups in-process, kafka, all, none (e.g. with --endpoint) (default: all)",
     )
     add("--quick", action="store_true", help="small sizes: a check that everything runs")
@@ -240,6 +241,12 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         help="kafka-fairness: how long B publishes alone (10)",
     )
     kafka.add_argument(
+        "--mixed-items",
+        type=_positive_int,
+        default=None,
+        help="kafka-mixed: the backlog of both lanes, a tenth of it high (100,000)",
+    )
+    kafka.add_argument(
         "--floor-items", type=_positive_int, default=None, help="kafka-floor records (20,000)"
     )
     kafka.add_argument(
@@ -251,8 +258,8 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
     kafka.add_argument(
         "--timeline",
         action="store_true",
-        help="kafka-poisson: note each request's moments (published, fetched, call, written, "
-        "acked, read) and report the P50/P95/P99 of every stage",
+        help="kafka-poisson, kafka-flood, kafka-mixed: note each request's moments (published, "
+        "fetched, call, written, acked, read) and report the P50/P95/P99 of every stage",
     )
     kafka.add_argument(
         "--poisson-ab",
@@ -344,4 +351,5 @@ def sizes_from_args(ns: argparse.Namespace) -> Sizes:
         fairness_items=ns.fairness_items or base.fairness_items,
         fairness_rate=ns.fairness_rate or base.fairness_rate,
         fairness_seconds=ns.fairness_seconds or base.fairness_seconds,
+        mixed_items=ns.mixed_items or base.mixed_items,
     )
