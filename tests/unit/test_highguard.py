@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from embedstream.core import configured
 from embedstream.core.governor import Governor
 from embedstream.core.highguard import HighGuard
 from embedstream.core.lanes import Priority
+from embedstream.settings import load_settings
 
 
 @pytest.mark.parametrize(
@@ -68,3 +70,10 @@ def test_without_a_guard_nothing_changes() -> None:
     governor.saw_high()
     assert governor.lane_slots(Priority.LOW) == 7
     assert governor.low_call_cap(2048) == 2048
+
+
+def test_the_high_guard_setting_gives_the_governor_its_guard() -> None:
+    clock = lambda: 0.0  # noqa: E731
+    assert configured.governor(load_settings(env={}), clock).high_guard is None
+    guarded = configured.governor(load_settings(env={"EMBEDSTREAM_HIGH_GUARD": "true"}), clock)
+    assert isinstance(guarded.high_guard, HighGuard)

@@ -111,3 +111,39 @@ async def test_results_waiting_for_the_ack_count_against_the_byte_bound() -> Non
     writer.ack.set()
     await outcomes.flush()
     assert state.offsets.pending_bytes == 0
+
+
+async def test_a_big_call_is_encoded_in_slices_with_the_loop_turning_between() -> None:
+    """A task that became ready while a 600-result call is encoded runs between its slices,
+    not after the last one."""
+    clock = FakeClock()
+    writer = AckLater()
+    writer.ack.set()
+    metrics = Metrics()
+    sink = Sink(writer, configured_topics(load_settings(env={})), clock)
+    order: list[object] = []
+    encode = sink.result_outputs
+
+    def noting(done: Sequence[tuple[WorkItem, object]]) -> list[Output]:
+        order.append(len(done))
+        return encode(done)  # type: ignore[arg-type]
+
+    sink.result_outputs = noting  # type: ignore[method-assign]
+    outcomes = KafkaOutcomes(sink, metrics, DocumentFlow(sink, metrics, include_text=False), clock)
+    state = PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW)
+    items = [work_item(state, offset) for offset in range(600)]
+    for item in items:
+        state.offsets.track(item.origin.offset)
+
+    async def other_work() -> None:
+        for _ in range(3):
+            order.append("turn")
+            await asyncio.sleep(0)
+
+    await outcomes.succeeded(KEY, [Embedded(item, [0.5], 1) for item in items], 1)
+    other = asyncio.create_task(other_work())
+    await outcomes.flush()
+    await other
+    assert [n for n in order if n != "turn"] == [256, 256, 88]
+    assert order.index("turn") < order.index(88)  # the other task ran before the last slice
+    assert len(writer.waiting) == 600 and state.offsets.pending == 0

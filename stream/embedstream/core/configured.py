@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from embedstream.core.backoff import Backoff
 from embedstream.core.governor import Governor
+from embedstream.core.highguard import HighGuard
 from embedstream.core.limits import ProviderLimits, effective_limits, profile
 from embedstream.core.policy import BatchLimits
 from embedstream.settings import Settings
@@ -64,6 +65,7 @@ def governor(settings: Settings, clock: Callable[[], float]) -> Governor:
         min_low_share=settings.min_low_share,
         rpm=settings.rate_limit_rpm,
         tpm=settings.rate_limit_tpm,
+        high_guard=HighGuard() if settings.high_guard else None,
     )
 
 

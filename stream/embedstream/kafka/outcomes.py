@@ -26,11 +26,16 @@ from embedstream.errors import EmbedStreamError
 from embedstream.kafka.documents import DocumentFlow
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
-from embedstream.kafka.sink import OutputUnwritable, Sink
+from embedstream.kafka.sink import Output, OutputUnwritable, Sink
 from embedstream.kafka.work import ChunkOf, WorkItem
 from embedstream.wire import ChunkResult, EmbedResult, Failure, Vector, chunk_headers
 
 log = logging.getLogger(__name__)
+
+# A call's results are encoded this many at a time, with a turn of the event loop between:
+# a 2,048-input call's records were one stretch of 100-180 ms (asyncio's slow-callback log
+# in the kafka-flood bench), and every high request ready meanwhile waited it out.
+ENCODE_SLICE = 256
 
 
 class ResultObserver(EngineObserver, Protocol):
@@ -124,10 +129,14 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         a slow broker thousands of results wait to be acked, and a 256-float vector as a list
         costs 8 KiB, more than its JSON (soak, bench/soak_heap.py)."""
         now = self._clock_ms()
-        outputs = self.sink.result_outputs(
-            [(e.job, self._result(e.job, key.model, e.vector, dimensions, e.tokens, now))
-             for e in done]
-        )  # fmt: skip
+        outputs: list[Output] = []
+        for start in range(0, len(done), ENCODE_SLICE):
+            if start:
+                await asyncio.sleep(0)  # a turn for whatever became ready meanwhile
+            outputs += self.sink.result_outputs(
+                [(e.job, self._result(e.job, key.model, e.vector, dimensions, e.tokens, now))
+                 for e in done[start : start + ENCODE_SLICE]]
+            )  # fmt: skip
         finished = [(e.job, e.tokens) for e in done]
         done.clear()  # this task's own list: the last reference to the vectors
         # Until acked, each record counts against max_buffered_bytes on its input's offset:

@@ -33,6 +33,8 @@ BENCH_SETTINGS = (
     "max_wait_ms",
     "scale_factor",
     "min_low_share",
+    "high_guard",
+    "high_results_producer",
     "max_concurrency",
     "concurrency_mode",
     "target_latency_ms",
