@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Sequence
 
 import orjson
+import pytest
 from aiokafka import TopicPartition
 from embedstream.core.lanes import BucketKey, InputLane, Priority
 from embedstream.engine.jobs import Embedded
@@ -113,9 +114,14 @@ async def test_results_waiting_for_the_ack_count_against_the_byte_bound() -> Non
     assert state.offsets.pending_bytes == 0
 
 
-async def test_a_big_call_is_encoded_in_slices_with_the_loop_turning_between() -> None:
-    """A task that became ready while a 600-result call is encoded runs between its slices,
-    not after the last one."""
+@pytest.mark.parametrize(
+    ("priority", "slices"), [(Priority.LOW, [256, 256, 88]), (Priority.HIGH, [600])]
+)
+async def test_a_big_low_call_is_encoded_in_slices_with_the_loop_turning_between(
+    priority: Priority, slices: list[int]
+) -> None:
+    """A task that became ready while a 600-result low call is encoded runs between its
+    slices, not after the last one; a high call's results go in one stretch."""
     clock = FakeClock()
     writer = AckLater()
     writer.ack.set()
@@ -140,10 +146,12 @@ async def test_a_big_call_is_encoded_in_slices_with_the_loop_turning_between() -
             order.append("turn")
             await asyncio.sleep(0)
 
-    await outcomes.succeeded(KEY, [Embedded(item, [0.5], 1) for item in items], 1)
+    key = BucketKey(priority, "m", "float", None)
+    await outcomes.succeeded(key, [Embedded(item, [0.5], 1) for item in items], 1)
     other = asyncio.create_task(other_work())
     await outcomes.flush()
     await other
-    assert [n for n in order if n != "turn"] == [256, 256, 88]
-    assert order.index("turn") < order.index(88)  # the other task ran before the last slice
+    assert [n for n in order if n != "turn"] == slices
+    # The other task ran before the last slice of a low call.
+    assert (order.index("turn") < order.index(88)) if 88 in slices else order[0] == 600
     assert len(writer.waiting) == 600 and state.offsets.pending == 0

@@ -17,7 +17,7 @@ from typing import Protocol
 import orjson
 
 from embedstream.core.clock import Clock
-from embedstream.core.lanes import BucketKey
+from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.observer import EngineObserver
 from embedstream.core.tracing import TRACEPARENT
 from embedstream.engine.cache import Hit
@@ -32,7 +32,7 @@ from embedstream.wire import ChunkResult, EmbedResult, Failure, Vector, chunk_he
 
 log = logging.getLogger(__name__)
 
-# A call's results are encoded this many at a time, with a turn of the event loop between:
+# A low call's results are encoded this many at a time, with a turn of the event loop between:
 # a 2,048-input call's records were one stretch of 100-180 ms (asyncio's slow-callback log
 # in the kafka-flood bench), and every high request ready meanwhile waited it out.
 ENCODE_SLICE = 256
@@ -130,12 +130,14 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         costs 8 KiB, more than its JSON (soak, bench/soak_heap.py)."""
         now = self._clock_ms()
         outputs: list[Output] = []
-        for start in range(0, len(done), ENCODE_SLICE):
+        # High results go in one stretch: they are the work the slices make way for.
+        step = max(1, len(done)) if key.priority is Priority.HIGH else ENCODE_SLICE
+        for start in range(0, len(done), step):
             if start:
                 await asyncio.sleep(0)  # a turn for whatever became ready meanwhile
             outputs += self.sink.result_outputs(
                 [(e.job, self._result(e.job, key.model, e.vector, dimensions, e.tokens, now))
-                 for e in done[start : start + ENCODE_SLICE]]
+                 for e in done[start : start + step]]
             )  # fmt: skip
         finished = [(e.job, e.tokens) for e in done]
         done.clear()  # this task's own list: the last reference to the vectors
