@@ -139,13 +139,16 @@ def test_row_figures() -> None:
     assert row.items_per_s == 5000
     assert row.pct_of_bound == 40
     assert row.mean_batch == 1250
+    assert row.cpu_us_per_item == 100  # 1 CPU s over 10,000 items
     doc = row.to_json()
     assert doc["items_per_s"] == 5000 and doc["pct_of_bound"] == 40 and doc["latency"] is None
+    assert doc["cpu_us_per_item"] == 100
 
 
 def test_a_row_without_bound_or_calls_says_so() -> None:
     row = Row("e", "endpoint-closed", 0, 0.0, None, None, 0, 0, 0.0, None)
     assert (row.items_per_s, row.pct_of_bound, row.mean_batch) == (0.0, None, None)
+    assert row.cpu_us_per_item is None
 
 
 def test_scale_out_row_cpu_per_thousand_items_and_projection() -> None:

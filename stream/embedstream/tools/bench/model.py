@@ -153,12 +153,19 @@ class Row:
     def mean_batch(self) -> float | None:
         return self.inputs / self.calls if self.calls else None
 
+    @property
+    def cpu_us_per_item(self) -> float | None:
+        """This process's CPU µs per item (engine, load, Kafka clients); None for rows that
+        count no CPU (a stage of a timeline) or no items."""
+        return 1e6 * self.client_cpu_s / self.items if self.items and self.client_cpu_s else None
+
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
         doc.update(
             items_per_s=self.items_per_s,
             pct_of_bound=self.pct_of_bound,
             mean_batch=self.mean_batch,
+            cpu_us_per_item=self.cpu_us_per_item,
         )
         return doc
 

@@ -25,7 +25,7 @@ def _num(value: float | None, spec: str = ",.0f") -> str:
 def results_table(rows: Sequence[Row]) -> Table:
     table = Table(title="embedstream bench", title_justify="left")
     for name in ("scenario", "items/s", "% of bound", "P50 ms", "P95 ms", "P99 ms", "calls",
-                 "mean batch", "CPU s", "provider CPU s"):  # fmt: skip
+                 "mean batch", "CPU s", "CPU µs/item", "provider CPU s"):  # fmt: skip
         table.add_column(name, justify="left" if name == "scenario" else "right")
     for row in rows:
         latency = row.latency
@@ -40,6 +40,7 @@ def results_table(rows: Sequence[Row]) -> Table:
             f"{row.calls:,}",
             _num(row.mean_batch, ",.1f"),
             f"{row.client_cpu_s:.1f}",
+            _num(row.cpu_us_per_item, ",.0f"),
             _num(row.provider_cpu_s, ".1f"),
         )
     return table
