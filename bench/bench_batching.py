@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import gc
 import json
@@ -41,7 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from embedsim import SimulatorConfig, SimulatorServer, expected_vector
 from embedstream.engine.backend import BatchCall, EmbeddingBackend
@@ -201,7 +202,7 @@ def build_workloads(seed: int, quick: bool) -> list[Workload]:
 class Strategy(Protocol):
     name: str
 
-    async def start(self) -> None: ...
+    def start(self) -> None: ...
 
     async def embed(self, text: str) -> Vector: ...
 
@@ -221,7 +222,7 @@ class NoBatching:
         self._backend = backend
         self._slots = asyncio.Semaphore(max_concurrency)
 
-    async def start(self) -> None:
+    def start(self) -> None:
         return None
 
     async def embed(self, text: str) -> Vector:
@@ -241,6 +242,8 @@ class StaticBatcher:
     empty buffer). It does not count from the oldest buffered item's arrival, so an item waits
     for whatever is left of the current window: 0..T ms even when the provider is idle. Batches
     are cut as soon as they are due and then queue for one of ``max_concurrency`` call slots.
+    ``make_call`` builds each call from its texts (bench_tails.py names its model and format);
+    it has the surface of bench's load targets (``submit``) as well as this script's.
     """
 
     name = "static"
@@ -252,10 +255,12 @@ class StaticBatcher:
         max_items: int,
         interval_s: float,
         max_concurrency: int,
+        make_call: Callable[[Sequence[str]], BatchCall] = one_call,
     ) -> None:
         self._backend = backend
         self._max_items = max_items
         self._interval_s = interval_s
+        self._make_call = make_call
         self._slots = asyncio.Semaphore(max_concurrency)
         self._buffer: list[tuple[str, asyncio.Future[Vector]]] = []
         self._flushed = asyncio.Event()
@@ -263,25 +268,30 @@ class StaticBatcher:
         self._timer: asyncio.Task[None] | None = None
         self._closing = False
 
-    async def start(self) -> None:
+    def start(self) -> None:
         self._timer = asyncio.create_task(self._run_timer())
 
-    async def embed(self, text: str) -> Vector:
+    def submit(
+        self, text: str, *, priority: Literal["high", "low"] = "high"
+    ) -> asyncio.Future[Vector]:
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
         self._buffer.append((text, future))
         if len(self._buffer) >= self._max_items:
             self._flush()
-        return await future
+        return future
 
-    async def close(self) -> None:
+    async def embed(self, text: str) -> Vector:
+        return await self.submit(text)
+
+    async def close(self, timeout_s: float | None = None) -> None:
         self._closing = True
         if self._buffer:
             self._flush()
         self._flushed.set()
         if self._timer is not None:
             await self._timer
-        while self._calls:
-            await asyncio.gather(*self._calls)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*self._calls), timeout_s)
         await self._backend.close()
 
     def _flush(self) -> None:
@@ -303,7 +313,7 @@ class StaticBatcher:
     async def _send(self, batch: list[tuple[str, asyncio.Future[Vector]]]) -> None:
         async with self._slots:
             try:
-                outcome = await self._backend.embed(one_call([text for text, _ in batch]))
+                outcome = await self._backend.embed(self._make_call([text for text, _ in batch]))
             except Exception as exc:
                 for _, future in batch:
                     if not future.done():
@@ -329,7 +339,7 @@ class Engine:
             max_concurrency=max_concurrency,
         )
 
-    async def start(self) -> None:
+    def start(self) -> None:
         self._client.start()
 
     async def embed(self, text: str) -> Vector:
@@ -418,7 +428,7 @@ async def run_workload(
     sample_rng: random.Random,
 ) -> RunResult:
     strategy = factory()
-    await strategy.start()
+    strategy.start()
     await warm_up(strategy)
     gc.collect()
     simulator.reset_stats()

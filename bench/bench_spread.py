@@ -40,10 +40,9 @@ from embedstream.core.costmodel import CallCost
 from embedstream.core.policy import BatchLimits, batch_length, spread_length
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
-from embedstream.settings import load_settings
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from bench.bench_tails import StaticBatcher
+from bench.bench_batching import StaticBatcher
 
 BASE_S = 0.040
 PER_TOKEN_S = 0.00002
@@ -129,12 +128,16 @@ Factory = Callable[[SleepingProvider], Any]  # a started-on-entry client with `e
 
 
 class Static:
-    """bench_tails.py's static batcher as an async context manager, like BatchingClient."""
+    """bench_batching.py's static batcher as an async context manager, like BatchingClient."""
 
     def __init__(self, provider: SleepingProvider, max_items: int, interval_ms: float) -> None:
-        settings = load_settings(env={}, overrides={"model": "m", "max_concurrency": SLOTS})
-        self._batcher = StaticBatcher(provider, settings, max_items=max_items,
-                                      interval_s=interval_ms / 1e3)  # fmt: skip
+        self._batcher = StaticBatcher(
+            provider,
+            max_items=max_items,
+            interval_s=interval_ms / 1e3,
+            max_concurrency=SLOTS,
+            make_call=lambda texts: BatchCall("m", texts, "float", None),
+        )
 
     async def __aenter__(self) -> StaticBatcher:
         self._batcher.start()

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import json
 import os
@@ -39,7 +38,6 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from embedstream.engine.backend import BatchCall, EmbeddingBackend
@@ -56,8 +54,8 @@ from embedstream.tools.bench.model import PROVIDER_MAX_INPUTS, PROVIDER_MAX_TOKE
 from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.bench.scenarios import closed_loop, open_loop
 from embedstream.tools.progress import make_step_progress
-from embedstream.wire import Vector
 
+from bench.bench_batching import StaticBatcher
 from bench.bench_kafka_cpu import Sampler, profile_table
 
 TOKENS = 30
@@ -65,86 +63,20 @@ CALLERS = 50
 RATES = (1000.0, 3000.0)
 
 
-class StaticBatcher:
-    """Flush at ``max_items`` items, or ``interval_s`` after the previous flush (a timer that
-    restarts after every flush and every expiry, as faust's `Stream.take(max_, within)`);
-    each batch is cut when due and then queues for one of ``slots`` call slots."""
-
-    def __init__(
-        self, backend: EmbeddingBackend, settings: Settings, *, max_items: int, interval_s: float
-    ) -> None:
-        self._backend = backend
-        self._settings = settings
-        self._max_items = max_items
-        self._interval_s = interval_s
-        self._slots = asyncio.Semaphore(settings.max_concurrency)
-        self._buffer: list[tuple[str, asyncio.Future[Vector]]] = []
-        self._flushed = asyncio.Event()
-        self._calls: set[asyncio.Task[None]] = set()
-        self._timer: asyncio.Task[None] | None = None
-        self._closing = False
-
-    def start(self) -> None:
-        self._timer = asyncio.create_task(self._run_timer())
-
-    def submit(
-        self, text: str, *, priority: Literal["high", "low"] = "high"
-    ) -> asyncio.Future[Vector]:
-        future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
-        self._buffer.append((text, future))
-        if len(self._buffer) >= self._max_items:
-            self._flush()
-        return future
-
-    async def embed(self, text: str) -> Vector:
-        return await self.submit(text)
-
-    async def close(self, timeout_s: float | None = None) -> None:
-        self._closing = True
-        if self._buffer:
-            self._flush()
-        self._flushed.set()
-        if self._timer is not None:
-            await self._timer
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*self._calls), timeout_s)
-        await self._backend.close()
-
-    def _flush(self) -> None:
-        batch, self._buffer = self._buffer, []
-        self._flushed.set()  # restarts the window, as a full buffer does in take()
-        task = asyncio.create_task(self._send(batch))
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
-
-    async def _run_timer(self) -> None:
-        while not self._closing:
-            self._flushed.clear()
-            try:
-                await asyncio.wait_for(self._flushed.wait(), self._interval_s)
-            except TimeoutError:
-                if self._buffer:
-                    self._flush()
-
-    async def _send(self, batch: list[tuple[str, asyncio.Future[Vector]]]) -> None:
-        s = self._settings
-        call = BatchCall(s.model, [text for text, _ in batch], s.encoding_format, None)
-        async with self._slots:
-            try:
-                outcome = await self._backend.embed(call)
-            except Exception as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                return
-        for (_, future), vector in zip(batch, outcome.vectors, strict=True):
-            if not future.done():
-                future.set_result(vector)
-
-
 def static(max_items: int, interval_ms: float) -> ClientFactory:
+    """bench_batching.py's static batcher, its calls in the run's model and format."""
+
     def make(backend: EmbeddingBackend, settings: Settings) -> LoadTarget:
-        return StaticBatcher(backend, settings, max_items=max_items, interval_s=interval_ms / 1e3)
+        def make_call(texts: Sequence[str]) -> BatchCall:
+            return BatchCall(settings.model, texts, settings.encoding_format, None)
+
+        return StaticBatcher(
+            backend,
+            max_items=max_items,
+            interval_s=interval_ms / 1e3,
+            max_concurrency=settings.max_concurrency,
+            make_call=make_call,
+        )
 
     return make
 
