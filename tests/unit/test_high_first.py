@@ -188,3 +188,28 @@ async def test_with_the_lane_idle_nobody_is_put_first() -> None:
     fetched = await fetcher.fetch(10, asyncio.Event())
     assert fetched is not None
     assert [state.tp for state, _ in fetched] == [FLOOD]
+
+
+async def test_low_results_waiting_for_the_broker_leave_high_its_reserve() -> None:
+    """A flood's results waiting for their acks count their bytes against the bound, and can
+    hold more than all of it: the low lane pauses, the high lane keeps fetching within its
+    reserve (before it, both paused and the fetch budget was 0: a second without any fetch in
+    the kafka-flood bench)."""
+    consumer = await flooded_consumer()
+    assignment = Assignment(lane_of)
+    assignment.add(HIGH)
+    low = assignment.add(LOW)
+    for offset in range(100):
+        low.offsets.track(offset, size=10)
+        low.offsets.hold_bytes(offset, 20_000)  # its result, waiting for the ack: 2 MB in all
+    settings = Settings(max_buffered_items=1000, max_buffered_bytes=1_000_000, max_event_bytes=4096)
+    fetcher = Fetcher(consumer, assignment, settings)
+    assert fetcher.pressure > 1000 and fetcher.high_pressure == 0
+    fetcher.apply_backpressure(provider_blocked=False)
+    high = assignment.get(HIGH)
+    assert high is not None and not high.paused and low.paused
+    budget = fetcher.budget()
+    assert budget > 0
+    fetched = await fetcher.fetch(budget, asyncio.Event())
+    assert fetched is not None
+    assert [(state.tp, [r.offset for r in records]) for state, records in fetched] == [(HIGH, [0])]

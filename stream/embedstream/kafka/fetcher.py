@@ -65,16 +65,25 @@ class Fetcher:
     def pressure(self) -> int:
         """Held items, or the bytes held expressed as items if that is the tighter bound (each
         item's Python objects counted besides its value: see settings/derived.py)."""
-        a = self._assignment
-        held_bytes = a.held_bytes + a.held * ITEM_RESIDENT_BYTES
+        return self._pressure_of(list(self._assignment))
+
+    @property
+    def high_pressure(self) -> int:
+        """The part of `pressure` held by high-priority input: what its reserve is measured by."""
+        return self._pressure_of([s for s in self._assignment if s.lane is Priority.HIGH])
+
+    def _pressure_of(self, states: Sequence[PartitionState]) -> int:
+        items = sum(s.offsets.pending + s.chunks_held for s in states)
+        held_bytes = sum(s.offsets.pending_bytes for s in states) + items * ITEM_RESIDENT_BYTES
         by_bytes = -(-held_bytes * self._limit // self._byte_limit)
-        return max(a.held, by_bytes)
+        return max(items, by_bytes)
 
     def budget(self) -> int:
         """How many records the next fetch may bring without breaking the memory bounds."""
         low_fetching = any(not s.paused and s.lane is Priority.LOW for s in self._assignment)
         records = fetch_budget(
             held=self.pressure,
+            high_held=self.high_pressure,
             limit=self._limit,
             low_fetching=low_fetching,
             max_poll=self._max_poll,
@@ -189,6 +198,7 @@ class Fetcher:
         forced = self._assignment.fencing() | (self._holds.held(self._clock()) & set(states))
         wanted = forced | partitions_to_pause(
             held=self.pressure,
+            high_held=self.high_pressure,
             limit=self._limit,
             provider_blocked=provider_blocked,
             assigned=set(states) - forced,
