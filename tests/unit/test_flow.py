@@ -64,3 +64,18 @@ def test_fetch_budget(held: int, high_held: int, low_fetching: bool, expected: i
 
 def test_fetch_budget_respects_max_poll() -> None:
     assert fetch_budget(held=0, high_held=0, limit=10_000, low_fetching=False, max_poll=500) == 500
+
+
+@pytest.mark.parametrize("limit", [16_384, 13_107, 5_000, 101, 7, 1])
+def test_a_buffer_too_full_for_a_low_fetch_pauses_low(limit: int) -> None:
+    """Where the budget leaves low nothing, low is paused, so the budget counts high's room
+    (0.8 x 16,384 is 13,107.2: a pause threshold above the budget's 13,107 once let a full
+    buffer fetch nothing at all, high included)."""
+    held = next(h for h in range(limit + 1) if fetch_budget(
+        held=h, high_held=0, limit=limit, low_fetching=True, max_poll=limit) == 0)  # fmt: skip
+    paused = partitions_to_pause(
+        held=held, high_held=0, limit=limit, provider_blocked=False, assigned=ALL, paused=set(),
+        is_high=lambda p: p in HIGH,
+    )  # fmt: skip
+    assert paused == LOW
+    assert fetch_budget(held=held, high_held=0, limit=limit, low_fetching=False, max_poll=limit) > 0

@@ -20,10 +20,18 @@ LOW_SHARE = 0.8
 RESUME_FRACTION = 0.5
 
 
+def low_ceiling(limit: int) -> int:
+    """What low-priority input may fill: one whole number for both the pause and the fetch
+    budget. With 0.8 x 16,384 = 13,107.2 as the pause threshold and 13,107 as the budget's
+    ceiling, a buffer held at 13,107 neither paused low nor let anything be fetched, high
+    included, until low work finished (a second at a time in the kafka-flood bench)."""
+    return int(LOW_SHARE * limit)
+
+
 def high_reserve(limit: int) -> int:
     """What high-priority input may always hold, whatever low holds: the part of ``limit``
     low may not fill."""
-    return limit - int(LOW_SHARE * limit)
+    return limit - low_ceiling(limit)
 
 
 def partitions_to_pause(
@@ -41,7 +49,7 @@ def partitions_to_pause(
     assigned = set(assigned)
     high = {p for p in assigned if is_high(p)}
     low = assigned - high
-    low_threshold = LOW_SHARE * limit
+    low_threshold = low_ceiling(limit)
     if provider_blocked:
         pause_low = True
         pause_high = held >= RESUME_FRACTION * limit
@@ -66,6 +74,6 @@ def fetch_budget(
     """Most records one fetch may return without breaking the bounds above. With low paused
     only high records come: at least what is left of high's reserve."""
     if low_fetching:
-        return max(0, min(max_poll, int(LOW_SHARE * limit) - held))
+        return max(0, min(max_poll, low_ceiling(limit) - held))
     room = max(limit - held, high_reserve(limit) - high_held)
     return max(0, min(max_poll, room))

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from embedstream.core.flow import LOW_SHARE, fetch_budget, partitions_to_pause
+from embedstream.core.flow import fetch_budget, low_ceiling, partitions_to_pause
 from embedstream.core.holdback import HoldBacks
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.core.shares import sources_to_pause, sources_under_share
@@ -240,7 +240,7 @@ class Fetcher:
                 continue  # alone (or idle): only the lane's own limits apply
             under = sources_under_share(held, self._weights)
             self._under_share |= {s.tp for s in states if s.tp.topic in under}
-            capacity = self._limit * (LOW_SHARE if lane is InputLane.LOW else 1.0)
+            capacity = low_ceiling(self._limit) if lane is InputLane.LOW else self._limit
             # An idle topic keeps room for one poll of its records (see sources_to_pause).
             over = sources_to_pause(
                 held, active, self._weights, capacity, topics_paused, reserve=self._max_poll
