@@ -193,8 +193,8 @@ async def test_with_the_lane_idle_nobody_is_put_first() -> None:
 async def test_low_results_waiting_for_the_broker_leave_high_its_reserve() -> None:
     """A flood's results waiting for their acks count their bytes against the bound, and can
     hold more than all of it: the low lane pauses, the high lane keeps fetching within its
-    reserve (before it, both paused and the fetch budget was 0: a second without any fetch in
-    the kafka-flood bench)."""
+    reserve (before it, both paused and the fetch budget was 0: the byte pressure reached
+    1.26x the bound in a kafka-flood run)."""
     consumer = await flooded_consumer()
     assignment = Assignment(lane_of)
     assignment.add(HIGH)
