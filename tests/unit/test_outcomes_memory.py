@@ -54,6 +54,15 @@ class AckLater:
         await self.ack.wait()
 
 
+def wired(writer: AckLater) -> tuple[Sink, KafkaOutcomes, PartitionState]:
+    """A call's outcomes written through ``writer``, and the low partition its items come from."""
+    clock = FakeClock()
+    metrics = Metrics()
+    sink = Sink(writer, configured_topics(load_settings(env={})), clock)
+    outcomes = KafkaOutcomes(sink, metrics, DocumentFlow(sink, metrics, include_text=False), clock)
+    return sink, outcomes, PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW)
+
+
 def work_item(state: PartitionState, offset: int) -> WorkItem:
     request = EmbedRequest(f"r{offset}", "some text")
     return WorkItem(
@@ -65,12 +74,8 @@ def work_item(state: PartitionState, offset: int) -> WorkItem:
 
 
 async def test_vectors_are_let_go_while_their_results_wait_for_the_ack() -> None:
-    clock = FakeClock()
     writer = AckLater()
-    metrics = Metrics()
-    sink = Sink(writer, configured_topics(load_settings(env={})), clock)
-    outcomes = KafkaOutcomes(sink, metrics, DocumentFlow(sink, metrics, include_text=False), clock)
-    state = PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW)
+    _, outcomes, state = wired(writer)
     items = [work_item(state, offset) for offset in range(3)]
     for item in items:
         state.offsets.track(item.origin.offset)
@@ -94,12 +99,8 @@ async def test_vectors_are_let_go_while_their_results_wait_for_the_ack() -> None
 
 
 async def test_results_waiting_for_the_ack_count_against_the_byte_bound() -> None:
-    clock = FakeClock()
     writer = AckLater()
-    metrics = Metrics()
-    sink = Sink(writer, configured_topics(load_settings(env={})), clock)
-    outcomes = KafkaOutcomes(sink, metrics, DocumentFlow(sink, metrics, include_text=False), clock)
-    state = PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW)
+    _, outcomes, state = wired(writer)
     items = [work_item(state, offset) for offset in range(2)]
     for item in items:
         state.offsets.track(item.origin.offset, size=len(item.raw))
@@ -122,11 +123,9 @@ async def test_a_big_low_call_is_encoded_in_slices_with_the_loop_turning_between
 ) -> None:
     """A task that became ready while a 600-result low call is encoded runs between its
     slices, not after the last one; a high call's results go in one stretch."""
-    clock = FakeClock()
     writer = AckLater()
     writer.ack.set()
-    metrics = Metrics()
-    sink = Sink(writer, configured_topics(load_settings(env={})), clock)
+    sink, outcomes, state = wired(writer)
     order: list[object] = []
     encode = sink.result_outputs
 
@@ -135,8 +134,6 @@ async def test_a_big_low_call_is_encoded_in_slices_with_the_loop_turning_between
         return encode(done)  # type: ignore[arg-type]
 
     sink.result_outputs = noting  # type: ignore[method-assign]
-    outcomes = KafkaOutcomes(sink, metrics, DocumentFlow(sink, metrics, include_text=False), clock)
-    state = PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW)
     items = [work_item(state, offset) for offset in range(600)]
     for item in items:
         state.offsets.track(item.origin.offset)
