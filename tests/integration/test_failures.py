@@ -207,7 +207,8 @@ async def test_always_failing_items_make_max_attempts_calls_then_one_dead_letter
         assert {headers_dict(r.headers)["embedstream.error.attempts"] for r in dead} == {"3"}
         per_text = Counter(t for call in simulator.calls for t in call.inputs if "BROKEN" in t)
         holds = sum(r.getMessage().startswith("provider down") for r in caplog.records)
-        assert len(per_text) == len(ids) and min(per_text.values()) == 3
+        # Exactly three calls a text without a hold; with holds, three plus at most one a hold.
+        assert len(per_text) == len(ids) and min(per_text.values()) >= 3
         assert max(per_text.values()) <= 3 + holds
         results = await read_topic(bootstrap, names.results, idle_s=0.2)
         assert not {orjson.loads(r.value)["id"] for r in results} & set(ids)
