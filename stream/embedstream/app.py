@@ -24,13 +24,9 @@ from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import OpenAIEmbedder
-from embedstream.engine.formats import (
-    registered_result_encoder,
-    registry_client,
-    schema_decoders,
-    uses_registry,
-)
+from embedstream.engine.formats import registry_client, schema_decoders, uses_registry
 from embedstream.engine.registry import RegistryClient
+from embedstream.engine.result_schema import ResultSchemaRegistration
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.attribution import AttributedAdmission, Sources
 from embedstream.kafka.clients import (
@@ -72,11 +68,13 @@ class Service:
         health: Health,
         ops_server: OpsServer | None,
         registry: RegistryClient | None = None,
+        result_schema: ResultSchemaRegistration | None = None,
     ) -> None:
         self.processor = processor
         self.health = health
         self.ops_server = ops_server
         self.registry = registry  # the schema registry, with a registry input or output format
+        self.result_schema = result_schema  # with a registry output format
 
     @property
     def metrics_port(self) -> int | None:
@@ -91,11 +89,11 @@ class Service:
             await self.ops_server.start(settings.metrics_host, settings.metrics_port)
         health_task = asyncio.create_task(self._health())
         try:
-            if self.registry is not None:  # before any result is written
-                sink = self.processor.parts.outcomes.sink
-                sink.result_values = await registered_result_encoder(
-                    settings, self.registry, configured_topics(settings).results
-                )
+            if self.result_schema is not None:  # before anything is consumed
+                encoder = await self.result_schema.encoder(self.processor.stopping)
+                if self.processor.stopping.is_set():
+                    return  # stopped while the registry was out: nothing started yet
+                self.processor.parts.outcomes.sink.result_values = encoder
             await self.processor.run()
         finally:
             # The spans still buffered, exported off the loop (a collector in this process
@@ -205,10 +203,20 @@ def build_service(
             tracer=tracer,
         )
     )
-    outage = (lambda: None) if decoders is None else (lambda: decoders.outage)
-    health = Health(processor, metrics, broker_probe(producer), registry_outage=outage)
+    result_schema = (
+        None
+        if registry is None or settings.output_format == "json"
+        else ResultSchemaRegistration(settings, registry, names.results)
+    )
+
+    def registry_outage() -> Exception | None:
+        if result_schema is not None and result_schema.outage is not None:
+            return result_schema.outage
+        return None if decoders is None else decoders.outage
+
+    health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
-    return Service(processor, health, ops_server, registry)
+    return Service(processor, health, ops_server, registry, result_schema)
 
 
 async def run_service(

@@ -26,6 +26,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
+from embedstream.app import build_service, default_backend
 from embedstream.errors import Reason
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
@@ -392,3 +393,69 @@ async def test_produce_avro_and_results_in_avro_for_the_reference_deserializer(
         assert len(doc["embedding"]) == doc["dimensions"]
         assert math.isclose(doc["embedding"][0], expected[0], rel_tol=1e-5)
         assert doc["usage"]["tokens"] > 0 and doc["attempts"] == 1
+
+
+async def test_a_registry_down_at_start_is_waited_out_with_avro_results(
+    bootstrap: str, unique_prefix: str, simulator: SimulatorServer, registry: TestRegistry
+) -> None:
+    """A registry that answers only after the processor started (a compose file's order): the
+    start waits, not ready and saying why, and consumes nothing until the schema is in."""
+    port = free_port()
+    settings = _settings(bootstrap, unique_prefix, simulator, registry, "avro",
+                         output_format="avro", metrics_port=port)  # fmt: skip
+    names = topic_names(unique_prefix)
+    await create_all_topics(settings)
+    schema_id = registry.register(f"{names.requests_low}-value", json.dumps(AVRO))
+    records = {
+        str(n).encode(): write_frame(schema_id, _avro(AVRO, _record("avro", n, f"late {n}")))
+        for n in range(10)
+    }
+    await publish(bootstrap, names.requests_low, list(records.items()))
+    register = f"POST /subjects/{names.results}-value/versions"
+    registry.answer_status = 503
+    backend = default_backend(settings)
+    service = build_service(settings, backend)
+    task = asyncio.create_task(service.run())
+    try:
+        await eventually(lambda: registry.paths.count(register) >= 2 or task.done(), timeout_s=30)
+        assert not task.done()  # waiting, not stopped
+        status, body = await _readyz(port)
+        assert status == 503 and "registry_usable" in body["reasons"]
+        assert any(m.startswith("schema registry unavailable") for m in body["messages"])
+        assert not service.processor.assigned.is_set()  # nothing consumed meanwhile
+        registry.answer_status = None
+        results = await _outputs(bootstrap, names.results, lambda out: len(out) >= len(records))
+    finally:
+        service.stop()
+        await asyncio.wait_for(task, 60)
+        await backend.close()
+    assert sorted(r.key for r in results) == sorted(records)
+
+    def deserialize() -> list[dict[str, Any]]:
+        reader = AvroDeserializer(SchemaRegistryClient({"url": registry.url}))
+        return [reader(r.value, _context(names.results)) for r in results]
+
+    docs = await asyncio.to_thread(deserialize)
+    assert {d["id"] for d in docs} == {str(n) for n in range(10)}
+
+
+async def test_a_stop_while_the_registry_is_down_at_start_exits_cleanly(
+    bootstrap: str, unique_prefix: str, simulator: SimulatorServer, registry: TestRegistry
+) -> None:
+    settings = _settings(bootstrap, unique_prefix, simulator, registry, "avro",
+                         output_format="avro")  # fmt: skip
+    await create_all_topics(settings)
+    await registry.refuse()
+    backend = default_backend(settings)
+    service = build_service(settings, backend)
+    task = asyncio.create_task(service.run())
+    try:
+        await eventually(
+            lambda: service.health.readiness().registry_usable is False or task.done(), timeout_s=30
+        )
+        assert not task.done()
+        service.stop()
+        await asyncio.wait_for(task, 30)  # no exception: a clean stop
+    finally:
+        await backend.close()
+    assert not service.processor.clients_started.is_set()

@@ -1,5 +1,5 @@
 """What the format settings build: the registry client, the decoders of the input format (with
-its field mapping) and the encoder of results in a registry format.
+its field mapping); `engine/result_schema.py` registers the results' schema at start.
 
 A missing format library or a field mapping that names no request field is a bad setting:
 :class:`ConfigError` naming it, at start, before anything is consumed.
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 
-from embedstream.engine.registry import RegistryClient, RegistryConfig, RegistryRejected
-from embedstream.engine.schema_decoders import SchemaDecoders, result_encoder
+from embedstream.engine.registry import RegistryClient, RegistryConfig
+from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.errors import ConfigError
 from embedstream.settings import Settings
 from embedstream.wire.field_mapping import FieldMapping
-from embedstream.wire.formats.results import ResultEncoder
 
 # The library each registry format needs (the `registry` extra).
 _LIBRARIES = {"avro": "fastavro", "json_schema": "jsonschema", "protobuf": "grpc_tools"}
@@ -70,17 +69,3 @@ def schema_decoders(settings: Settings, client: RegistryClient) -> SchemaDecoder
         field_mapping(settings),
         max_schemas=settings.schema_registry_cache_size,
     )
-
-
-async def registered_result_encoder(
-    settings: Settings, client: RegistryClient, results_topic: str
-) -> ResultEncoder | None:
-    """Register the result schema under ``<results topic>-value``; None for JSON results."""
-    if settings.output_format == "json":
-        return None
-    try:
-        return await result_encoder(client, settings.output_format, results_topic)
-    except RegistryRejected as exc:  # e.g. 409: incompatible with the subject's versions
-        raise ConfigError(
-            "output_format", f"the registry refused the result schema: {exc}"
-        ) from None

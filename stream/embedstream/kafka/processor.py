@@ -145,6 +145,11 @@ class Processor:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    @property
+    def stopping(self) -> asyncio.Event:
+        """Set by the first `stop()`."""
+        return self._stopping
+
     def stop(self) -> None:
         """First call: stop fetching and drain (bounded). A second call: stop draining."""
         if self._stopping.is_set():
