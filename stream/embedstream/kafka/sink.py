@@ -21,6 +21,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import Priority
 from embedstream.core.tracing import TRACEPARENT
+from embedstream.kafka.gathered import GatheredWrites
 from embedstream.kafka.protocols import Producer, RecordBatch
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
@@ -203,6 +204,9 @@ class Sink:
         result_values: ResultValues | None = None,
     ) -> None:
         self._writer = writer
+        # Retries and dead letters: one coroutine an item, many in the same turn (a failed call's
+        # items), written together as record batches.
+        self._gathered: GatheredWrites[Output] = GatheredWrites(writer.write_many)
         self._topics = topics
         self._clock_ms = clock.wall_ms
         # None: results as JSON, each record's own encode() (the hot path, untouched). Set
@@ -270,7 +274,7 @@ class Sink:
             headers.append((TRACEPARENT, traceparent))  # read back, it continues the trace
         key = item.request.id.encode()
         high = item.priority is Priority.HIGH
-        await self._writer.write(
+        await self._gathered.write(
             Output(item.origin, self._topics.retry, key, item.raw, headers, item.partition, high)
         )
 
@@ -284,6 +288,6 @@ class Sink:
     ) -> None:
         origin = Origin(failure.source_topic, failure.source_partition, failure.source_offset)
         headers = dead_letter_headers(failure) + list(extra_headers)
-        await self._writer.write(
+        await self._gathered.write(
             Output(origin, self._topics.dead_letters, key, raw, headers, owner)
         )

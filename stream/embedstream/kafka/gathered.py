@@ -1,0 +1,62 @@
+"""Outputs that many callers write one at a time, gathered into record batches.
+
+A failed call's items each take their own path out (a retry record or a dead letter, one
+coroutine an item, all started in the same turn of the event loop). Written one `send()`
+each, a 2,048-input call's retries were 2,048 concurrent sends contending for the same
+partitions' open batches (see `DirectWriter`). Here the outputs handed over in one turn go
+out together through the writer's `write_many`, and each caller returns once its own batch
+is written; the writer's guarantees (acknowledged, or staged in the partition's
+transaction) are the same as for a lone write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class GatheredWrites(Generic[T]):
+    def __init__(self, write_many: Callable[[Sequence[T]], Awaitable[None]]) -> None:
+        self._write_many = write_many
+        self._pending: list[tuple[T, asyncio.Future[None]]] = []
+        self._writing: set[asyncio.Task[None]] = set()
+
+    async def write(self, output: T) -> None:
+        """Returns once `output` is written with the others handed over in this turn; raises
+        what their `write_many` raised."""
+        loop = asyncio.get_running_loop()
+        if not self._pending:
+            loop.call_soon(self._flush)  # after every caller already scheduled in this turn
+        done: asyncio.Future[None] = loop.create_future()
+        self._pending.append((output, done))
+        await done
+
+    @property
+    def writing(self) -> int:
+        """Gathered batches still being written."""
+        return len(self._writing)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        task = asyncio.create_task(self._write(pending))
+        self._writing.add(task)
+        task.add_done_callback(self._writing.discard)
+
+    async def _write(self, pending: list[tuple[T, asyncio.Future[None]]]) -> None:
+        try:
+            await self._write_many([output for output, _ in pending])
+        except asyncio.CancelledError:
+            for _, done in pending:
+                done.cancel()
+            raise
+        except Exception as exc:  # each caller gets what a lone write would have raised
+            for _, done in pending:
+                if not done.done():  # its caller may have been cancelled meanwhile
+                    done.set_exception(exc)
+        else:
+            for _, done in pending:
+                if not done.done():
+                    done.set_result(None)
