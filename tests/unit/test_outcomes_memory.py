@@ -18,6 +18,7 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 from embedstream.core.lanes import BucketKey, InputLane, Priority
+from embedstream.engine.cache import Hit
 from embedstream.engine.jobs import Embedded
 from embedstream.kafka.documents import DocumentFlow
 from embedstream.kafka.outcomes import KafkaOutcomes
@@ -152,3 +153,27 @@ async def test_a_big_low_call_is_encoded_in_slices_with_the_loop_turning_between
     # The other task ran before the last slice of a low call.
     assert (order.index("turn") < order.index(88)) if 88 in slices else order[0] == 600
     assert len(writer.waiting) == 600 and state.offsets.pending == 0
+
+
+async def test_cache_hits_waiting_for_the_ack_count_and_keep_no_vectors() -> None:
+    """Results from the cache go the same way: bytes held against the bound until acked,
+    vectors let go once encoded."""
+    writer = AckLater()
+    _, outcomes, state = wired(writer)
+    items = [work_item(state, offset) for offset in range(2)]
+    for item in items:
+        state.offsets.track(item.origin.offset, size=len(item.raw))
+    vectors = [Vector([1 / 3] * 1536) for _ in items]
+    watched = [weakref.ref(v) for v in vectors]
+    outcomes.cached([Hit(item, KEY, v, 1536) for item, v in zip(items, vectors, strict=True)])
+    del vectors
+    await writer.writing.wait()
+    gc.collect()
+    assert [ref() for ref in watched] == [None, None]
+    results = sum(len(o.value or b"") for o in writer.waiting)
+    assert results > 2 * 25_000
+    assert all(orjson.loads(o.value or b"")["cached"] for o in writer.waiting)
+    assert state.offsets.pending_bytes == results + 2 * len(b"{}")
+    writer.ack.set()
+    await outcomes.flush()
+    assert state.offsets.pending_bytes == 0 and state.offsets.pending == 0

@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 ENCODE_SLICE = 256
 
 
+# What a result record is made of: the item, model, vector, dimensions, tokens, and cached.
+_Row = tuple[WorkItem, str, Vector, int, int, bool]
+
+
 class ResultObserver(EngineObserver, Protocol):
     def observe_result(self, lane: str, end_to_end_s: float) -> None: ...
 
@@ -125,25 +129,38 @@ class KafkaOutcomes(Outcomes[WorkItem]):
     async def _write_results(
         self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int
     ) -> None:
+        rows = [(e.job, key.model, e.vector, dimensions, e.tokens, False) for e in done]
+        finished = [(e.job, e.tokens) for e in done]
+        done.clear()  # this task's own list: `rows` holds the last references to the vectors
+        now = self._clock_ms()
+        await self._write_rows(key.priority, rows, now)
+        latencies = [(now - job.timestamp_ms) / 1000.0 for job, _ in finished]
+        self._observer.observe_results(key.priority.label, latencies)
+        for job, _ in finished:
+            job.span.end("result")
+            job.finish()
+        self._account(finished)
+
+    async def _write_rows(self, priority: Priority, rows: list[_Row], now: int) -> None:
         """Encodes the records, then lets the vectors go before waiting for the broker: behind
         a slow broker thousands of results wait to be acked, and a 256-float vector as a list
-        costs 8 KiB, more than its JSON (soak, bench/soak_heap.py)."""
-        now = self._clock_ms()
+        costs 8 KiB, more than its JSON (soak, bench/soak_heap.py). Calls' results and cache
+        hits alike."""
         outputs: list[Output] = []
         # High results go in one stretch: they are the work the slices make way for.
-        step = max(1, len(done)) if key.priority is Priority.HIGH else ENCODE_SLICE
-        for start in range(0, len(done), step):
+        step = max(1, len(rows)) if priority is Priority.HIGH else ENCODE_SLICE
+        for start in range(0, len(rows), step):
             if start:
                 await asyncio.sleep(0)  # a turn for whatever became ready meanwhile
             outputs += self.sink.result_outputs(
-                [(e.job, self._result(e.job, key.model, e.vector, dimensions, e.tokens, now))
-                 for e in done[start : start + step]]
+                [(job, self._result(job, model, vector, dims, tokens, now, cached=cached))
+                 for job, model, vector, dims, tokens, cached in rows[start : start + step]]
             )  # fmt: skip
-        finished = [(e.job, e.tokens) for e in done]
-        done.clear()  # this task's own list: the last reference to the vectors
+        jobs = [row[0] for row in rows]
+        rows.clear()  # the caller's list: the last reference to the vectors
         # Until acked, each record counts against max_buffered_bytes on its input's offset:
         # a 1,536-float result is 30 KB of JSON, thirty times what its request weighed.
-        held = [(job, len(o.value or b"")) for (job, _), o in zip(finished, outputs, strict=True)]
+        held = [(job, len(o.value or b"")) for job, o in zip(jobs, outputs, strict=True)]
         for job, size in held:
             job.partition.offsets.hold_bytes(job.origin.offset, size)
         try:
@@ -151,12 +168,6 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         finally:
             for job, size in held:
                 job.partition.offsets.hold_bytes(job.origin.offset, -size)
-        latencies = [(now - job.timestamp_ms) / 1000.0 for job, _ in finished]
-        self._observer.observe_results(key.priority.label, latencies)
-        for job, _ in finished:
-            job.span.end("result")
-            job.finish()
-        self._account(finished)
 
     def _account(self, finished: list[tuple[WorkItem, int]]) -> None:
         """One call's usage per source (usually one source a call: one counter update each)."""
@@ -185,20 +196,18 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         task.add_done_callback(self._written)
 
     async def _write_all_cached(self, hits: list[Hit[WorkItem]], now: int) -> None:
-        results = [
-            (h.job, self._result(h.job, h.key.model, h.vector, h.dimensions, 0, now, cached=True))
-            for h in hits
-        ]
-        await self.sink.results(results)  # one batch per partition, like a call's results
+        finished = [(h.job, h.key.priority) for h in hits]
+        by_lane = _rows_by_lane(hits)  # a look-up's hits may be of both lanes: high first
+        hits.clear()  # this task's own list: `by_lane` holds the last references to the vectors
+        for priority, rows in by_lane:
+            await self._write_rows(priority, rows, now)
         saved: dict[str, tuple[int, int]] = {}
-        for hit in hits:
-            self._observer.observe_result(
-                hit.key.priority.label, (now - hit.job.timestamp_ms) / 1000.0
-            )
-            hit.job.span.end("cached")
-            hit.job.finish()
-            count, tokens = saved.get(hit.job.source, (0, 0))
-            saved[hit.job.source] = (count + 1, tokens + hit.job.tokens)
+        for job, priority in finished:
+            self._observer.observe_result(priority.label, (now - job.timestamp_ms) / 1000.0)
+            job.span.end("cached")
+            job.finish()
+            count, tokens = saved.get(job.source, (0, 0))
+            saved[job.source] = (count + 1, tokens + job.tokens)
         for source, (count, tokens) in saved.items():
             self._observer.count_source_cache_savings(source, count, tokens)
 
@@ -260,6 +269,18 @@ class KafkaOutcomes(Outcomes[WorkItem]):
                     failure.reason)  # fmt: skip
         self._observer.count_dead_letter(failure.reason)
         state.complete(record.offset)
+
+
+def _rows_by_lane(hits: Sequence[Hit[WorkItem]]) -> list[tuple[Priority, list[_Row]]]:
+    """Cache hits as result rows, by lane (high first; lanes without hits left out). A function
+    of its own: no local of the caller's keeps the last vector alive while it waits."""
+    lanes = (Priority.HIGH, Priority.LOW)
+    rows: list[list[_Row]] = [[] for _ in lanes]
+    for h in hits:
+        rows[h.key.priority is Priority.LOW].append(
+            (h.job, h.key.model, h.vector, h.dimensions, 0, True)
+        )
+    return [(lane, lane_rows) for lane, lane_rows in zip(lanes, rows, strict=True) if lane_rows]
 
 
 def _chunk_dead_letter(
