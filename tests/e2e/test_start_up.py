@@ -51,7 +51,7 @@ def test_the_sdk_path_and_the_redis_tier_still_import_their_libraries() -> None:
     """The probe can tell: building what needs them imports them."""
     imports = (
         "from embedstream.engine.embedder import OpenAIEmbedder\n"
-        "from embedstream.engine.cache import RedisTier\n"
+        "from embedstream.engine.cache_tiers import RedisTier\n"
         "OpenAIEmbedder(base_url='http://127.0.0.1:9/v1', api_key=None, timeout_s=1, sdk=True)\n"
         "RedisTier('redis://127.0.0.1:9/0', ttl_s=0, timeout_s=0.1)"
     )

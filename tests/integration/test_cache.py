@@ -16,7 +16,8 @@ from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey, Priority
-from embedstream.engine.cache import EmbeddingCache, MemoryTier, RedisTier
+from embedstream.engine.cache import EmbeddingCache
+from embedstream.engine.cache_tiers import MemoryTier, RedisTier
 from embedstream.engine.client import BatchingClient
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings

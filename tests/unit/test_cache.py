@@ -13,7 +13,8 @@ from embedstream.core.cachekeys import cache_key
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.lru import TtlLru
 from embedstream.engine import cache as cache_module
-from embedstream.engine.cache import REDIS_PAUSE_S, WARN_INTERVAL_S, EmbeddingCache, MemoryTier
+from embedstream.engine.cache import REDIS_PAUSE_S, WARN_INTERVAL_S, EmbeddingCache
+from embedstream.engine.cache_tiers import MemoryTier
 from embedstream.engine.jobs import Job
 from embedstream.ops.metrics import Metrics
 from embedstream.testing import FakeClock
@@ -327,3 +328,23 @@ async def test_a_large_look_up_is_cut_into_rounds_of_a_thousand_keys(
     _, misses = await cache.look_up([job(f"t{i}") for i in range(2500)], key_of)
     assert len(misses) == 2500
     assert shared.gets == [1000, 1000, 500]
+
+
+async def test_evictions_are_counted_and_the_first_one_is_logged_once(
+    registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    memory = MemoryTier(2, ttl_s=60, clock=clock, observer=Metrics(registry))
+    evictions = ("embedstream_cache_evictions_total", {"tier": "memory"})
+    await memory.put_many([("a", b"1"), ("b", b"2")])  # fits: nothing dropped, nothing said
+    assert not registry.get_sample_value(*evictions)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    await memory.put_many([("c", b"3"), ("d", b"4"), ("e", b"5")])
+    await memory.put_many([("f", b"6")])
+    assert registry.get_sample_value(*evictions) == 4
+    assert await memory.get_many(["a", "b", "c", "d", "e", "f"]) == [None] * 4 + [b"5", b"6"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "in-process embedding cache full (cache_max_items=2): the least recently used vectors "
+        "are dropped from now on"
+    ]

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import orjson
-from embedstream.engine.cache import EmbeddingCache, MemoryTier
+from embedstream.engine.cache import EmbeddingCache
+from embedstream.engine.cache_tiers import MemoryTier
 from embedstream.engine.client import BatchingClient
 from embedstream.testing import RecordingBackend, eventually, vector_for
 from embedstream.wire import decode_base64

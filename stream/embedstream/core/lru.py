@@ -40,13 +40,16 @@ class TtlLru(Generic[K, V]):
     def get_many(self, keys: Sequence[K], now: float) -> list[V | None]:
         return [self.get(key, now) for key in keys]
 
-    def put(self, key: K, value: V, now: float) -> None:
+    def put(self, key: K, value: V, now: float) -> int:
+        """Store `value`; how many entries it pushed out (the least recently used)."""
         expires = now + self._ttl_s if self._ttl_s > 0 else float("inf")
         self._entries[key] = (expires, value)
         self._entries.move_to_end(key)
+        evicted = 0
         while len(self._entries) > self._max_items:
             self._entries.popitem(last=False)
+            evicted += 1
+        return evicted
 
-    def put_many(self, entries: Iterable[tuple[K, V]], now: float) -> None:
-        for key, value in entries:
-            self.put(key, value, now)
+    def put_many(self, entries: Iterable[tuple[K, V]], now: float) -> int:
+        return sum(self.put(key, value, now) for key, value in entries)

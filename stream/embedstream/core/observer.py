@@ -21,6 +21,9 @@ class CacheObserver(Protocol):
     def count_cache_error(self, operation: str) -> None:
         """A look-up or write of the shared tier failed (Redis down, slow or refusing)."""
 
+    def count_cache_evictions(self, tier: str, entries: int) -> None:
+        """Entries the in-process tier dropped to stay within cache_max_items."""
+
 
 class EngineObserver(CacheObserver, Protocol):
     def observe_flush(
@@ -65,4 +68,7 @@ class NullObserver:
         return None
 
     def count_cache_error(self, operation: str) -> None:
+        return None
+
+    def count_cache_evictions(self, tier: str, entries: int) -> None:
         return None

@@ -5,7 +5,7 @@ Looked up before a text joins a batch, one batched round trip per fetched batch 
 successful call: to the memory tier at once, to Redis by one background writer that sends
 whatever has accumulated in one command, so a write never holds a call slot. Two tiers: an
 in-process LRU (`cache=memory`, and in front of Redis with `cache=redis`) and Redis, shared by
-every processor and client. The only module that imports ``redis``.
+every processor and client (`engine/cache_tiers.py`, the only module that imports ``redis``).
 
 Redis is never a single point of failure: a look-up that fails or takes longer than
 `cache_timeout_ms` counts as a miss (the text goes to the provider as if there were no cache);
@@ -25,19 +25,22 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from embedstream.core import configured
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey
-from embedstream.core.lru import TtlLru
 from embedstream.core.observer import CacheObserver, NullObserver
+from embedstream.engine.cache_tiers import (
+    WRITE_TIMEOUT_FACTOR,
+    MemoryTier,
+    RedisTier,
+    Tier,
+    TierFailed,
+)
 from embedstream.engine.jobs import Job
 from embedstream.settings import Settings
 from embedstream.wire import Vector, float32_bytes, vector_from_float32
-
-if TYPE_CHECKING:  # imported when a Redis tier is built: a processor without one never pays
-    import redis.asyncio as redis
 
 log = logging.getLogger(__name__)
 
@@ -55,22 +58,6 @@ WRITE_CHUNK = 1000  # entries per Redis write command
 MAX_UNWRITTEN = 20_000
 MAX_UNWRITTEN_BYTES = 64 * 1024 * 1024
 CLOSE_WRITE_S = 2.0  # on close, how long the last writes may take
-# Writes run in the background and hold nothing, so a busy event loop (which makes any await
-# look slow) must not make them fail: they get this many times the look-up timeout.
-WRITE_TIMEOUT_FACTOR = 4
-
-# One command stores a whole batch, each key with the TTL (ARGV[1], ms; 0: none).
-_SET_MANY = """
-local ttl = tonumber(ARGV[1])
-for i, key in ipairs(KEYS) do
-  if ttl > 0 then
-    redis.call('SET', key, ARGV[i + 1], 'PX', ttl)
-  else
-    redis.call('SET', key, ARGV[i + 1])
-  end
-end
-return #KEYS
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,91 +68,6 @@ class Hit(Generic[J]):
     key: BucketKey
     vector: Vector
     dimensions: int
-
-
-class Tier(Protocol):
-    name: str
-
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
-
-    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class TierFailed(OSError):
-    """The shared tier's own error, as the cache catches it: `<its class>: <message>`."""
-
-
-class MemoryTier:
-    """The in-process tier: bounded by entries, each kept for the TTL at most."""
-
-    name = "memory"
-
-    def __init__(
-        self, max_items: int, ttl_s: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._entries: TtlLru[str, bytes] = TtlLru(max_items, ttl_s)
-        self._clock = clock
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        return self._entries.get_many(keys, self._clock())
-
-    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
-        self._entries.put_many(entries, self._clock())
-
-    async def close(self) -> None:
-        return None
-
-
-class RedisTier:
-    """Redis: MGET for look-ups, one script of SET ... PX for writes (one command, however many
-    entries: redis-py's per-command cost dominates otherwise). redis-py retries only
-    once, at once, on a broken connection (a pooled one Redis closed, say by restarting): the
-    cache's answer to a failure is a miss, not a wait."""
-
-    name = "redis"
-
-    def __init__(self, url: str, ttl_s: float, timeout_s: float) -> None:
-        import redis.asyncio as redis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import RedisError
-
-        self._redis_error = RedisError
-        self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else 0
-        self._client: redis.Redis = redis.Redis.from_url(
-            url,
-            # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
-            # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
-            socket_timeout=timeout_s * WRITE_TIMEOUT_FACTOR,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-            retry_on_error=[],
-            health_check_interval=0,
-        )
-        self._set_many = self._client.register_script(_SET_MANY)
-
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        try:
-            found = await self._client.mget(keys)
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
-        return [value if isinstance(value, bytes) else None for value in found]
-
-    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
-        keys = [key for key, _ in entries]
-        try:
-            await self._set_many(keys=keys, args=[self._ttl_ms, *(v for _, v in entries)])
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
-
-    async def close(self) -> None:
-        await self._client.aclose()
 
 
 class EmbeddingCache:
@@ -389,7 +291,7 @@ def build_cache(
     provider = provider_identity(
         configured.provider_endpoint(settings), settings.provider_profile, settings.extra_body_map
     )
-    memory = MemoryTier(settings.cache_max_items, settings.cache_ttl_s, clock)
+    memory = MemoryTier(settings.cache_max_items, settings.cache_ttl_s, clock, observer)
     shared: Tier | None = None
     timeout_s = settings.cache_timeout_ms / 1000.0
     if settings.cache == "redis":

@@ -52,6 +52,7 @@ PROCESSOR_METRIC_NAMES: frozenset[str] = frozenset(
         "embedstream_cache_hits_total",
         "embedstream_cache_misses_total",
         "embedstream_cache_errors_total",
+        "embedstream_cache_evictions_total",
         "embedstream_cache_tokens_saved_total",
         *SOURCE_METRIC_NAMES,
     }
@@ -213,6 +214,13 @@ class Metrics:
             ["operation"],
             registry=r,
         )
+        self._cache_evictions = Counter(
+            "embedstream_cache_evictions_total",
+            "Entries the in-process cache dropped to stay within cache_max_items (least "
+            "recently used first); steady growth while re-ingesting: raise it, or use Redis.",
+            ["tier"],
+            registry=r,
+        )
         self._cache_tokens_saved = Counter(
             "embedstream_cache_tokens_saved_total",
             "Estimated tokens of the texts the cache answered, not sent to the provider.",
@@ -314,6 +322,9 @@ class Metrics:
 
     def count_cache_error(self, operation: str) -> None:
         self._cache_errors.labels(operation=operation).inc()
+
+    def count_cache_evictions(self, tier: str, entries: int) -> None:
+        self._cache_evictions.labels(tier=tier).inc(entries)
 
     # ----------------------------------------------------------------- per source
 

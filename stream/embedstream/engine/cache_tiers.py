@@ -1,0 +1,139 @@
+"""The embedding cache's two tiers behind one small interface: the in-process LRU and Redis.
+The only module that imports ``redis`` (when a Redis tier is built: a processor without one
+never pays for it)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from embedstream.core.lru import TtlLru
+from embedstream.core.observer import CacheObserver, NullObserver
+
+if TYPE_CHECKING:
+    import redis.asyncio as redis
+
+log = logging.getLogger(__name__)
+
+# Writes run in the background and hold nothing, so a busy event loop (which makes any await
+# look slow) must not make them fail: they get this many times the look-up timeout.
+WRITE_TIMEOUT_FACTOR = 4
+
+# One command stores a whole batch, each key with the TTL (ARGV[1], ms; 0: none).
+_SET_MANY = """
+local ttl = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  if ttl > 0 then
+    redis.call('SET', key, ARGV[i + 1], 'PX', ttl)
+  else
+    redis.call('SET', key, ARGV[i + 1])
+  end
+end
+return #KEYS
+"""
+
+
+class Tier(Protocol):
+    name: str
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
+
+    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class TierFailed(OSError):
+    """The shared tier's own error, as the cache catches it: `<its class>: <message>`."""
+
+
+class MemoryTier:
+    """The in-process tier: bounded by entries, each kept for the TTL at most. Its first
+    eviction is logged once: a corpus larger than `cache_max_items` re-ingested finds
+    nothing of its start (counted in `embedstream_cache_evictions_total` after that)."""
+
+    name = "memory"
+
+    def __init__(
+        self,
+        max_items: int,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        observer: CacheObserver | None = None,
+    ) -> None:
+        self._entries: TtlLru[str, bytes] = TtlLru(max_items, ttl_s)
+        self._max_items = max_items
+        self._clock = clock
+        self._observer = observer or NullObserver()
+        self._evicted_before = False
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return self._entries.get_many(keys, self._clock())
+
+    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
+        evicted = self._entries.put_many(entries, self._clock())
+        if not evicted:
+            return
+        self._observer.count_cache_evictions(self.name, evicted)
+        if not self._evicted_before:
+            self._evicted_before = True
+            log.warning(
+                "in-process embedding cache full (cache_max_items=%d): the least recently "
+                "used vectors are dropped from now on",
+                self._max_items,
+            )
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisTier:
+    """Redis: MGET for look-ups, one script of SET ... PX for writes (one command, however many
+    entries: redis-py's per-command cost dominates otherwise). redis-py retries only
+    once, at once, on a broken connection (a pooled one Redis closed, say by restarting): the
+    cache's answer to a failure is a miss, not a wait."""
+
+    name = "redis"
+
+    def __init__(self, url: str, ttl_s: float, timeout_s: float) -> None:
+        import redis.asyncio as redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import RedisError
+
+        self._redis_error = RedisError
+        self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else 0
+        self._client: redis.Redis = redis.Redis.from_url(
+            url,
+            # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
+            # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
+            socket_timeout=timeout_s * WRITE_TIMEOUT_FACTOR,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            retry_on_error=[],
+            health_check_interval=0,
+        )
+        self._set_many = self._client.register_script(_SET_MANY)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        try:
+            found = await self._client.mget(keys)
+        except self._redis_error as exc:
+            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
+        return [value if isinstance(value, bytes) else None for value in found]
+
+    async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
+        keys = [key for key, _ in entries]
+        try:
+            await self._set_many(keys=keys, args=[self._ttl_ms, *(v for _, v in entries)])
+        except self._redis_error as exc:
+            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._client.aclose()
