@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from embedstream.core.highguard import HighGuard
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
+from embedstream.testing.virtual_loop import VirtualLoop
 from embedstream.tools.bench.scenarios import FloodFigures, flood_on
 from embedstream.tools.bench.workload import make_texts
 
 from bench.bench_percall import simulator
-from bench.bench_spread import VirtualLoop
 
 SETTINGS: dict[str, Any] = {
     "api_key": "x",

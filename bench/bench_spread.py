@@ -42,30 +42,14 @@ from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
+from embedstream.testing.virtual_loop import VirtualLoop
+
 from bench.bench_batching import StaticBatcher
 
 BASE_S = 0.040
 PER_TOKEN_S = 0.00002
 SLOTS = 8
 WORDS = ["stream", "batch", "token", "vector", "kafka", "offset", "latency", "backlog"]
-
-
-class VirtualLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock jumps to the next timer when nothing is ready to run."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._now = 0.0
-
-    def time(self) -> float:
-        return self._now
-
-    def _run_once(self) -> None:
-        if not self._ready:  # type: ignore[attr-defined]
-            timers = [h.when() for h in self._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
-            if timers and min(timers) > self._now:
-                self._now = min(timers)
-        super()._run_once()  # type: ignore[misc]
 
 
 class SleepingProvider:

@@ -9,7 +9,6 @@ testable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -178,11 +177,22 @@ class Batcher(Generic[T]):
                 timeout = self.launch_due()
                 # Safe: nothing can add items between deciding and clearing (no await).
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                await self._woken(timeout)
         finally:
             if self._in_flight:
                 await asyncio.gather(*list(self._in_flight), return_exceptions=True)
+
+    async def _woken(self, wake_in_s: float | None) -> None:
+        """Until the next event, or `wake_in_s` seconds. A timer that sets the event, not
+        `asyncio.wait_for`, which makes a task of every wait."""
+        if wake_in_s is None:
+            await self._wake.wait()
+            return
+        timer = asyncio.get_running_loop().call_later(wake_in_s, self._wake.set)
+        try:
+            await self._wake.wait()
+        finally:
+            timer.cancel()
 
     def launch_due(self) -> float | None:
         """Launch every due batch the governor admits; return when to look again (None: on
