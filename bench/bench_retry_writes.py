@@ -75,8 +75,13 @@ async def main(bootstrap: str, items: int, rounds: int) -> None:
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])
+        await measure(bootstrap, topic, items, rounds)
     finally:
+        await admin.delete_topics([topic])  # a broker shared with tests keeps no bench topics
         await admin.close()
+
+
+async def measure(bootstrap: str, topic: str, items: int, rounds: int) -> None:
     settings = load_settings(env={}, overrides={"bootstrap_servers": bootstrap})
     producer = make_producer(settings)
     await producer.start()

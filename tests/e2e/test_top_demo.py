@@ -18,6 +18,9 @@ from tests.tmux import Pane
 
 pytestmark = pytest.mark.integration
 
+# A line of the demo's log handler (ops/logs.py): "2026-12-02 06:20:22,068 WARNING name: ...".
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (WARNING|ERROR) ")
+
 
 async def _metrics_up(port: int, limit_s: float) -> None:
     url = f"http://127.0.0.1:{port}/metrics"
@@ -101,7 +104,9 @@ async def test_the_demo_shows_batches_growing_with_the_backlog(
     )
     assert code == 0, out + err
     assert "Traceback" not in err and "\r" not in err
-    assert err.splitlines()[1:] == [
+    # The progress lines, in order; a library warning between them (a broker probe that timed
+    # out on a loaded machine, say) is the demo showing what happened, not a wrong step.
+    assert [line for line in err.splitlines()[1:] if not LOG_LINE.match(line)] == [
         "sparse: 60 requests at 30/s ...",
         "burst: 1,500 requests at once ...",
         "documents: 36 document events ...",
