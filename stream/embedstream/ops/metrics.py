@@ -244,6 +244,7 @@ class Metrics:
             self._api_calls.labels(outcome=outcome)
         for tier in CACHE_TIERS:
             self._cache_hits.labels(tier=tier)
+        self._cache_evictions.labels(tier="memory")  # the one tier that evicts
         for operation in CACHE_OPERATIONS:
             self._cache_errors.labels(operation=operation)
 
