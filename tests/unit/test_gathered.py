@@ -64,3 +64,14 @@ async def test_a_cancelled_caller_leaves_the_others_written() -> None:
     with pytest.raises(asyncio.CancelledError):
         await first
     assert recorder.batches == [[1, 2]]
+
+
+async def test_a_caller_cancelled_before_the_flush_is_not_written() -> None:
+    recorder = Recorder()
+    gathered: GatheredWrites[int] = GatheredWrites(recorder.write_many)
+    gone = asyncio.create_task(gathered.write(1))
+    kept = asyncio.create_task(gathered.write(2))
+    await asyncio.sleep(0)  # both handed over, the flush not run yet
+    gone.cancel()
+    await kept
+    assert recorder.batches == [[2]] and gone.cancelled()

@@ -40,7 +40,12 @@ class GatheredWrites(Generic[T]):
         return len(self._writing)
 
     def _flush(self) -> None:
-        pending, self._pending = self._pending, []
+        # A caller cancelled before its batch went out (a bounded shutdown abandoning its
+        # call) does not have it written: its item stays unfinished, as with a lone write.
+        pending = [(output, done) for output, done in self._pending if not done.done()]
+        self._pending = []
+        if not pending:
+            return
         task = asyncio.create_task(self._write(pending))
         self._writing.add(task)
         task.add_done_callback(self._writing.discard)
