@@ -182,7 +182,7 @@ async def test_always_failing_items_make_max_attempts_calls_then_one_dead_letter
     traffic's successes can be answered after three of these failures, which then look like
     an outage: the call is held and sent again without spending an attempt (by design, see
     core/outage.py), so each such hold may add one call per text; without one, none may."""
-    caplog.set_level(logging.ERROR, logger="embedstream.engine.calls")
+    caplog.set_level(logging.INFO, logger="embedstream.engine.calls")
     config = SimulatorConfig(
         base_ms=2, fail_texts_containing="BROKEN", fail_times=1000, record_calls=True
     )
@@ -206,7 +206,8 @@ async def test_always_failing_items_make_max_attempts_calls_then_one_dead_letter
         assert sorted(r.key.decode() for r in dead) == sorted(ids)
         assert {headers_dict(r.headers)["embedstream.error.attempts"] for r in dead} == {"3"}
         per_text = Counter(t for call in simulator.calls for t in call.inputs if "BROKEN" in t)
-        holds = sum(r.getMessage().startswith("provider down") for r in caplog.records)
+        holds = sum(r.getMessage().startswith(("provider down", "held a call"))
+                    for r in caplog.records)  # fmt: skip
         # Exactly three calls a text without a hold; with holds, three plus at most one a hold.
         assert len(per_text) == len(ids) and min(per_text.values()) >= 3
         assert max(per_text.values()) <= 3 + holds

@@ -10,7 +10,9 @@ both send every batch through :class:`BatchCaller`, so they share every rule:
 - failures everyone shares spend no attempts: a rate limit holds the batch until
   `retry-after`, a refused key or unknown model holds it with backoff, and so does an
   outage-like failure (connection, timeout, 5xx) while no other call succeeds. Only failures
-  the provider's other calls do not share count as attempts, so an outage dead-letters nothing;
+  the provider's other calls do not share count as attempts, so an outage dead-letters nothing.
+  Such a hold closes the gate for everyone only once the provider looks down
+  (`core/outage.py`); before that it holds its own batch alone;
 - a transient failure is retried after a backoff, up to `max_attempts`; then, or for a
   permanent failure, the job is dead-lettered;
 - with an embedding cache, the vectors of a successful call are stored in it once their
@@ -147,7 +149,7 @@ class BatchCaller(Generic[J]):
                     return
                 batch = held
                 held_back += 1
-                if not await self._hold_back(exc, held_back):
+                if not await self._hold_back(exc, held_back, len(batch)):
                     self._outcomes.abandoned([p.payload for p in batch])
                     return
                 reason = "held"  # the same batch again, after a rate limit or an outage
@@ -201,7 +203,7 @@ class BatchCaller(Generic[J]):
             return self._last_success_ms <= job.first_failure_ms  # sent before it failed
         return now_ms - self._last_success_ms > RECENT_SUCCESS_MS
 
-    async def _hold_back(self, exc: EmbedStreamError, times: int) -> bool:
+    async def _hold_back(self, exc: EmbedStreamError, times: int, size: int) -> bool:
         """Wait until the provider may be called again; False if abandoned meanwhile."""
         delay = self._backoff.delay(times, self._rng, exc.retry_after)
         if exc.reason == Reason.RATE_LIMITED:
@@ -209,11 +211,20 @@ class BatchCaller(Generic[J]):
             delay = max(self._governor.blocked_for(), exc.retry_after or 0.0)
         else:
             delay = max(min(delay, HOLD_PROBE_MAX_S), exc.retry_after or 0.0)
-            what = (
-                "provider refuses calls" if isinstance(exc, ProviderWideError) else "provider down"
-            )
-            log.error("%s (%s): %s; retrying in %.1fs", what, exc.reason, exc, delay)
-            self._governor.hold(delay)  # nobody else calls meanwhile either
+            if isinstance(exc, ProviderWideError) or self._governor.provider_down:
+                what = "provider refuses calls" if isinstance(exc, ProviderWideError) else (
+                    "provider down"
+                )  # fmt: skip
+                log.error("%s (%s): %s; retrying in %.1fs", what, exc.reason, exc, delay)
+                self._governor.hold(delay)  # nobody else calls meanwhile either
+            else:
+                # Not known to be down (core/outage.py): the calls sent since this batch first
+                # failed are unanswered yet, on a slow provider, or they were served. Only this
+                # batch waits: closing the gate here held everyone at each repeat of an input
+                # the provider always fails.
+                log.info("held a call of %d inputs (%s): no call sent since its first failure "
+                         "is answered yet; sent again in %.1fs, no attempt spent", size,
+                         exc.reason, delay)  # fmt: skip
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._abandon.wait(), delay)
         return not self._abandon.is_set()

@@ -1,0 +1,120 @@
+"""An input the provider always fails with a 5xx, beside healthy traffic on a slow provider:
+its repeat failures may look like an outage for a moment (no call sent since its first
+failure has been answered yet), but that must hold only its own call, never everyone's.
+
+Holding everyone (the governor's gate) on such a failure stopped all calls for 0.25-5 s at
+every repeat of every such input while healthy calls were being answered: a stream with
+a few bad inputs a second would have spent most of its time held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from embedstream.engine.backend import BatchCall, BatchOutcome
+from embedstream.engine.client import BatchingClient
+from embedstream.errors import EmbedStreamError, Reason, TransientError, http_reason
+from embedstream.testing import eventually, vector_for
+
+ANSWER_S = 0.3  # a loaded provider: healthy calls take this long
+
+
+class PoisonBesideSlowAnswers:
+    def __init__(self) -> None:
+        self.poison_calls = 0
+        self.started: list[float] = []  # when each healthy call reached the provider
+
+    async def embed(self, call: BatchCall) -> BatchOutcome:
+        texts = list(call.texts)
+        if "poison" in texts:
+            self.poison_calls += 1
+            raise TransientError(http_reason(500), "internal server error")
+        self.started.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(ANSWER_S)
+        return BatchOutcome([vector_for(t) for t in texts], 1, len(texts), ANSWER_S)
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_poison_input_beside_healthy_traffic_never_holds_the_healthy_calls(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    provider = PoisonBesideSlowAnswers()
+    async with BatchingClient(
+        provider, max_attempts=3, max_batch_size=1, max_concurrency=8, max_wait_ms=1,
+        retry_backoff_base_ms=50, retry_backoff_cap_ms=100,
+    ) as client:  # fmt: skip
+        stop = asyncio.Event()
+        requests: list[asyncio.Future[object]] = []
+        gate_closed = 0  # samples that found the gate closed for everyone
+
+        async def healthy() -> None:
+            n = 0
+            while not stop.is_set():
+                requests.append(asyncio.ensure_future(client.embed(f"healthy {n}")))
+                n += 1
+                await asyncio.sleep(0.05)
+
+        async def watch_the_gate() -> None:
+            nonlocal gate_closed
+            while not stop.is_set():
+                gate_closed += client.governor.blocked_for() > 0
+                await asyncio.sleep(0.005)
+
+        feeder = asyncio.create_task(healthy())
+        watcher = asyncio.create_task(watch_the_gate())
+        await asyncio.sleep(0.5)  # healthy calls are being answered
+        with caplog.at_level(logging.INFO, logger="embedstream"), pytest.raises(EmbedStreamError):
+            await asyncio.wait_for(client.embed("poison"), 30)
+        stop.set()
+        await asyncio.gather(feeder, watcher)
+        await asyncio.gather(*requests)  # every healthy request answered
+    assert provider.poison_calls >= 3  # its attempts, and any re-sends of a held call
+    assert gate_closed == 0  # nobody else was held
+    downs = [r for r in caplog.records if r.getMessage().startswith("provider down")]
+    assert downs == []  # and the provider never looked down
+
+
+class GoesDown:
+    """Answers until `down` is set, then refuses every call (connection) until `up` is set."""
+
+    def __init__(self) -> None:
+        self.down = asyncio.Event()
+        self.up = asyncio.Event()
+        self.refused = 0
+
+    async def embed(self, call: BatchCall) -> BatchOutcome:
+        if self.down.is_set() and not self.up.is_set():
+            self.refused += 1
+            raise TransientError(Reason.CONNECTION, "cannot reach the provider: refused")
+        texts = list(call.texts)
+        return BatchOutcome([vector_for(t) for t in texts], 1, len(texts), 0.001)
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_an_outage_still_closes_the_gate_for_everyone_and_spends_no_last_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    provider = GoesDown()
+    async with BatchingClient(
+        provider, max_attempts=2, max_batch_size=1, max_concurrency=4, max_wait_ms=1,
+        retry_backoff_base_ms=50, retry_backoff_cap_ms=200,
+    ) as client:  # fmt: skip
+        await client.embed("warm")
+        provider.down.set()
+        await asyncio.sleep(1.1)  # no call succeeds now: a first failure spends no attempt
+        with caplog.at_level(logging.ERROR, logger="embedstream"):
+            pending = [asyncio.ensure_future(client.embed(f"during {n}")) for n in range(6)]
+            await eventually(lambda: client.governor.provider_down, timeout_s=10)
+            await eventually(lambda: client.governor.blocked_for() > 0, timeout_s=10)
+        assert any(r.getMessage().startswith("provider down") for r in caplog.records)
+        assert not any(p.done() for p in pending)  # held, none dead-lettered
+        provider.up.set()
+        vectors = await asyncio.wait_for(asyncio.gather(*pending), 30)
+    assert vectors == [vector_for(f"during {n}") for n in range(6)]
+    assert provider.refused >= 3
