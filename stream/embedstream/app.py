@@ -53,6 +53,7 @@ from embedstream.kafka.work import WorkItem
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
+from embedstream.ops.task_stacks import log_task_stacks
 from embedstream.ops.tracer import build_tracer
 from embedstream.settings import Settings
 
@@ -240,6 +241,7 @@ async def run_service(
     if handle_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, _on_signal, service, sig)
+        loop.add_signal_handler(signal.SIGUSR1, log_task_stacks)  # where is it waiting?
     log.info("embedstream starting: %s", settings.describe())
     if started is not None:
         started.set()
@@ -248,7 +250,7 @@ async def run_service(
     finally:
         await backend.close()
         if handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 loop.remove_signal_handler(sig)
     log.info("embedstream stopped cleanly")
     return service

@@ -171,6 +171,9 @@ class ProcessorProcess:
         try:
             code = await asyncio.wait_for(proc.wait(), timeout_s)
         except TimeoutError:
+            # Where it waits, in the log the failure shows: every task's stack.
+            proc.send_signal(signal.SIGUSR1)
+            await asyncio.sleep(2.0)
             await self.sigkill()
             raise AssertionError(
                 f"{self.name} did not exit within {timeout_s:g}s of {sig.name}\n{self.log_tail()}"

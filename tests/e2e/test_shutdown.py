@@ -151,6 +151,23 @@ async def test_a_second_sigint_stops_the_drain_at_once(
             await _restart_and_finish(fleet, bootstrap, unique_prefix, ids, 60.0)
 
 
+async def test_sigusr1_logs_where_every_task_waits_and_the_processor_goes_on(
+    bootstrap: str, unique_prefix: str, tmp_path: Path
+) -> None:
+    await create_topics(bootstrap, load_topic_specs(unique_prefix))
+    async with SimulatorServer(SimulatorConfig(base_ms=2)) as working:
+        options = _options(bootstrap, unique_prefix, working.url, DRAIN_TIMEOUT_S)
+        async with Fleet(options, tmp_path) as fleet:
+            proc = fleet.add("dumped", metrics_port=free_port())
+            await proc.start()
+            await proc.wait_assigned(nonempty=True)
+            proc.send_signal(signal.SIGUSR1)
+            await _until_logged(proc, "asyncio tasks (SIGUSR1)")
+            await _until_logged(proc, "in _fetch_until_stopped")  # the processor's own loop
+            assert proc.alive
+            assert await proc.sigterm(timeout_s=60) == 0, proc.log_tail()
+
+
 async def _until_logged(proc: ProcessorProcess, text: str, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while text not in proc.log_text():
