@@ -214,13 +214,6 @@ class Sink:
         # from registering it). Chunk results stay JSON: the result schema is one record type.
         self.result_values = result_values
 
-    async def result(self, item: WorkItem, result: EmbedResult | ChunkResult) -> None:
-        await self._writer.write(self._result_output(item, result))
-
-    async def results(self, done: Sequence[tuple[WorkItem, EmbedResult | ChunkResult]]) -> None:
-        """Many results at once (one call's): written as one batch per partition."""
-        await self.write_outputs(self.result_outputs(done))
-
     def result_outputs(
         self, done: Sequence[tuple[WorkItem, EmbedResult | ChunkResult]]
     ) -> list[Output]:
