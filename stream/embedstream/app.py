@@ -92,8 +92,9 @@ class Service:
         try:
             if self.result_schema is not None:  # before anything is consumed
                 encoder = await self.result_schema.encoder(self.processor.stopping)
-                if self.processor.stopping.is_set():
-                    return  # stopped while the registry was out: nothing started yet
+                if self.processor.stopping.is_set():  # while the registry was out
+                    await self.processor.close_unstarted()
+                    return
                 self.processor.parts.outcomes.sink.result_values = encoder
             await self.processor.run()
         finally:

@@ -448,6 +448,16 @@ async def test_a_stop_while_the_registry_is_down_at_start_exits_cleanly(
     await registry.refuse()
     backend = default_backend(settings)
     service = build_service(settings, backend)
+    parts = service.processor.parts
+    closed: list[str] = []
+    for name, client in (("consumer", parts.consumer), ("producer", parts.producer)):
+        stop = client.stop
+
+        async def noting(stop: Any = stop, name: str = name) -> None:
+            closed.append(name)
+            await stop()
+
+        client.stop = noting  # type: ignore[method-assign]
     task = asyncio.create_task(service.run())
     try:
         await eventually(
@@ -459,3 +469,4 @@ async def test_a_stop_while_the_registry_is_down_at_start_exits_cleanly(
     finally:
         await backend.close()
     assert not service.processor.clients_started.is_set()
+    assert sorted(closed) == ["consumer", "producer"]  # built, never started: closed anyway

@@ -156,6 +156,15 @@ class Processor:
             self._abort.set()
         self._stopping.set()
 
+    async def close_unstarted(self) -> None:
+        """Close the clients of a processor stopped before `run` (they were built, never
+        started): unclosed, aiokafka reports them at exit."""
+        p = self.parts
+        await p.consumer.stop()
+        if p.high_producer is not None:
+            await p.high_producer.stop()
+        await p.producer.stop()
+
     async def run(self) -> None:
         """Consume until `stop()`, then drain, commit and close every client."""
         p = self.parts
