@@ -323,6 +323,17 @@ async def test_every_bad_input_is_dead_lettered_with_its_reason(
     assert {r.value for r in dead} == {value for value, _ in bad.values()}  # the original bytes
 
 
+def _registered_avro(
+    registry: TestRegistry, topic: str, word: str, count: int
+) -> tuple[int, dict[bytes, bytes]]:
+    """The AVRO schema registered for ``topic``, and ``count`` records of it by key."""
+    schema_id = registry.register(f"{topic}-value", json.dumps(AVRO))
+    return schema_id, {
+        str(n).encode(): write_frame(schema_id, _avro(AVRO, _record("avro", n, f"{word} {n}")))
+        for n in range(count)
+    }
+
+
 async def _readyz(port: int) -> tuple[int, dict[str, Any]]:
     url = f"http://127.0.0.1:{port}/readyz"
     async with aiohttp.ClientSession() as session, session.get(url) as response:
@@ -336,11 +347,7 @@ async def test_a_registry_outage_pauses_without_dead_letters_and_resumes(
     settings = _settings(bootstrap, unique_prefix, simulator, registry, "avro", metrics_port=port)
     names = topic_names(unique_prefix)
     await create_all_topics(settings)
-    schema_id = registry.register(f"{names.requests_low}-value", json.dumps(AVRO))
-    records = {
-        str(n).encode(): write_frame(schema_id, _avro(AVRO, _record("avro", n, f"held {n}")))
-        for n in range(30)
-    }
+    schema_id, records = _registered_avro(registry, names.requests_low, "held", 30)
     async with running_service(settings) as service:
         registry.answer_status = 503  # before the processor has seen the schema
         await publish(bootstrap, names.requests_low, list(records.items()))
@@ -405,11 +412,7 @@ async def test_a_registry_down_at_start_is_waited_out_with_avro_results(
                          output_format="avro", metrics_port=port)  # fmt: skip
     names = topic_names(unique_prefix)
     await create_all_topics(settings)
-    schema_id = registry.register(f"{names.requests_low}-value", json.dumps(AVRO))
-    records = {
-        str(n).encode(): write_frame(schema_id, _avro(AVRO, _record("avro", n, f"late {n}")))
-        for n in range(10)
-    }
+    _, records = _registered_avro(registry, names.requests_low, "late", 10)
     await publish(bootstrap, names.requests_low, list(records.items()))
     register = f"POST /subjects/{names.results}-value/versions"
     registry.answer_status = 503

@@ -212,9 +212,8 @@ class BatchCaller(Generic[J]):
         else:
             delay = max(min(delay, HOLD_PROBE_MAX_S), exc.retry_after or 0.0)
             if isinstance(exc, ProviderWideError) or self._governor.provider_down:
-                what = "provider refuses calls" if isinstance(exc, ProviderWideError) else (
-                    "provider down"
-                )  # fmt: skip
+                refused = isinstance(exc, ProviderWideError)
+                what = "provider refuses calls" if refused else "provider down"
                 log.error("%s (%s): %s; retrying in %.1fs", what, exc.reason, exc, delay)
                 self._governor.hold(delay)  # nobody else calls meanwhile either
             else:
