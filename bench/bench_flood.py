@@ -23,14 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from embedstream.core.highguard import HighGuard
+from embedstream.core.lanes import Priority
+from embedstream.core.reservations import LaneTerms, Reservations
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
 from embedstream.testing.virtual_loop import VirtualLoop
@@ -47,11 +47,13 @@ SETTINGS: dict[str, Any] = {
     "max_buffered_items": 16_384,
     "encoding_format": "base64",
 }
-VARIANTS: dict[str, HighGuard | None] = {
-    "before": None,
-    "after": HighGuard(),  # the defaults: 2 slots kept, low calls of at most 512 inputs
-    "256": HighGuard(low_call_items=256),
-    "slot": HighGuard(low_call_items=None),  # only the second slot
+# What high keeps from low: one slot always; while high traffic is recent, a second slot and
+# low calls of at most 512 (or 256) inputs.
+VARIANTS: dict[str, LaneTerms] = {
+    "before": LaneTerms(idle_slots=1, reserved_slots=1, min_share=0.1),
+    "after": LaneTerms(idle_slots=1, reserved_slots=2, lower_call_items=512, min_share=0.1),
+    "256": LaneTerms(idle_slots=1, reserved_slots=2, lower_call_items=256, min_share=0.1),
+    "slot": LaneTerms(idle_slots=1, reserved_slots=2, min_share=0.1),  # only the second slot
 }
 
 
@@ -87,8 +89,8 @@ async def run(
             loop = asyncio.get_running_loop()
             client._batcher._clock = loop.time
             client.governor._clock = loop.time
-        guard = VARIANTS[variant]
-        client.governor.high_guard = None if guard is None else dataclasses.replace(guard)
+        lanes = {Priority.HIGH: VARIANTS[variant], Priority.LOW: LaneTerms(min_share=0.1)}
+        client.governor.reservations = Reservations(lanes)
         await client.embed_many([f"warm-up {i}" for i in range(64)])
         cpu = time.process_time()
         figures = await flood_on(client, low, rate)

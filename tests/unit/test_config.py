@@ -258,6 +258,8 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_SCHEMA_REGISTRY_PASSWORD": "canary-reg",
         "EMBEDSTREAM_STORE_DSN": "postgresql://writer:canary-pg@db:5432/v?sslmode=require",
         "EMBEDSTREAM_TRACING_HEADERS": '{"Authorization": "Bearer canary-otlp"}',
+        "EMBEDSTREAM_HTTP_API_KEYS": "rag:canary-rag,indexer:canary-idx",
+        "EMBEDSTREAM_ONLINE_API_KEY": "canary-online",
     }  # fmt: skip
     settings = load_settings(env=env)
     shown = repr(settings) + str(settings.describe())
@@ -276,12 +278,15 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "schema_registry_ssl_keyfile_password",
         "store_dsn",
         "tracing_headers",
+        "http_api_keys",
+        "online_api_key",
     }
     assert "canary-reg-url" in settings.secret_values()  # the registry URL's password alone
     assert "canary-pg" in settings.secret_values()
     # A message would quote one header value, never the whole JSON: each is masked on its own.
     assert "canary-gw" in settings.secret_values()
     assert "canary-otlp" in settings.secret_values()  # the collector's token, bare too
+    assert {"canary-rag", "canary-idx"} <= set(settings.secret_values())  # each caller's key
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ def test_retry_after_closes_the_gate_for_everyone_until_it_passes() -> None:
     clock = FakeClock()
     governor = make(clock)
     governor.on_failure(TransientError("rate_limited", "429", retry_after=2.0))
-    assert governor.pick(True, True) is None
+    assert governor.pick({Priority.HIGH, Priority.LOW}) is None
     clock.advance(1.999)
     assert governor.blocked_for() == pytest.approx(0.001)
     clock.advance(0.001)
-    assert governor.pick(True, False) is Priority.HIGH
+    assert governor.pick({Priority.HIGH}) is Priority.HIGH
 
 
 def test_a_429_without_retry_after_still_pauses() -> None:
@@ -68,9 +68,9 @@ def test_an_announced_budget_paces_call_starts_and_caps_the_slots_to_spread_over
     assert governor.blocked_for() == 0.0
     assert governor.reserve(10) == 0.0
     assert governor.blocked_for() == pytest.approx(1 / 0.95)  # the next start is a second away
-    assert governor.pick(True, True) is None
+    assert governor.pick({Priority.HIGH, Priority.LOW}) is None
     clock.advance(1 / 0.95)
-    assert governor.pick(True, False) is Priority.HIGH
+    assert governor.pick({Priority.HIGH}) is Priority.HIGH
 
 
 def test_an_exhausted_announced_budget_waits_for_the_refill_not_the_reset() -> None:
@@ -96,14 +96,14 @@ def test_configured_rate_limits_hold_the_next_cut_too() -> None:
 
 def test_slots_and_low_cap() -> None:
     governor = make(FakeClock(), min_low_share=0.0)
-    assert governor.pick(False, True) is Priority.LOW
+    assert governor.pick({Priority.LOW}) is Priority.LOW
     governor.started(Priority.LOW)
-    assert governor.pick(False, True) is None  # one of two slots stays free for high
-    assert governor.pick(True, True) is Priority.HIGH
+    assert governor.pick({Priority.LOW}) is None  # one of two slots stays free for high
+    assert governor.pick({Priority.HIGH, Priority.LOW}) is Priority.HIGH
     governor.started(Priority.HIGH)
-    assert governor.pick(True, True) is None  # full
+    assert governor.pick({Priority.HIGH, Priority.LOW}) is None  # full
     governor.finished(Priority.LOW)
-    assert governor.pick(True, True) is Priority.HIGH
+    assert governor.pick({Priority.HIGH, Priority.LOW}) is Priority.HIGH
 
 
 def test_adaptive_limit_halves_on_overload() -> None:

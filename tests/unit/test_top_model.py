@@ -63,8 +63,12 @@ PARSE_CASES: list[tuple[str, Callable[[Snapshot], object], object]] = [
     ("lag retry", lambda s: s.lag["retry"], 3.0),
     ("lag lanes only", lambda s: sorted(s.lag), ["high", "low", "retry"]),
     ("lag seconds is the max", lambda s: s.lag_seconds_max, 4.0),
-    ("queue depth", lambda s: dict(s.queue_depth), {"high": 3.0, "low": 4.0, "delayed": 2.0}),
-    ("results by lane", lambda s: dict(s.results), {"high": 5.0, "low": 2.0}),
+    (
+        "queue depth",
+        lambda s: dict(s.queue_depth),
+        {"online": 0.0, "high": 3.0, "low": 4.0, "delayed": 2.0},
+    ),
+    ("results by lane", lambda s: dict(s.results), {"online": 0.0, "high": 5.0, "low": 2.0}),
     ("results total", lambda s: s.results_total, 7.0),
     (
         "flushes by reason",
@@ -77,7 +81,7 @@ PARSE_CASES: list[tuple[str, Callable[[Snapshot], object], object]] = [
     ("batch bucket le=8", lambda s: s.batch_size.cumulative_at(8.0), 2.0),
     ("batch bucket le=16", lambda s: s.batch_size.cumulative_at(16.0), 3.0),
     ("batch +Inf bucket last", lambda s: s.batch_size.buckets[-1], (math.inf, 3.0)),
-    ("wait lanes", lambda s: sorted(s.item_wait), ["high", "low"]),
+    ("wait lanes", lambda s: sorted(s.item_wait), ["high", "low", "online"]),
     ("wait high count", lambda s: s.item_wait["high"].count, 3.0),
     ("wait high le=0.0025", lambda s: s.item_wait["high"].cumulative_at(0.0025), 3.0),
     ("wait low le=0.25", lambda s: s.item_wait["low"].cumulative_at(0.25), 0.0),

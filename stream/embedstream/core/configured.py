@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from embedstream.core.backoff import Backoff
-from embedstream.core.governor import Governor
-from embedstream.core.highguard import HighGuard
+from embedstream.core.governor import Governor, default_lanes
 from embedstream.core.limits import ProviderLimits, effective_limits, profile
 from embedstream.core.policy import BatchLimits
+from embedstream.core.reservations import LaneTerms
 from embedstream.settings import Settings
 
 
@@ -56,16 +56,26 @@ def batch_limits(settings: Settings) -> BatchLimits:
     )
 
 
+# While online callers are active (a request within the last second, or one waiting): two call
+# slots kept free of the Kafka lanes' calls, and those calls hold at most 256 inputs, so a
+# query's call never queues behind the provider's work on a call of thousands.
+ONLINE_LANE = LaneTerms(reserved_slots=2, lower_call_items=256)
+
+
 def governor(settings: Settings, clock: Callable[[], float]) -> Governor:
+    lanes = default_lanes(
+        settings.min_low_share,
+        high_guard=settings.high_guard,
+        online=ONLINE_LANE if settings.http_port else None,
+    )
     return Governor(
         max_concurrency=settings.max_concurrency,
         clock=clock,
         adaptive=settings.concurrency_mode == "adaptive",
         target_latency_s=settings.target_latency_ms / 1000.0 or None,
-        min_low_share=settings.min_low_share,
         rpm=settings.rate_limit_rpm,
         tpm=settings.rate_limit_tpm,
-        high_guard=HighGuard() if settings.high_guard else None,
+        lanes=lanes,
     )
 
 

@@ -1,6 +1,7 @@
 """Whether another provider call may start now, and from which lane.
 
-Combines the lane scheduler (high first, low's minimum share and slot cap), the in-flight
+Combines the lanes' reservations (`core/reservations.py`: upper lanes first, slots kept for
+them, the lower lanes' minimum shares and call caps), the in-flight
 limit (fixed or AIMD), the provider gate (retry-after and exhausted rate-limit headers), the
 optional RPM/TPM buckets of the settings and the budgets the provider announces in its
 headers. A call may start only when every one of them allows it, and until then the batcher
@@ -11,14 +12,13 @@ clock is injected, outcomes are reported to it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
-from embedstream.core.highguard import HighGuard
 from embedstream.core.lanes import Priority
 from embedstream.core.outage import OutageDetector
 from embedstream.core.ratelimit import AnnouncedBudget, RateLimits
-from embedstream.core.scheduler import LaneScheduler
+from embedstream.core.reservations import LaneTerms, Reservations
 from embedstream.errors import EmbedStreamError, ProviderWideError, Reason, http_reason
 
 # A 429 that names no retry-after still closes the gate this long: calling again at once
@@ -32,6 +32,22 @@ OUTAGE_REASONS = frozenset(
 )
 
 
+def default_lanes(
+    min_share: float, *, high_guard: bool = False, online: LaneTerms | None = None
+) -> dict[Priority, LaneTerms]:
+    """The lanes' terms: high keeps one slot from low at all times (two, and low calls of at
+    most 512 inputs, while high traffic is recent with ``high_guard``); high and low keep
+    ``min_share`` of the picks they compete for; ``online`` (the HTTP lane, when served)."""
+    high = LaneTerms(idle_slots=1, reserved_slots=1, min_share=min_share)
+    if high_guard:
+        high = LaneTerms(idle_slots=1, reserved_slots=2, lower_call_items=512, min_share=min_share)
+    return {
+        Priority.ONLINE: online or LaneTerms(),
+        Priority.HIGH: high,
+        Priority.LOW: LaneTerms(min_share=min_share),
+    }
+
+
 class Governor:
     def __init__(
         self,
@@ -43,20 +59,20 @@ class Governor:
         min_low_share: float = 0.1,
         rpm: float | None = None,
         tpm: float | None = None,
-        high_guard: HighGuard | None = None,
+        lanes: Mapping[Priority, LaneTerms] | None = None,
     ) -> None:
+        """`lanes`: what each lane keeps from those below it (`core/reservations.py`); by
+        default high keeps one slot from low, and low and high keep `min_low_share`."""
         self._clock = clock
-        # What low leaves to high while high traffic is recent; None: the scheduler's rules.
-        self.high_guard = high_guard
+        self.reservations = Reservations(lanes or default_lanes(min_low_share))
         self.limit = ConcurrencyLimit(
             max_concurrency, adaptive=adaptive, target_latency_s=target_latency_s
         )
         self.gate = ProviderGate()
         self._rates = RateLimits(rpm or None, tpm or None)
         self.announced = AnnouncedBudget()
-        self._scheduler = LaneScheduler(min_low_share, max_concurrency)
         self.in_flight = 0
-        self.low_in_flight = 0
+        self._lane_in_flight: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._outage = OutageDetector()  # when the provider counts as down (see core/outage)
         self._refused = False  # the last answer refused everyone (bad key, unknown model)
 
@@ -75,39 +91,28 @@ class Governor:
         now = self._clock()
         return max(self.gate.blocked_for(now), self._rates.wait(now), self.announced.wait(now))
 
-    def pick(self, high_ready: bool, low_ready: bool) -> Priority | None:
-        """The lane that may start a call now, or None; commits the lane's share credit."""
+    def pick(self, ready: Collection[Priority]) -> Priority | None:
+        """The lane that may start a call now, of those with a batch ``ready``, or None;
+        commits the lanes' share credit."""
         if self.blocked_for() > 0:
             return None
-        self._scheduler.set_max_concurrency(self.limit.limit)
-        return self._scheduler.pick(
-            high_ready, low_ready, self.low_in_flight, self.in_flight, self._low_cap()
-        )
+        now = self._clock()
+        return self.reservations.pick(ready, self._lane_in_flight, self.limit.limit, now)
 
-    def _low_cap(self) -> int | None:
-        if self.high_guard is None:
-            return None
-        share = self._scheduler.min_low_share
-        return self.high_guard.low_slot_cap(self.limit.limit, share, self._clock())
+    def saw(self, lane: Priority) -> None:
+        """An item of ``lane`` arrived (or is still buffered): the lane counts as active."""
+        self.reservations.saw(lane, self._clock())
 
-    def saw_high(self) -> None:
-        """A high item arrived: the high guard, if any, counts high traffic as recent."""
-        if self.high_guard is not None:
-            self.high_guard.saw_high(self._clock())
+    def call_cap(self, lane: Priority, max_items: int) -> int:
+        """Most inputs in the next call of ``lane`` (fewer while an upper lane is active)."""
+        return self.reservations.call_cap(lane, max_items, self._clock())
 
-    def low_call_cap(self, max_items: int) -> int:
-        """Most inputs in the next low call (fewer while the high guard is active)."""
-        if self.high_guard is None:
-            return max_items
-        return self.high_guard.low_call_cap(max_items, self._clock())
+    def lane_in_flight(self, lane: Priority) -> int:
+        return self._lane_in_flight[lane]
 
     def lane_slots(self, lane: Priority) -> int:
         """Calls this lane may have in flight at once."""
-        if lane is Priority.LOW:
-            cap = min(self.limit.limit - 1, self._scheduler.low_slot_cap)
-            guarded = self._low_cap()
-            return max(1, cap if guarded is None else min(cap, guarded))
-        return self.limit.limit
+        return self.reservations.slot_cap(lane, self.limit.limit, self._clock())
 
     def idle_slots(self, lane: Priority) -> int:
         """Calls this lane could start now, the one being started included: the slots a
@@ -116,21 +121,20 @@ class Governor:
 
     def free_slots(self, lane: Priority) -> int:
         """Calls this lane could start now (0 when none): within the in-flight limit, the
-        lane's share and the call budgets."""
+        lane's reservations and the call budgets."""
         free = self.limit.limit - self.in_flight
-        if lane is Priority.LOW:
-            free = min(free, self.lane_slots(lane) - self.low_in_flight)
+        free = min(free, self.lane_slots(lane) - self._lane_in_flight[lane])
         now = self._clock()
         budget = min(self._rates.calls_now(now), self.announced.calls_now(now))
         return max(0, min(free, math.floor(budget) if math.isfinite(budget) else free))
 
     def started(self, lane: Priority) -> None:
         self.in_flight += 1
-        self.low_in_flight += lane is Priority.LOW
+        self._lane_in_flight[lane] += 1
 
     def finished(self, lane: Priority) -> None:
         self.in_flight -= 1
-        self.low_in_flight -= lane is Priority.LOW
+        self._lane_in_flight[lane] -= 1
 
     def reserve(self, tokens: int) -> float:
         """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""

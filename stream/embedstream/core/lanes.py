@@ -1,4 +1,4 @@
-"""Buckets of buffered items: one per (priority, model, encoding format, dimensions, and the
+"""Buckets of buffered items: one per (lane, model, encoding format, dimensions, and the
 provider-specific request fields user, input_type and task).
 
 A batch is always cut from one bucket, so a call never mixes any of them; inside a bucket the
@@ -19,14 +19,16 @@ T = TypeVar("T")
 
 
 class Priority(IntEnum):
-    """The two request lanes; the lower value is served first."""
+    """The request lanes; the lower value is served first. ONLINE is the HTTP callers' lane
+    (`embedstream.online`), HIGH and LOW the request topics'."""
 
-    HIGH = 0
-    LOW = 1
+    ONLINE = 0
+    HIGH = 1
+    LOW = 2
 
     @property
     def label(self) -> str:
-        """The lane's name in metrics labels, headers and the CLI: "high" or "low"."""
+        """The lane's name in metrics labels, headers and the CLI: "online", "high", "low"."""
         return self.name.lower()
 
 

@@ -116,8 +116,6 @@ class Batcher(Generic[T]):
         self._buffered += 1
         self._buffered_by_priority[key.priority] += 1
         self._arrivals[key.priority].add(self._clock())
-        if key.priority is Priority.HIGH:
-            self.governor.saw_high()
         self._wake.set()
 
     def drop_where(self, predicate: Callable[[T], bool]) -> list[T]:
@@ -198,6 +196,9 @@ class Batcher(Generic[T]):
         """Launch every due batch the governor admits; return when to look again (None: on
         the next event, i.e. an added item or a finished call)."""
         self._spreading.clear()
+        for lane, count in self._buffered_by_priority.items():
+            if count:  # a lane with items waiting keeps its reservations (core/reservations)
+                self.governor.saw(lane)
         while True:
             if self._buffered == 0:
                 self._hurrying = False
@@ -205,14 +206,12 @@ class Batcher(Generic[T]):
             if blocked > 0:
                 self._spreading.clear()
                 return blocked
-            high, low, soonest = self._ready_by_lane(self._clock())
-            lane = self.governor.pick(high is not None, low is not None)
-            if lane is None:
+            ready, soonest = self._ready_by_lane(self._clock())
+            picked = self.governor.pick(ready) if ready else None
+            if picked is None:
                 self._spreading.clear()
                 return soonest
-            chosen = high if lane is Priority.HIGH else low
-            assert chosen is not None
-            self._launch(*chosen)
+            self._launch(*ready[picked])
 
     def depth(self, lane: Priority) -> int:
         """The backlog behind a lane's oldest item: the buffered items that the lane's free
@@ -227,38 +226,41 @@ class Batcher(Generic[T]):
 
     def _ready_by_lane(
         self, now: float
-    ) -> tuple[
-        tuple[Bucket[T], FlushReason] | None, tuple[Bucket[T], FlushReason] | None, float | None
-    ]:
+    ) -> tuple[dict[Priority, tuple[Bucket[T], FlushReason]], float | None]:
         """The most urgent due bucket of each lane, and the soonest time another falls due."""
         ready: dict[Priority, tuple[Bucket[T], FlushReason]] = {}
         soonest: float | None = None
-        depths = {lane: self.depth(lane) for lane in Priority}
+        depths: dict[Priority, int] = {}
         for bucket in sorted(self._buckets.values(), key=_bucket_order):
-            if not bucket or bucket.key.priority in ready:
+            lane = bucket.key.priority
+            if not bucket or lane in ready:
                 continue
             if bucket.key in self._spreading:  # the rest of a plan goes now, under its reason
-                ready[bucket.key.priority] = (bucket, self._spreading[bucket.key])
+                ready[lane] = (bucket, self._spreading[bucket.key])
                 continue
             counts = bucket.token_counts(self._limits.max_items + 1)
-            depth = depths[bucket.key.priority]
+            depth = depths.get(lane)
+            if depth is None:
+                depth = depths[lane] = self.depth(lane)
             filling = self._fill_wait(bucket, counts, now)
             decision = decide(self._limits, counts, bucket.oldest_arrival, now, depth, filling)
             if isinstance(decision, Flush):
-                ready[bucket.key.priority] = (bucket, decision.reason)
+                ready[lane] = (bucket, decision.reason)
             elif self._draining or self._hurrying:
-                ready[bucket.key.priority] = (bucket, FlushReason.DRAIN)
+                ready[lane] = (bucket, FlushReason.DRAIN)
             elif isinstance(decision, Wait):
                 soonest = decision.seconds if soonest is None else min(soonest, decision.seconds)
-        if Priority.LOW in ready and Priority.HIGH not in ready:
-            # A high item never waits for batch-mates while bulk work takes call slots: it
-            # goes now, so it is overtaken by at most the one low batch the share allows.
-            waiting = [b for b in self._buckets.values() if b and b.key.priority is Priority.HIGH]
-            if waiting:
-                ready[Priority.HIGH] = (min(waiting, key=_bucket_order), FlushReason.PRIORITY)
+        if ready:
+            # An upper lane's item never waits for batch-mates while a lower lane's work takes
+            # call slots: it goes now, overtaken by at most the calls the shares allow.
+            lowest = max(ready)
+            for bucket in sorted(self._buckets.values(), key=_bucket_order):
+                lane = bucket.key.priority
+                if bucket and lane < lowest and lane not in ready:
+                    ready[lane] = (bucket, FlushReason.PRIORITY)
         if soonest is not None:
             soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder
-        return ready.get(Priority.HIGH), ready.get(Priority.LOW), soonest
+        return ready, soonest
 
     def _fill_wait(self, bucket: Bucket[T], counts: list[int], now: float) -> float:
         """How long the bucket's oldest item may wait for its call to fill (0: no rule)."""
@@ -270,10 +272,7 @@ class Batcher(Generic[T]):
         slots = self.governor.lane_slots(lane)
         target = fill_target(rate, slots, cost, sum(counts) / len(counts), self._limits)
         self._fill_targets[bucket.key] = target
-        governor = self.governor
-        in_flight = governor.low_in_flight if lane is Priority.LOW else (
-            governor.in_flight - governor.low_in_flight
-        )  # fmt: skip
+        in_flight = self.governor.lane_in_flight(lane)
         return fill_wait(len(bucket), target, rate, in_flight, self._limits)
 
     def _launch(self, bucket: Bucket[T], reason: FlushReason) -> None:
@@ -283,8 +282,8 @@ class Batcher(Generic[T]):
         cost = self.cost.cost(cost_key(bucket.key))
         least = self._fill_targets.get(bucket.key) if self.fill_calls else None
         size = spread_length(counts, len(bucket), slots, self._limits, cost, least=least or 1)
-        if lane is Priority.LOW:  # smaller low calls while high traffic is recent
-            size = min(size, self.governor.low_call_cap(self._limits.max_items))
+        # Smaller calls while an upper lane is active (core/reservations.py).
+        size = min(size, self.governor.call_cap(lane, self._limits.max_items))
         # A trickle beside a flood gets a call of its own: seated in a flood-sized call it
         # would wait as long as the flood's calls take.
         trickle = bucket.trickle_count() if self.share_calls else 0

@@ -11,14 +11,18 @@ from __future__ import annotations
 from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
 from embedstream.settings.loading import choices, coerce, load_settings, reference_rows, validate
 from embedstream.settings.parsing import (
+    KEY_LIMIT_FIELDS,
     OWN_TOPIC_SETTINGS,
     REQUEST_TOPIC_SETTINGS,
     TOPIC_SETTINGS,
+    caller_keys,
     header_map,
     header_secrets,
+    key_limits,
     topic_list,
     topic_name_problem,
 )
+from embedstream.settings.rules import LOOPBACK_HOSTS, online_keys, validate_online
 from embedstream.settings.secrets import CACHE_URL_SCHEMES, masked_secret, scrub_url, url_password
 from embedstream.settings.sources import TOOL_VARIABLES
 from embedstream.settings.types import (
@@ -32,6 +36,8 @@ from embedstream.settings.types import (
 __all__ = [
     "CACHE_URL_SCHEMES",
     "FIELDS",
+    "KEY_LIMIT_FIELDS",
+    "LOOPBACK_HOSTS",
     "OWN_TOPIC_SETTINGS",
     "REQUEST_TOPIC_SETTINGS",
     "SASL_PROTOCOLS",
@@ -43,12 +49,15 @@ __all__ = [
     "ProviderProfile",
     "SettingSpec",
     "Settings",
+    "caller_keys",
     "choices",
     "coerce",
     "header_map",
     "header_secrets",
+    "key_limits",
     "load_settings",
     "masked_secret",
+    "online_keys",
     "reference_rows",
     "scrub_url",
     "spec",
@@ -56,4 +65,5 @@ __all__ = [
     "topic_name_problem",
     "url_password",
     "validate",
+    "validate_online",
 ]

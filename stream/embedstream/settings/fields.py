@@ -16,10 +16,12 @@ from embedstream.settings.derived import ITEM_RESIDENT_BYTES, default_buffered_i
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
 from embedstream.settings.fields_formats import FormatFields
+from embedstream.settings.fields_online import OnlineFields
 from embedstream.settings.fields_sources import SourceFields
 from embedstream.settings.fields_store import StoreFields
 from embedstream.settings.fields_tracing import TracingFields
 from embedstream.settings.parsing import (
+    caller_keys,
     header_map,
     header_secrets,
     json_object,
@@ -32,7 +34,9 @@ from embedstream.settings.types import SettingSpec
 
 
 @dataclass(frozen=True)
-class Settings(SourceFields, TracingFields, StoreFields, FormatFields, DocumentFields, CoreFields):
+class Settings(
+    OnlineFields, SourceFields, TracingFields, StoreFields, FormatFields, DocumentFields, CoreFields
+):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     README reference."""
 
@@ -78,6 +82,7 @@ class Settings(SourceFields, TracingFields, StoreFields, FormatFields, DocumentF
         # A registry URL is not secret, but user:password@ in it is.
         found += [p for p in [url_password(self.schema_registry_url or "")] if p]
         found += header_secrets(header_map(self.tracing_headers, "tracing_headers"))
+        found += list(caller_keys(self.http_api_keys))  # each caller's key on its own
         return found + header_secrets(self.extra_header_map)
 
     def describe(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ from embedstream.settings.rules import (
     validate_cache,
     validate_documents,
     validate_formats,
+    validate_online,
     validate_provider,
     validate_security,
     validate_store,
@@ -79,6 +80,7 @@ def validate(s: Settings) -> None:
     validate_formats(s)
     validate_store(s)
     validate_tracing(s)
+    validate_online(s)
 
 
 def reference_rows() -> list[tuple[str, str, str, str]]:

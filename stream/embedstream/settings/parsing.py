@@ -133,3 +133,45 @@ def name_paths(name: str, text: str) -> dict[str, str]:
             raise ConfigError(name, f"names {field} twice")
         pairs[field] = path
     return pairs
+
+
+# --------------------------------------------------------------------------- online lane
+
+KEY_LIMIT_FIELDS = ("requests_per_s", "inputs_per_s")
+
+
+def caller_keys(text: str | None, name: str = "http_api_keys") -> dict[str, str]:
+    """``rag:sk-1,indexer:sk-2`` as {key: name}; keys are never echoed in errors."""
+    keys: dict[str, str] = {}
+    names: set[str] = set()
+    for index, entry in enumerate((text or "").replace("\n", ",").split(",")):
+        if not entry.strip():
+            continue
+        who, sep, key = (part.strip() for part in entry.partition(":"))
+        if not sep or not who or not key:
+            raise ConfigError(name, f"entry {index + 1} is not name:key")
+        if who in names:
+            raise ConfigError(name, f"names {who!r} twice")
+        if key in keys:
+            raise ConfigError(name, f"{who!r} has the key of {keys[key]!r}")
+        names.add(who)
+        keys[key] = who
+    return keys
+
+
+def key_limits(text: str | None) -> dict[str, dict[str, float]]:
+    """http_key_limits as {key name: {requests_per_s / inputs_per_s: positive number}}."""
+    limits: dict[str, dict[str, float]] = {}
+    for who, value in json_object("http_key_limits", text).items():
+        if not isinstance(value, dict) or not value:
+            raise ConfigError("http_key_limits", f"{who!r} needs an object of limits")
+        for field, number in value.items():
+            if field not in KEY_LIMIT_FIELDS:
+                raise ConfigError(
+                    "http_key_limits",
+                    f"{who!r}: unknown limit {field!r}; use {' or '.join(KEY_LIMIT_FIELDS)}",
+                )
+            if isinstance(number, bool) or not isinstance(number, int | float) or number <= 0:
+                raise ConfigError("http_key_limits", f"{who!r}: {field} must be a number > 0")
+        limits[who] = {field: float(number) for field, number in value.items()}
+    return limits

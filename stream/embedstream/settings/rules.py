@@ -19,8 +19,10 @@ from embedstream.settings.parsing import (
     OWN_BODY_FIELDS,
     OWN_TOPIC_SETTINGS,
     TOPIC_SETTINGS,
+    caller_keys,
     header_map,
     json_object,
+    key_limits,
     name_paths,
     path_problem,
     topic_list,
@@ -271,3 +273,50 @@ def validate_tracing(s: Settings) -> None:
     weight_map(s.source_weights)  # (with tracing: both are operators' settings)
     if not s.tracing_service_name.strip():
         raise ConfigError("tracing_service_name", "must not be empty")
+
+
+# --------------------------------------------------------------------------- online lane
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def online_keys(s: Settings) -> dict[str, str]:
+    """The callers' keys as {key: name}: from http_api_keys_file when set (read now; the
+    online lane reads it again when it changes), else from http_api_keys."""
+    if s.http_api_keys_file:
+        path = Path(s.http_api_keys_file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError("http_api_keys_file", f"cannot read {path}: {reason}") from exc
+        return caller_keys(text, "http_api_keys_file")
+    return caller_keys(s.http_api_keys)
+
+
+def validate_online(s: Settings, port: int | None = None) -> None:
+    """The online lane's keys, limits and TLS files are usable; it listens beyond loopback
+    only with keys. ``port``: the one `serve` listens on when http_port is unset."""
+    keys = online_keys(s)
+    limits = key_limits(s.http_key_limits)
+    unknown = sorted(set(limits) - set(keys.values()))
+    if keys and unknown:
+        raise ConfigError("http_key_limits", f"names no key of http_api_keys: {unknown[0]!r}")
+    listening = port if port is not None else s.http_port
+    if listening and not keys and s.http_host not in LOOPBACK_HOSTS:
+        raise ConfigError(
+            "http_api_keys",
+            f"the online lane listens on {s.http_host}, beyond loopback: set keys for its "
+            "callers (name:key pairs), or http_host=127.0.0.1",
+        )
+    if bool(s.http_ssl_certfile) != bool(s.http_ssl_keyfile):
+        missing = "http_ssl_keyfile" if s.http_ssl_certfile else "http_ssl_certfile"
+        raise ConfigError(missing, "https needs both http_ssl_certfile and http_ssl_keyfile")
+    for name in ("http_ssl_certfile", "http_ssl_keyfile"):
+        path = getattr(s, name)
+        if path and not Path(path).is_file():
+            raise ConfigError(name, f"no such file: {path}")
+    if s.online_url and not s.online_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            "online_url", f"must start with http:// or https://, got {s.online_url!r}"
+        )

@@ -115,6 +115,7 @@ class Group(StrEnum):
     STORE = "Vector store (embedstream sink)"
     TRACING = "Tracing"
     SOURCES = "Sources"
+    ONLINE = "Online lane"
 
 
 @dataclass(frozen=True)
