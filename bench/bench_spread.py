@@ -64,7 +64,9 @@ class SleepingProvider:
         loop = asyncio.get_running_loop()
         async with self._capacity:
             started = loop.time()
-            await asyncio.sleep(BASE_S + PER_TOKEN_S * sum(count_tokens(t) for t in call.texts))
+            await asyncio.sleep(
+                BASE_S + PER_TOKEN_S * sum(count_tokens(str(t)) for t in call.texts)
+            )
         return BatchOutcome([[0.0]] * len(call.texts), 1, 0, loop.time() - started)
 
     async def close(self) -> None:

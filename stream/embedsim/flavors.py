@@ -71,6 +71,7 @@ class Flavor:
     truncates: bool  # cuts over-long inputs instead of refusing them
     errors: Literal["openai", "tei", "vllm"]  # the shape of its error bodies
     payload_limit: int | None = None  # bytes; larger bodies are a 413
+    token_ids: bool = False  # takes an input as an array of token ids, as OpenAI does
 
     @property
     def path(self) -> str:
@@ -81,10 +82,12 @@ class Flavor:
 
 
 FLAVORS: dict[FlavorName, Flavor] = {
-    "openai": Flavor("openai", Limits(), "bearer", _OPENAI_FIELDS, True, "any", False, "openai"),
+    "openai": Flavor(
+        "openai", Limits(), "bearer", _OPENAI_FIELDS, True, "any", False, "openai", token_ids=True
+    ),
     "azure": Flavor(
         "azure", Limits(2048, 8191, 300_000), "api-key", _OPENAI_FIELDS | {"input_type"},
-        True, "any", False, "openai",
+        True, "any", False, "openai", token_ids=True,
     ),
     "tei": Flavor(
         "tei", Limits(32, _UNBOUNDED, _UNBOUNDED), "bearer", _OPENAI_FIELDS, False, "ignored",
@@ -93,6 +96,7 @@ FLAVORS: dict[FlavorName, Flavor] = {
     "vllm": Flavor(
         "vllm", Limits(_UNBOUNDED, 8192, _UNBOUNDED), "bearer",
         _OPENAI_FIELDS | {"truncate_prompt_tokens"}, False, "served", False, "vllm",
+        token_ids=True,
     ),
     "ollama": Flavor(
         "ollama", Limits(_UNBOUNDED, _UNBOUNDED, _UNBOUNDED), "none",

@@ -76,8 +76,9 @@ def validate_request(
         )
     model = _model(body.get("model"), config, deployment)
     limits = config.request_limits
-    inputs = _validate_input_list(body.get("input"), limits, flavor)
-    token_counts = _validate_input_tokens(inputs, limits, flavor)
+    raw_inputs = _validate_input_list(body.get("input"), limits, flavor)
+    token_counts = _validate_input_tokens(raw_inputs, limits, flavor)
+    inputs = tuple(i if isinstance(i, str) else token_ids_text(i) for i in raw_inputs)
     input_type = body.get("input_type") if "input_type" in flavor.fields else None
     return EmbeddingRequest(
         model=model,
@@ -113,13 +114,21 @@ def _model(value: object, config: SimulatorConfig, deployment: str | None) -> st
     return value
 
 
-def _validate_input_list(value: object, limits: Limits, flavor: Flavor) -> tuple[str, ...]:
+def token_ids_text(ids: Sequence[int]) -> str:
+    """What the simulator embeds for an input of token ids: a text no caller sends (it starts
+    with NUL), so a vector of ids never equals a vector of text."""
+    return "\x00tokens:" + ",".join(map(str, ids))
+
+
+def _validate_input_list(
+    value: object, limits: Limits, flavor: Flavor
+) -> tuple[str | tuple[int, ...], ...]:
     if value is None:
         raise invalid_request(
             "You must provide an input parameter.", param="input", code="missing_required_parameter"
         )
-    if isinstance(value, str):
-        value = [value]
+    if isinstance(value, str) or (flavor.token_ids and _is_ids(value)):
+        value = [value]  # one text, or one input of token ids
     if not isinstance(value, list):
         raise invalid_request(
             "Invalid 'input': expected a string or an array of strings.",
@@ -144,22 +153,42 @@ def _validate_input_list(value: object, limits: Limits, flavor: Flavor) -> tuple
             param="input",
             code="array_above_max_length",
         )
+    inputs: list[str | tuple[int, ...]] = []
     for index, item in enumerate(value):
-        if not isinstance(item, str):
-            # Token-id arrays are valid for OpenAI but unsupported here: say so precisely.
+        if flavor.token_ids and _is_ids(item):
+            inputs.append(tuple(item))
+        elif isinstance(item, str):
+            inputs.append(item)
+        else:
+            wanted = "a string or an array of token ids" if flavor.token_ids else "a string"
             raise invalid_request(
-                f"Invalid 'input[{index}]': expected a string, got {type(item).__name__}.",
+                f"Invalid 'input[{index}]': expected {wanted}, got {type(item).__name__}.",
                 param=f"input[{index}]",
                 code="invalid_type",
             )
-    return tuple(value)
+    return tuple(inputs)
+
+
+def _is_ids(value: object) -> bool:
+    """A non-empty array of non-negative integers (OpenAI's token-id input)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    )
 
 
 def _validate_input_tokens(
-    inputs: tuple[str, ...], limits: Limits, flavor: Flavor
+    inputs: tuple[str | tuple[int, ...], ...], limits: Limits, flavor: Flavor
 ) -> tuple[int, ...]:
     counts = []
     for index, text in enumerate(inputs):
+        if isinstance(text, tuple):  # token ids: one token each
+            tokens = len(text)
+            if tokens > limits.max_tokens_per_input:
+                raise _too_long(flavor, index, tokens, limits.max_tokens_per_input)
+            counts.append(tokens)
+            continue
         if not text and flavor.strict:  # OpenAI and Azure refuse empty strings
             raise invalid_request(
                 f"Invalid 'input[{index}]': string must not be empty.",

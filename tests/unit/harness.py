@@ -18,6 +18,7 @@ from embedstream.kafka.admin import topic_names
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing import eventually, vector_for
+from embedstream.testing.backends import texts_of
 from embedstream.testing.kafka import (
     FakeCluster,
     FakeConsumer,
@@ -42,7 +43,7 @@ class GatedBackend:
     calls: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
 
     async def embed(self, call: BatchCall) -> BatchOutcome:
-        self.calls.append((time.time(), tuple(call.texts)))
+        self.calls.append((time.time(), texts_of(call)))
         if any("SLOW" in text for text in call.texts):
             await self.gate.wait()
         vectors: list[list[float] | str] = [vector_for(t) for t in call.texts]

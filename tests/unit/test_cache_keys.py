@@ -176,3 +176,11 @@ def test_each_azure_resource_and_deployment_is_its_own_provider() -> None:
     assert identity(azure_endpoint="https://one.openai.azure.com/") == (
         "https://one.openai.azure.com/openai"
     )
+
+
+def test_token_ids_never_share_a_key_with_a_text() -> None:
+    key = BucketKey(Priority.ONLINE, "m", "float", None)
+    ids = cache_key("p", key, (1, 2, 3))
+    assert ids == cache_key("p", key, (1, 2, 3))
+    assert ids not in {cache_key("p", key, t) for t in ("1,2,3", "(1, 2, 3)", "[1, 2, 3]")}
+    assert ids != cache_key("p", key, (1, 2))

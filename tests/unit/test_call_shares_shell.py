@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.testing import eventually, vector_for
+from embedstream.testing.backends import texts_of
 from embedstream.testing.kafka import FakeCluster
 
 from tests.unit.harness import NAMES, Harness, running
@@ -25,7 +26,7 @@ class OneCallAtATime:
         self.let_through = asyncio.Semaphore(0)
 
     async def embed(self, call: BatchCall) -> BatchOutcome:
-        self.calls.append(tuple(call.texts))
+        self.calls.append(texts_of(call))
         await self.let_through.acquire()
         return BatchOutcome([vector_for(t) for t in call.texts], 2, len(call.texts), 0.0)
 

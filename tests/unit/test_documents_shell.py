@@ -12,6 +12,7 @@ from aiokafka import TopicPartition
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import PermanentItemError, Reason, TransientError
 from embedstream.testing import eventually, vector_for
+from embedstream.testing.backends import texts_of
 from embedstream.testing.kafka import FakeRecord
 from embedstream.wire import DOC_CHUNK_SEQ, DOC_ID, DOC_VERSION, decode_output, headers_dict
 from embedstream.wire.documents import ChunkResult, DocumentComplete, DocumentIncomplete
@@ -98,7 +99,7 @@ class PoisonBackend:
         self.flaky_failures = 0
 
     async def embed(self, call: BatchCall) -> BatchOutcome:
-        self.calls.append(tuple(call.texts))
+        self.calls.append(texts_of(call))
         if any("poison" in t for t in call.texts):
             raise PermanentItemError(Reason.REJECTED, "provider rejected the input (400)")
         if any("flaky" in t for t in call.texts) and self.flaky_failures < 2:

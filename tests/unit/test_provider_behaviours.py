@@ -23,6 +23,7 @@ from embedstream.errors import (
     http_reason,
 )
 from embedstream.testing import eventually, vector_for
+from embedstream.testing.backends import texts_of
 from embedstream.wire import headers_dict
 
 from tests.unit.harness import LOW, NAMES, running
@@ -91,7 +92,7 @@ class ScriptedBackend:
     calls: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
 
     async def embed(self, call: BatchCall) -> BatchOutcome:
-        texts = tuple(call.texts)
+        texts = texts_of(call)
         self.calls.append((time.monotonic(), texts))
         error = self.script(len(self.calls) - 1, texts)
         if error is not None:

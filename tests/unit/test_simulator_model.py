@@ -217,7 +217,8 @@ INVALID_REQUESTS: list[tuple[str, Any, str | None, str]] = [
     ("request too long", {"model": "m", "input": TOO_MANY_TOKENS_IN_TOTAL}, "input", "300000"),
     ("int in list", {"model": "m", "input": ["a", "b", "c", 7]}, "input[3]", "input[3]"),
     ("null in list", {"model": "m", "input": ["a", None]}, "input[1]", "input[1]"),
-    ("token array", {"model": "m", "input": [[1, 2, 3]]}, "input[0]", "input[0]"),
+    ("negative token id", {"model": "m", "input": [[1, -2, 3]]}, "input[0]", "input[0]"),
+    ("empty token array", {"model": "m", "input": ["a", []]}, "input[1]", "input[1]"),
     ("input not a list", {"model": "m", "input": {"a": 1}}, "input", "input"),
     ("input is a number", {"model": "m", "input": 3}, "input", "input"),
     ("empty list", {"model": "m", "input": []}, "input", "empty"),
@@ -257,6 +258,19 @@ def test_invalid_requests_are_rejected_with_openai_errors(
             "code": error.code,
         }
     }
+
+
+def test_token_id_inputs_are_taken_where_openai_takes_them() -> None:
+    one = validate({"model": "m", "input": [5, 6, 7]})  # one input of ids
+    many = validate({"model": "m", "input": [[5, 6, 7], [8]]})
+    assert one.inputs == many.inputs[:1] and one.token_counts == (3,)
+    assert many.token_counts == (3, 1)
+    text = validate({"model": "m", "input": "5,6,7"})
+    assert text.inputs != one.inputs  # ids never embed like a text
+    tei = CONFIG.replace(flavor="tei")
+    with pytest.raises(ApiError) as caught:
+        validate({"model": "m", "input": [[5, 6, 7]]}, tei)
+    assert caught.value.param == "input[0]"
 
 
 def test_custom_limits_apply() -> None:

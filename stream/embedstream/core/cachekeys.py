@@ -2,10 +2,11 @@
 
 The provider (its base URL, or the profile when none is set), every field of the bucket key
 except the priority lane and the encoding format (a vector is stored as float32 and served in
-either encoding), and the exact text. Fields are read from :class:`BucketKey` itself, so a field
-added to the bucket key later (a request option that changes the vector) is part of the cache
-key without anyone remembering to add it. Each part is tagged with its type and prefixed with
-its length, so no two different requests can produce the same bytes to digest. Pure.
+either encoding), and the exact text (or token ids). Fields are read from :class:`BucketKey`
+itself, so a field added to the bucket key later (a request option that changes the vector) is
+part of the cache key without anyone remembering to add it. Each part is tagged with its type
+and prefixed with its length, so no two different requests can produce the same bytes to
+digest. Pure.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from embedstream.core.lanes import BucketKey
+from embedstream.core.tokens import Input
 
 # Bumped whenever what is digested, or how vectors are stored, changes: old entries then simply
 # stop matching (and expire), instead of being misread.
@@ -46,7 +48,7 @@ def provider_identity(
     return urlunsplit((parts.scheme.lower(), netloc.lower(), path, parts.query, "")) + suffix
 
 
-def key_parts(provider: str, key: BucketKey, text: str) -> list[bytes]:
+def key_parts(provider: str, key: BucketKey, text: Input) -> list[bytes]:
     """The tagged parts digested for one request, in a fixed order (exposed for tests)."""
     parts = [_tagged("provider", provider)]
     for name, value in zip(key._fields, key, strict=True):
@@ -56,7 +58,7 @@ def key_parts(provider: str, key: BucketKey, text: str) -> list[bytes]:
     return parts
 
 
-def cache_key(provider: str, key: BucketKey, text: str) -> str:
+def cache_key(provider: str, key: BucketKey, text: Input) -> str:
     """The cache key of one request: prefix + hex blake2b-256 of its length-prefixed parts."""
     digest = hashlib.blake2b(digest_size=32, person=_PERSON)
     for part in key_parts(provider, key, text):
@@ -79,6 +81,8 @@ def _tagged(name: str, value: object) -> bytes:
         kind, body = "bytes", value
     elif isinstance(value, float):
         kind, body = "float", value.hex().encode()
+    elif isinstance(value, tuple):  # token ids: never equal to any text
+        kind, body = "ids", ",".join(map(str, value)).encode()
     else:  # a field type not foreseen: its repr still tells distinct values apart
         kind, body = type(value).__qualname__, repr(value).encode("utf-8", "surrogatepass")
     head = f"{name}\x00{kind}\x00".encode()

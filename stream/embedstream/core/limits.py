@@ -36,6 +36,7 @@ class ProviderLimits:
     reject_empty: bool = True
     dimensions: bool = True  # takes `dimensions` (shortened vectors); else it is dead-lettered
     parameters: frozenset[str] = frozenset()  # of REQUEST_PARAMETERS
+    token_ids: bool = False  # takes an input as an array of token ids (the online lane's)
 
     def __post_init__(self) -> None:
         for name in ("max_inputs", "max_tokens_per_input", "max_tokens_per_request"):
@@ -68,7 +69,9 @@ PROFILES: Mapping[str, ProviderLimits] = MappingProxyType(
         # summed over a request; no empty strings. `dimensions` exists for text-embedding-3 and
         # later (other models answer 400, dead-lettered as unsupported_dimensions); `user` is
         # part of the request.
-        "openai": ProviderLimits(2048, 8192, 300_000, _BOTH, parameters=frozenset({"user"})),
+        "openai": ProviderLimits(
+            2048, 8192, 300_000, _BOTH, parameters=frozenset({"user"}), token_ids=True
+        ),
         # Azure OpenAI: calls go to /openai/deployments/<deployment>/embeddings?api-version=...
         # with an `api-key` header (the openai package's Azure client). Its quotas page allows
         # 2048 inputs per request; its REST reference keeps inputs under 8191 tokens. A total
@@ -76,13 +79,20 @@ PROFILES: Mapping[str, ProviderLimits] = MappingProxyType(
         # `encoding_format` came with api-version 2024-03-01-preview (see
         # AZURE_DIMENSIONS_SINCE); its inference spec lists `user` and `input_type`.
         "azure": ProviderLimits(
-            2048, 8191, 300_000, _BOTH, parameters=frozenset({"user", "input_type"})
+            2048,
+            8191,
+            300_000,
+            _BOTH,
+            parameters=frozenset({"user", "input_type"}),
+            token_ids=True,
         ),
         # vLLM's OpenAI-compatible server: no limit on inputs per request (2048 and the total
         # are ours); an input over the model's max_model_len is answered 400. `dimensions`
         # works for Matryoshka models only: others answer 400 "does not support matryoshka
         # representation" (dead-lettered as unsupported_dimensions). Takes `user`.
-        "vllm": ProviderLimits(2048, 32_768, 1_000_000, _BOTH, parameters=frozenset({"user"})),
+        "vllm": ProviderLimits(
+            2048, 32_768, 1_000_000, _BOTH, parameters=frozenset({"user"}), token_ids=True
+        ),
         # Hugging Face Text Embeddings Inference: --max-client-batch-size defaults to 32 inputs
         # per request (422 above it), --payload-limit to 2,000,000 bytes (500,000 estimated
         # tokens stay under it); long inputs are cut to the model's length (--auto-truncate,
@@ -98,9 +108,16 @@ PROFILES: Mapping[str, ProviderLimits] = MappingProxyType(
         # is our conservative choice (just under 10 x 8192), not a documented provider limit.
         "dashscope": ProviderLimits(10, 8192, 80_000, frozenset({"float"})),
         # Any other OpenAI-compatible server: permissive, every request field passed on (e.g.
-        # NVIDIA NIM's input_type, Jina's task); the user's settings narrow it.
+        # NVIDIA NIM's input_type, Jina's task) and token-id inputs too; the user's settings
+        # narrow it. (OpenAI, Azure and vLLM take token ids; TEI, Ollama and DashScope are
+        # not known to, so the online lane refuses them there.)
         "generic": ProviderLimits(
-            2048, 32_768, 1_000_000, _BOTH, parameters=frozenset(REQUEST_PARAMETERS)
+            2048,
+            32_768,
+            1_000_000,
+            _BOTH,
+            parameters=frozenset(REQUEST_PARAMETERS),
+            token_ids=True,
         ),
     }
 )

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from embedstream.core.lanes import BucketKey
+from embedstream.core.tokens import Input
 
 
 @dataclass(frozen=True, slots=True)
 class BatchCall:
     model: str
-    texts: Sequence[str]
+    texts: Sequence[Input]  # texts, or token ids where the provider takes them
     encoding_format: str
     dimensions: int | None
     # Provider-specific fields, one value for the whole call (a bucket never mixes them).
@@ -21,7 +22,7 @@ class BatchCall:
     task: str | None = None
 
     @classmethod
-    def for_bucket(cls, key: BucketKey, texts: Sequence[str]) -> BatchCall:
+    def for_bucket(cls, key: BucketKey, texts: Sequence[Input]) -> BatchCall:
         return cls(
             key.model, texts, key.encoding_format, key.dimensions,
             key.user, key.input_type, key.task,

@@ -31,6 +31,7 @@ from embedstream.core import configured
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import CacheObserver, NullObserver
+from embedstream.core.tokens import Input
 from embedstream.engine.cache_tiers import (
     WRITE_TIMEOUT_FACTOR,
     MemoryTier,
@@ -108,7 +109,7 @@ class EmbeddingCache:
             return [], []
         keys = [key_of(job) for job in jobs]
         names = [
-            cache_key(self._provider, key, job.text) for key, job in zip(keys, jobs, strict=True)
+            cache_key(self._provider, key, job.input) for key, job in zip(keys, jobs, strict=True)
         ]
         found = await self._memory.get_many(names)
         tier_of: list[str | None] = [self._memory.name if f else None for f in found]
@@ -136,7 +137,9 @@ class EmbeddingCache:
         self._observer.count_cache_lookups(hits_by_tier, len(misses), saved)
         return hits, misses
 
-    async def store(self, key: BucketKey, texts: Sequence[str], vectors: Sequence[Vector]) -> None:
+    async def store(
+        self, key: BucketKey, texts: Sequence[Input], vectors: Sequence[Vector]
+    ) -> None:
         """Keep the vectors a call returned (one per distinct text of the batch)."""
         entries = [
             (cache_key(self._provider, key, text), float32_bytes(vector))

@@ -121,7 +121,7 @@ class BatchCaller(Generic[J]):
     async def _call(self, key: BucketKey, batch: Sequence[Pending[J]], reason: str) -> None:
         held_back = 0  # consecutive shared failures of this batch
         while True:
-            distinct, mapping = unique_texts([p.payload.text for p in batch])
+            distinct, mapping = unique_texts([p.payload.input for p in batch])
             call = BatchCall.for_bucket(key, distinct)
             span = self._tracer.call(
                 key.model, (p.payload.span for p in batch), size=len(batch), reason=reason,

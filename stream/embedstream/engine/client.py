@@ -7,9 +7,8 @@
 Concurrent callers are batched by the same policy, lanes and limits as the Kafka processor and
 their batches go through the same batch-call path (:mod:`embedstream.engine.calls`): holds on
 rate limits and outages, retries of transient failures with backoff, splitting of rejected
-batches. Each caller gets its own vector, or its own exception, back. With an embedding cache
-(`cache="memory"` or `"redis"`), the texts submitted in one event-loop turn (one `embed()` of a
-list, or many concurrent single-text calls) are looked up together before they are batched.
+batches. Each caller gets its own vector, or its own exception, back (`engine/callers.py`,
+which also looks texts up in the embedding cache before they are batched).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.build import build_engine
 from embedstream.engine.cache import EmbeddingCache, build_cache
-from embedstream.engine.client_callers import CallerRequest, Callers, client_closed
+from embedstream.engine.callers import CallerIntake, CallerRequest, Callers
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.errors import PermanentItemError, Reason, TransientError
@@ -86,8 +85,7 @@ class BatchingClient:
         self.governor = engine.governor
         self._batcher = engine.batcher
         self._caller = engine.caller
-        self._to_look_up: list[CallerRequest] = []  # submitted in this loop turn, not yet looked up
-        self._look_ups: set[asyncio.Task[None]] = set()
+        self._intake = CallerIntake(engine.batcher, self._cache)
         self._runner: asyncio.Task[None] | None = None
 
     @property
@@ -119,8 +117,7 @@ class BatchingClient:
             try:
                 await asyncio.wait_for(asyncio.shield(self._runner), timeout_s)
             except TimeoutError:
-                for task in self._look_ups:
-                    task.cancel()
+                self._intake.cancel_look_ups()
                 self._caller.abandon_holds()
                 self._callers.give_up_waiting()
                 self._callers.abandoned(self._batcher.abandon())
@@ -175,47 +172,10 @@ class BatchingClient:
             task,
         )
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
-        job = CallerRequest(id=IN_PROCESS_ID, text=text, tokens=tokens, key=key, future=future)
-        if self._cache is None:
-            self._batcher.add(key, tokens, job)
-            return future
-        self._batcher.expect()  # `close()` waits for it: it joins the batcher after its look-up
-        if not self._to_look_up:
-            asyncio.get_running_loop().call_soon(self._start_look_up)
-        self._to_look_up.append(job)
+        self._intake.submit(
+            CallerRequest(id=IN_PROCESS_ID, text=text, tokens=tokens, key=key, future=future)
+        )
         return future
-
-    def _start_look_up(self) -> None:
-        jobs, self._to_look_up = self._to_look_up, []
-        task = asyncio.create_task(self._look_up(jobs))
-        self._look_ups.add(task)
-        task.add_done_callback(self._look_ups.discard)
-
-    async def _look_up(self, jobs: list[CallerRequest]) -> None:
-        """Answer the jobs the cache knows; the others join the batcher."""
-        assert self._cache is not None
-        misses = jobs
-        try:
-            live = [job for job in jobs if not job.future.done()]
-            hits, misses = await self._cache.look_up(live, _key_of)
-            for hit in hits:
-                if not hit.job.future.done():
-                    hit.job.future.set_result(hit.vector)
-        except asyncio.CancelledError:  # closing gave up on them
-            for job in jobs:
-                self._batcher.forget_expected()
-                if not job.future.done():
-                    job.future.set_exception(client_closed())
-            raise
-        except Exception:  # never strand a caller: an unexpected error sends them all
-            log.exception("embedding cache look-up failed; sending %d texts", len(jobs))
-            misses = [job for job in jobs if not job.future.done()]
-        waiting = set(map(id, misses))
-        for job in jobs:
-            if id(job) in waiting and not job.future.done():
-                self._batcher.add_expected(job.key, job.tokens, job)
-            else:
-                self._batcher.forget_expected()
 
     @overload
     async def embed(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]
@@ -311,10 +271,6 @@ class BatchingClient:
 
     async def embed_many(self, texts: Sequence[str], *, priority: Lane = "low") -> list[Vector]:
         return await self.embed(list(texts), priority=priority)
-
-
-def _key_of(job: CallerRequest) -> BucketKey:
-    return job.key
 
 
 def _resolve(settings: Settings | None, values: dict[str, Any]) -> Settings:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
 from embedstream.core.lanes import BucketKey
+from embedstream.core.tokens import Input, TokenIds
 from embedstream.core.tracing import NULL_SPAN, RequestSpan
 from embedstream.errors import EmbedStreamError
 from embedstream.wire import Vector
@@ -29,6 +30,12 @@ class Job:
     first_error: str | None = None
     # Its process span (tracing on): provider calls link to it, outcome records carry it.
     span: RequestSpan = NULL_SPAN
+    token_ids: TokenIds | None = None  # sent instead of the text (an online caller's ids)
+
+    @property
+    def input(self) -> Input:
+        """What the call sends for it: its token ids, or its text."""
+        return self.text if self.token_ids is None else self.token_ids
 
 
 J = TypeVar("J", bound=Job)

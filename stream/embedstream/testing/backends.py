@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from embedstream.core.tokens import Input
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import EmbedStreamError, PermanentItemError, Reason
 
@@ -43,8 +44,18 @@ class RecordingBackend:
         return None
 
 
-def vector_for(text: str) -> list[float]:
-    """A cheap vector that still tells texts apart (for checking fan-out and attribution)."""
+def texts_of(call: BatchCall) -> tuple[str, ...]:
+    """A call's inputs as texts (for fakes that only ever see texts)."""
+    texts = tuple(t for t in call.texts if isinstance(t, str))
+    assert len(texts) == len(call.texts), "a call of token ids reached a text-only fake"
+    return texts
+
+
+def vector_for(text: Input) -> list[float]:
+    """A cheap vector that still tells texts apart (for checking fan-out and attribution);
+    token ids get the negative of their sum, so they never match a text's."""
+    if isinstance(text, tuple):
+        return [float(len(text)), -float(sum(text[:64]))]
     return [float(len(text)), float(sum(map(ord, text[:64])))]
 
 
@@ -52,7 +63,7 @@ def reject_texts_containing(marker: str) -> Callable[[BatchCall], EmbedStreamErr
     """A provider that rejects a whole batch (400 naming no item) if any text has `marker`."""
 
     def check(call: BatchCall) -> EmbedStreamError | None:
-        if any(marker in text for text in call.texts):
+        if any(isinstance(text, str) and marker in text for text in call.texts):
             return PermanentItemError(Reason.REJECTED, "provider rejected the input (400)")
         return None
 

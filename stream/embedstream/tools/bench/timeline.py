@@ -123,7 +123,7 @@ class TimelineBackend:
         self._timeline = timeline
 
     async def embed(self, call: BatchCall) -> BatchOutcome:
-        ids = [self._timeline.ids_by_text.get(text) for text in call.texts]
+        ids = [self._timeline.ids_by_text.get(t) for t in call.texts if isinstance(t, str)]
         started = time.monotonic()
         try:
             return await self._inner.embed(call)
