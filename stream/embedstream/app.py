@@ -22,6 +22,7 @@ from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache
+from embedstream.engine.callers import CallerIntake, CallerRequest, Callers, CallersBeside
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.formats import registry_client, schema_decoders, uses_registry
@@ -49,7 +50,8 @@ from embedstream.kafka.sink import DirectWriter, Sink, Writer
 from embedstream.kafka.topics import configured_topics, topic_settings
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.work import EngineJob
+from embedstream.online.server import OnlineServer, build_online_server
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
@@ -61,7 +63,8 @@ log = logging.getLogger(__name__)
 
 
 class Service:
-    """A processor with its health loop and ops server: what `embedstream run` runs."""
+    """A processor with its health loop, ops server and (with `http_port`) the online lane's
+    listener: what `embedstream run` runs."""
 
     def __init__(
         self,
@@ -70,24 +73,30 @@ class Service:
         ops_server: OpsServer | None,
         registry: RegistryClient | None = None,
         result_schema: ResultSchemaRegistration | None = None,
+        online: OnlineServer | None = None,
     ) -> None:
         self.processor = processor
         self.health = health
         self.ops_server = ops_server
         self.registry = registry  # the schema registry, with a registry input or output format
         self.result_schema = result_schema  # with a registry output format
+        self.online = online
 
     @property
     def metrics_port(self) -> int | None:
         return self.ops_server.port if self.ops_server is not None else None
 
     def stop(self) -> None:
+        if self.online is not None:  # new online requests are refused from now on
+            self._stop_accepting = asyncio.ensure_future(self.online.stop_accepting())
         self.processor.stop()
 
     async def run(self) -> None:
         settings = self.processor.parts.settings
         if self.ops_server is not None:  # first: /healthz answers from process start
             await self.ops_server.start(settings.metrics_host, settings.metrics_port)
+        if self.online is not None:  # serves while the group joins, rebalances, or Kafka is out
+            await self.online.start(settings.http_host, settings.http_port)
         health_task = asyncio.create_task(self._health())
         try:
             if self.result_schema is not None:  # before anything is consumed
@@ -104,6 +113,8 @@ class Service:
             health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await health_task
+            if self.online is not None:  # the drain answered its callers; close it
+                await self.online.stop()
             if self.ops_server is not None:
                 await self.ops_server.stop()
             if self.registry is not None:
@@ -162,11 +173,13 @@ def build_service(
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     cache = build_cache(settings, metrics)
     tracer = tracer or build_tracer(settings)  # tests pass one on an in-memory exporter
-    engine: Engine[WorkItem] = build_engine(
-        settings, backend, outcomes, clock=clock, observer=metrics, cache=cache,
-        backlog=assignment.lag_of, tracer=tracer,
+    callers = Callers()  # the online lane's: they share the engine with the Kafka lanes
+    engine: Engine[EngineJob] = build_engine(
+        settings, backend, CallersBeside(callers, outcomes), clock=clock, observer=metrics,
+        cache=cache, backlog=assignment.lag_of, keep=_still_wanted, tracer=tracer,
     )  # fmt: skip
     batcher = engine.batcher
+    callers.attach(batcher)
     waiting = WaitingRetries(batcher, clock)
     documents.bind(waiting.hold_or_submit)
     committer = OffsetCommitter(consumer, assignment.offsets(), transactions)
@@ -218,7 +231,13 @@ def build_service(
 
     health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
-    return Service(processor, health, ops_server, registry, result_schema)
+    online = None
+    if settings.http_port:
+        online = build_online_server(
+            settings, CallerIntake(batcher, cache), engine.governor, batcher, engine.cost,
+            clock=clock, token_counter=token_counter, observer=metrics.online,
+        )  # fmt: skip
+    return Service(processor, health, ops_server, registry, result_schema, online)
 
 
 async def run_service(
@@ -255,6 +274,11 @@ async def run_service(
                 loop.remove_signal_handler(sig)
     log.info("embedstream stopped cleanly")
     return service
+
+
+def _still_wanted(job: EngineJob) -> bool:
+    """An online caller that gave up (timeout, disconnect) needs no call; Kafka work always."""
+    return not isinstance(job, CallerRequest) or not job.future.done()
 
 
 def _on_signal(service: Service, sig: signal.Signals) -> None:

@@ -17,6 +17,7 @@ from embedstream.cli.parser import (
     ALL_SETTINGS,
     CLIENT_SETTINGS,
     REGISTRY_CLIENT_SETTINGS,
+    SERVE_SETTINGS,
     build_parser,
 )
 from embedstream.errors import ENV_PREFIX, ConfigError, EmbedStreamError
@@ -84,6 +85,13 @@ async def _dispatch(ns: argparse.Namespace) -> int:
         from embedstream.app import run_service
 
         await run_service(settings)
+        return 0
+    if command == "serve":
+        settings = _settings(ns, SERVE_SETTINGS)
+        setup_logging(settings.log_level, settings.log_format, settings.secret_values())
+        from embedstream.app_serve import run_gateway
+
+        await run_gateway(settings)
         return 0
     if command == "sink":
         return await _sink(ns)

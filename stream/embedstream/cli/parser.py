@@ -5,10 +5,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from embedstream.settings import FIELDS
+from embedstream.settings import FIELDS, Group, spec
 from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags
 
 ALL_SETTINGS = tuple(FIELDS)
+# `serve`: the engine and the online lane, no Kafka (nor documents, formats or the store).
+_SERVE_GROUPS = (Group.PROVIDER, Group.BATCHING, Group.LIMITS, Group.CACHE, Group.OPERATIONS)
+SERVE_SETTINGS = tuple(
+    name
+    for name in FIELDS
+    if spec(name).group in _SERVE_GROUPS
+    or (spec(name).group is Group.ONLINE and not name.startswith("online_"))
+    or name in ("online_timeout_s", "max_attempts", "retry_backoff_base_ms",
+                "retry_backoff_cap_ms", "drain_timeout_s")
+    or spec(name).group is Group.TRACING
+)  # fmt: skip
 COMMON_SETTINGS = CONNECTION_SETTINGS
 # The one-shot client commands also take the log level: DEBUG shows tracebacks and every line.
 CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
@@ -60,6 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     add_settings_flags(run, ALL_SETTINGS)
+
+    serve = sub.add_parser(
+        "serve",
+        usage="embedstream serve [--config FILE] [--<setting> VALUE ...]",
+        help="serve the online lane alone: an OpenAI-compatible, batching, caching "
+        "/v1/embeddings gateway to the provider, no Kafka",
+        description="Serve POST /v1/embeddings and GET /v1/models on http_host:http_port "
+        "(8080 when unset), batching and caching the callers' texts in front of the provider. "
+        "Settings as for `run`, minus Kafka's.",
+        formatter_class=_HelpFormatter,
+    )
+    add_settings_flags(serve, SERVE_SETTINGS)
 
     from embedsim.server import add_cli_arguments
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from embedstream.core.lanes import BucketKey
-from embedstream.core.tokens import Input
+from embedstream.wire.openai import Input
 
 # Bumped whenever what is digested, or how vectors are stored, changes: old entries then simply
 # stop matching (and expire), instead of being misread.

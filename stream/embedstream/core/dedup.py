@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from embedstream.core.tokens import Input
+from embedstream.wire.openai import Input
 
 
 def unique_texts(texts: Sequence[Input]) -> tuple[list[Input], list[int]]:

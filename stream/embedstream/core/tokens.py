@@ -12,10 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 TokenCounter = Callable[[str], int]
-# One input of a call: a text, or the token ids of one (OpenAI's `input` takes both; the online
-# lane passes ids through to providers that take them).
-TokenIds = tuple[int, ...]
-Input = str | TokenIds
 
 
 def estimate_tokens(text: str) -> int:

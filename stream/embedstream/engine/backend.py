@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from embedstream.core.lanes import BucketKey
-from embedstream.core.tokens import Input
+from embedstream.wire.openai import Input
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,10 +22,13 @@ class BatchCall:
     task: str | None = None
 
     @classmethod
-    def for_bucket(cls, key: BucketKey, texts: Sequence[Input]) -> BatchCall:
+    def for_bucket(
+        cls, key: BucketKey, texts: Sequence[Input], user: str | None = None
+    ) -> BatchCall:
+        """The call of a bucket's texts; ``user`` when the bucket key has none."""
         return cls(
             key.model, texts, key.encoding_format, key.dimensions,
-            key.user, key.input_type, key.task,
+            key.user or user, key.input_type, key.task,
         )  # fmt: skip
 
     def parameters(self) -> dict[str, str]:

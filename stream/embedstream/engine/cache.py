@@ -31,7 +31,6 @@ from embedstream.core import configured
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import CacheObserver, NullObserver
-from embedstream.core.tokens import Input
 from embedstream.engine.cache_tiers import (
     WRITE_TIMEOUT_FACTOR,
     MemoryTier,
@@ -42,6 +41,7 @@ from embedstream.engine.cache_tiers import (
 from embedstream.engine.jobs import Job
 from embedstream.settings import Settings
 from embedstream.wire import Vector, float32_bytes, vector_from_float32
+from embedstream.wire.openai import Input
 
 log = logging.getLogger(__name__)
 

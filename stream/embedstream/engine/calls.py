@@ -59,6 +59,14 @@ RECENT_SUCCESS_MS = 1000
 HOLD_PROBE_MAX_S = 5.0
 
 
+def _shared_user(batch: Sequence[Pending[J]]) -> str | None:
+    """The `user` of online callers when every input of the call has the same one."""
+    first = batch[0].payload.user
+    if first is None or any(p.payload.user != first for p in batch):
+        return None
+    return first
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -122,7 +130,7 @@ class BatchCaller(Generic[J]):
         held_back = 0  # consecutive shared failures of this batch
         while True:
             distinct, mapping = unique_texts([p.payload.input for p in batch])
-            call = BatchCall.for_bucket(key, distinct)
+            call = BatchCall.for_bucket(key, distinct, user=_shared_user(batch))
             span = self._tracer.call(
                 key.model, (p.payload.span for p in batch), size=len(batch), reason=reason,
                 attempt=max(p.payload.attempts for p in batch),

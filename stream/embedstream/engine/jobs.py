@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
 from embedstream.core.lanes import BucketKey
-from embedstream.core.tokens import Input, TokenIds
 from embedstream.core.tracing import NULL_SPAN, RequestSpan
 from embedstream.errors import EmbedStreamError
 from embedstream.wire import Vector
+from embedstream.wire.openai import Input, TokenIds
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -31,6 +31,9 @@ class Job:
     # Its process span (tracing on): provider calls link to it, outcome records carry it.
     span: RequestSpan = NULL_SPAN
     token_ids: TokenIds | None = None  # sent instead of the text (an online caller's ids)
+    # An online caller's `user`: sent with a call whose inputs all have the same one; not part
+    # of the bucket key, so callers passing end-user ids still share calls and the cache.
+    user: str | None = None
 
     @property
     def input(self) -> Input:

@@ -29,7 +29,7 @@ from embedstream.kafka.protocols import Consumer
 from embedstream.kafka.sink import Sink
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.work import EngineJob, WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Handoff:
     def __init__(
         self,
         assignment: Assignment,
-        batcher: Batcher[WorkItem],
+        batcher: Batcher[EngineJob],
         waiting: WaitingRetries,
         sink: Sink,
         committer: OffsetCommitter,
@@ -147,7 +147,7 @@ class Handoff:
         """Stop tracking a partition: work read from it is dropped, its completions ignored."""
         await self._stop_fencing({tp})
         self._assignment.remove(tp)
-        self._batcher.drop_where(lambda item: not item.current)
+        self._batcher.drop_where(_revoked)
         self._waiting.forget_stale()
         if self._transactions is not None:
             await self._transactions.release(tp)
@@ -182,3 +182,8 @@ class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         await self._handoff.on_assigned(set(assigned))
+
+
+def _revoked(job: EngineJob) -> bool:
+    """A buffered item of a partition no longer assigned (an online caller's never is)."""
+    return isinstance(job, WorkItem) and not job.current

@@ -37,7 +37,7 @@ from embedstream.kafka.protocols import Consumer, Producer, Record
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.user_errors import topics_must_exist
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.work import EngineJob, WorkItem
 from embedstream.settings import Settings
 from embedstream.wire import Failure
 from embedstream.wire.document_events import DocumentTombstone
@@ -64,8 +64,8 @@ class Parts:
     fetcher: Fetcher
     admission: Admission
     outcomes: KafkaOutcomes
-    batcher: Batcher[WorkItem]
-    caller: BatchCaller[WorkItem]
+    batcher: Batcher[EngineJob]
+    caller: BatchCaller[EngineJob]
     governor: Governor
     waiting: WaitingRetries
     committer: OffsetCommitter

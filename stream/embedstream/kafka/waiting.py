@@ -16,11 +16,11 @@ from embedstream.core.clock import Clock
 from embedstream.core.delayed import DelayQueue
 from embedstream.engine.batcher import Batcher
 from embedstream.kafka.sink import Sink
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.work import EngineJob, WorkItem
 
 
 class WaitingRetries:
-    def __init__(self, batcher: Batcher[WorkItem], clock: Clock) -> None:
+    def __init__(self, batcher: Batcher[EngineJob], clock: Clock) -> None:
         self._batcher = batcher
         self._clock_ms = clock.wall_ms
         self._queue: DelayQueue[WorkItem] = DelayQueue()

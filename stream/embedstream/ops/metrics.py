@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import FlushReason
 from embedstream.ops.accounting import SOURCE_METRIC_NAMES, SourceAccounting
+from embedstream.ops.online_metrics import ONLINE_METRIC_NAMES, OnlineMetrics
 from embedstream.ops.store_metrics import STORE_METRIC_NAMES
 
 LANES = tuple(lane.label for lane in Priority)
@@ -55,6 +56,7 @@ PROCESSOR_METRIC_NAMES: frozenset[str] = frozenset(
         "embedstream_cache_evictions_total",
         "embedstream_cache_tokens_saved_total",
         *SOURCE_METRIC_NAMES,
+        *ONLINE_METRIC_NAMES,
     }
 )
 # ... and every family of embedstream's processes: the store writer's own too.
@@ -227,6 +229,7 @@ class Metrics:
             registry=r,
         )
         self.sources = SourceAccounting(r)
+        self.online = OnlineMetrics(r)  # the online lane's (embedstream.online)
         self._create_known_series()
 
     def _create_known_series(self) -> None:

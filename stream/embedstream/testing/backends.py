@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from embedstream.core.tokens import Input
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import EmbedStreamError, PermanentItemError, Reason
+from embedstream.wire.openai import Input
 
 
 @dataclass
