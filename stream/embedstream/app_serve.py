@@ -68,9 +68,11 @@ class Gateway:
         metrics: Metrics | None = None,
         clock: Clock = SYSTEM_CLOCK,
         token_counter: TokenCounter = estimate_tokens,
+        port: int | None = None,
     ) -> None:
+        """`port`: where to listen instead of http_port (0: a free one, as tests want)."""
         self.settings = settings
-        self.port = settings.http_port or DEFAULT_PORT
+        self.port = settings.http_port or DEFAULT_PORT if port is None else port
         validate_online(settings, self.port)
         self.metrics = metrics or Metrics()
         self._backend = backend or OpenAIEmbedder.from_settings(settings)

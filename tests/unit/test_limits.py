@@ -32,16 +32,17 @@ USER = frozenset({"user"})
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("openai", ProviderLimits(2048, 8192, 300_000, BOTH, parameters=USER)),
+        # token_ids: the online lane passes token-id inputs through (OpenAI, Azure, vLLM).
+        ("openai", ProviderLimits(2048, 8192, 300_000, BOTH, parameters=USER, token_ids=True)),
         ("azure", ProviderLimits(2048, 8191, 300_000, BOTH,
-                                 parameters=frozenset({"user", "input_type"}))),
-        ("vllm", ProviderLimits(2048, 32_768, 1_000_000, BOTH, parameters=USER)),
+                                 parameters=frozenset({"user", "input_type"}), token_ids=True)),
+        ("vllm", ProviderLimits(2048, 32_768, 1_000_000, BOTH, parameters=USER, token_ids=True)),
         # TEI's default --max-client-batch-size is 32 inputs.
         ("tei", ProviderLimits(32, 32_768, 500_000, BOTH, parameters=USER)),
         ("ollama", ProviderLimits(2048, 32_768, 1_000_000, BOTH)),
         ("dashscope", ProviderLimits(10, 8192, 80_000, frozenset({"float"}))),
         ("generic", ProviderLimits(2048, 32_768, 1_000_000, BOTH,
-                                   parameters=frozenset(REQUEST_PARAMETERS))),
+                                   parameters=frozenset(REQUEST_PARAMETERS), token_ids=True)),
     ],
 )  # fmt: skip
 def test_profiles(name: str, expected: ProviderLimits) -> None:
@@ -96,7 +97,13 @@ def test_invalid_limits(kwargs: dict[str, object]) -> None:
     ("base", "size", "batch_tokens", "input_tokens", "expected"),
     [
         # the user is tighter on everything
-        ("openai", 256, 100_000, 4096, ProviderLimits(256, 4096, 100_000, BOTH, parameters=USER)),
+        (
+            "openai",
+            256,
+            100_000,
+            4096,
+            ProviderLimits(256, 4096, 100_000, BOTH, parameters=USER, token_ids=True),
+        ),
         # the provider is tighter on everything
         ("dashscope", 256, 100_000, 10_000, ProviderLimits(10, 8192, 80_000, frozenset({"float"}))),
         # mixed

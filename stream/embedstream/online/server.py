@@ -71,7 +71,12 @@ class OnlineServer:
 
     async def start(self, host: str, port: int) -> None:
         """Listen on ``host:port`` (port 0 picks a free one: :attr:`port`)."""
-        runner = web.AppRunner(self.make_app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+        # handler_cancellation: a caller that disconnects cancels its handler, and with it the
+        # inputs not yet sent (aiohttp lets handlers run on by default).
+        runner = web.AppRunner(
+            self.make_app(), access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S,
+            handler_cancellation=True,
+        )  # fmt: skip
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=self._ssl)
         try:
