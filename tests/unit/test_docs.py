@@ -1,0 +1,141 @@
+"""The documentation's promises that code can check: the generated references cover every
+setting and command, and what the pages name (commands, metrics, layers) exists.
+
+`mkdocs build --strict` (in the test command) checks links, anchors and the navigation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import docs_hooks
+import docs_reference
+import pytest
+from embedstream.cli import build_parser
+from embedstream.settings import FIELDS, Group, shown_default, spec
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).parents[2]
+DOCS = ROOT / "docs"
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def page(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def every_page() -> dict[str, str]:
+    return {p.relative_to(DOCS).as_posix(): p.read_text("utf-8") for p in DOCS.rglob("*.md")}
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_the_configuration_page_asks_for_the_generated_tables() -> None:
+    assert "<!-- generated: settings -->" in page("reference/configuration.md").splitlines()
+
+
+def test_the_settings_reference_has_every_setting_in_its_group_in_order() -> None:
+    text = docs_reference.settings_reference()
+    parts = re.split(r"^## (.+) \{ #[\w-]+ \}$", text, flags=re.M)
+    tables = {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
+    assert list(tables) == [group.value for group in Group]
+    for group in Group:
+        names = re.findall(r'^\| <a id="(\w+)"></a>`\1` \|', tables[group.value], re.M)
+        assert names == [n for n in FIELDS if spec(n).group is group], group
+
+
+def test_each_setting_row_shows_its_variable_default_and_help() -> None:
+    text = docs_reference.settings_reference()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r'^\| <a id="(\w+)">.*$', text, re.M)}
+    assert set(rows) == set(FIELDS)
+    for name, row in rows.items():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+        assert cells[1].startswith(f"`EMBEDSTREAM_{name.upper()}`"), cells
+        shown = shown_default(name)
+        assert cells[2] == (shown if shown in ("unset", "empty") else f"`{shown}`"), cells
+        assert spec(name).help.split(" ")[0] in cells[4]
+        if spec(name).secret:
+            assert f"`EMBEDSTREAM_{name.upper()}_FILE`" in cells[1]
+    assert "≥ 0 and ≤ 60,000" in rows["max_wait_ms"]
+    assert "`float`, `base64`" in rows["encoding_format"]
+    assert "(or `OPENAI_API_KEY`)" in rows["api_key"]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_the_command_line_page_asks_for_the_generated_reference() -> None:
+    assert "<!-- generated: cli -->" in page("reference/cli.md").splitlines()
+
+
+def test_the_commands_table_names_every_command() -> None:
+    table = set(re.findall(r"^\| \[`embedstream (\w+)", page("reference/cli.md"), re.M))
+    assert table == set(commands())
+
+
+def test_the_cli_reference_has_every_command_and_its_own_options() -> None:
+    text = docs_reference.cli_reference()
+    sections = re.split(r"^## `embedstream (\w+)`$", text, flags=re.M)
+    by_name = {sections[i]: sections[i + 1] for i in range(1, len(sections), 2)}
+    assert list(by_name) == list(commands())
+    for name, parser in commands().items():
+        section = by_name[name]
+        for action in parser._actions:
+            flags = [o for o in action.option_strings if o not in ("-h", "--help")]
+            if not flags:
+                continue
+            listed = f"`{flags[0]}" in section
+            if action.dest in FIELDS:  # or taken as a setting: linked to its row or group
+                group = docs_reference.group_anchor(spec(action.dest).group)
+                listed |= f"configuration.md#{action.dest})" in section
+                listed |= f"configuration.md#{group})" in section or "every setting" in section
+            assert listed, (name, flags)
+
+
+def test_every_command_the_docs_name_exists() -> None:
+    """A command named in a code span or a shell line of any page (or the README) is one the
+    parser has: a renamed or removed command cannot linger in the docs."""
+    named = set()
+    for text in [README, *every_page().values()]:
+        named |= set(re.findall(r"`embedstream ([a-z]+)", text))
+        for block in re.findall(r"^```(?:sh|bash)\n(.*?)^```", text, re.M | re.S):
+            named |= set(re.findall(r"(?:^|&& |\| )embedstream ([a-z]+)", block, re.M))
+    assert named and named <= set(commands())
+
+
+# --------------------------------------------------------------------------- the hooks
+
+
+@pytest.mark.parametrize(
+    ("uri", "link", "site"),
+    [
+        ("benchmarks/bound.md", "../../bench/results/a/p.png", "../bench/results/a/p.png"),
+        ("index.md", "../bench/results/a/p.png", "bench/results/a/p.png"),
+        ("benchmarks/bound.md", "../bench/results/a/p.png", "../bench/results/a/p.png"),
+    ],
+)
+def test_links_to_the_benchmark_results_point_at_the_sites_copy(
+    uri: str, link: str, site: str
+) -> None:
+    """The path that works on GitHub (out of docs/ to the repository) becomes the one that works
+    in the site; any other path is left alone, for the strict build to refuse."""
+    assert docs_hooks.published_links(f"![plot]({link})", uri) == f"![plot]({site})"
+
+
+def test_an_unknown_generated_part_fails_the_build() -> None:
+    class FakeFile:
+        src_uri = "x.md"
+
+    class FakePage:
+        file = FakeFile()
+
+    with pytest.raises(PluginError, match="no generated part named 'nope'"):
+        docs_hooks.on_page_markdown("<!-- generated: nope -->", FakePage(), None, None)  # type: ignore[arg-type]
