@@ -14,6 +14,7 @@ import docs_hooks
 import docs_reference
 import pytest
 from embedstream.cli import build_parser
+from embedstream.ops.metrics import METRIC_NAMES
 from embedstream.settings import FIELDS, Group, shown_default, spec
 from mkdocs.exceptions import PluginError
 
@@ -109,6 +110,25 @@ def test_every_command_the_docs_name_exists() -> None:
         for block in re.findall(r"^```(?:sh|bash)\n(.*?)^```", text, re.M | re.S):
             named |= set(re.findall(r"(?:^|&& |\| )embedstream ([a-z]+)", block, re.M))
     assert named and named <= set(commands())
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def test_the_metrics_page_has_a_row_for_every_metric_and_no_other() -> None:
+    rows = re.findall(r"^\| `(embedstream_\w+)` \|", page("operations/metrics.md"), re.M)
+    assert len(rows) == len(set(rows))
+    assert set(rows) == METRIC_NAMES
+
+
+def test_every_metric_the_docs_name_exists() -> None:
+    """A metric named anywhere (a renamed one would linger in prose or a query) exists; a
+    name the pages share with a metric family's samples (_bucket, _count, _sum) counts."""
+    named = set()
+    for text in [README, *every_page().values()]:
+        named |= set(re.findall(r"`(embedstream_[a-z_]+)", text))
+    families = {re.sub(r"_(bucket|count|sum)$", "", name) for name in named}
+    assert families and families <= METRIC_NAMES, families - METRIC_NAMES
 
 
 # --------------------------------------------------------------------------- the hooks
