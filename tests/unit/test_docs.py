@@ -15,7 +15,7 @@ import docs_reference
 import pytest
 from embedstream.cli import build_parser
 from embedstream.ops.metrics import METRIC_NAMES
-from embedstream.settings import FIELDS, Group, shown_default, spec
+from embedstream.settings import FIELDS, TOOL_VARIABLES, Group, shown_default, spec
 from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).parents[2]
@@ -129,6 +129,41 @@ def test_every_metric_the_docs_name_exists() -> None:
         named |= set(re.findall(r"`(embedstream_[a-z_]+)", text))
     families = {re.sub(r"_(bucket|count|sum)$", "", name) for name in named}
     assert families and families <= METRIC_NAMES, families - METRIC_NAMES
+
+
+# --------------------------------------------------------------------------- development
+
+
+def test_the_development_page_names_every_layer_and_tier() -> None:
+    """The layer table lists every package and top-level module of embedstream (and nothing
+    that is gone), and each test tier it describes is a folder."""
+    text = page("development.md")
+    table = text[: text.index("Tests come in three tiers")]
+    first_cells = re.findall(r"^\| (`[^|]+)\|", table, re.M)
+    listed = {name.rstrip("/") for cell in first_cells for name in re.findall(r"`([\w./]+)`", cell)}
+    package = ROOT / "stream" / "embedstream"
+    present = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    present |= {p.name for p in package.glob("*.py") if not p.stem.startswith("__")}
+    assert listed == present
+    for tier in ("unit", "integration", "e2e"):
+        assert f"`tests/{tier}/`" in text and (ROOT / "tests" / tier).is_dir()
+    assert "--fast" in text
+
+
+def test_the_development_page_lists_the_tooling_variables() -> None:
+    assert "<!-- generated: tool-variables -->" in page("development.md").splitlines()
+    table = docs_reference.tool_variables()
+    assert re.findall(r"^\| `(EMBEDSTREAM_\w+)` \|", table, re.M) == list(TOOL_VARIABLES)
+
+
+def test_the_public_api_the_library_guide_uses_is_importable_and_complete() -> None:
+    import embedstream
+
+    for name in embedstream.__all__:
+        assert getattr(embedstream, name) is not None
+    assert "from embedstream import BatchingClient" in page("guides/library.md")
+    assert embedstream.BatchingClient.__module__ == "embedstream.engine.client"
+    assert embedstream.__version__ != "0+unknown"  # the installed distribution's version
 
 
 # --------------------------------------------------------------------------- the hooks
