@@ -3,6 +3,9 @@
 - A line ``<!-- generated: NAME -->`` in a page becomes ``docs_reference.GENERATED[NAME]()``,
   read from the code at build time (the configuration and command-line references, the
   tooling's variables); an unknown NAME fails the build.
+- A line ``<!-- readme: NAME -->`` becomes the README's lines between ``<!-- start: NAME -->``
+  and ``<!-- end: NAME -->`` (the overview on the home page: written once, shown in both), its
+  links into ``docs/`` made relative to the site.
 - The files under ``bench/results/`` (the plots ``embedstream bench --plots`` drew) are
   published at the same path in the site, and a page's link that climbs out of docs/ to one of
   them (the relative path that also works on GitHub) is pointed at that copy.
@@ -27,6 +30,7 @@ import docs_reference  # noqa: E402  (needs the checkout's code on the path firs
 
 PUBLISHED = "bench/results"  # repository folders the site carries, at the same path
 _GENERATED = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
+_README = re.compile(r"^<!-- readme: ([\w-]+) -->$", re.M)
 _PUBLISHED_LINK = re.compile(r"\]\(((?:\.\./)+)(" + re.escape(PUBLISHED) + r"/[^)\s]+)\)")
 
 
@@ -47,7 +51,21 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
             raise PluginError(f"{uri}: no generated part named {name!r}")
         return docs_reference.GENERATED[name]()
 
-    return published_links(_GENERATED.sub(generated, markdown), uri)
+    def readme(match: re.Match[str]) -> str:
+        return readme_part(match.group(1), (ROOT / "README.md").read_text(encoding="utf-8"))
+
+    markdown = _README.sub(readme, _GENERATED.sub(generated, markdown))
+    return published_links(markdown, uri)
+
+
+def readme_part(name: str, readme: str) -> str:
+    """The README's part ``name``, its links into docs/ relative to the site's root (the part
+    goes on a page at the root: the home page)."""
+    start, end = f"<!-- start: {name} -->\n", f"\n<!-- end: {name} -->"
+    if start not in readme or end not in readme:
+        raise PluginError(f"README.md has no part {name!r} (between {start.strip()} and {end})")
+    part = readme[readme.index(start) + len(start) : readme.index(end)]
+    return part.replace("](docs/", "](")
 
 
 def published_links(markdown: str, uri: str) -> str:

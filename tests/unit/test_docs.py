@@ -36,6 +36,44 @@ def commands() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
+# --------------------------------------------------------------------------- the README
+
+
+def test_the_readme_is_a_short_overview_with_the_quick_start() -> None:
+    assert len(README.splitlines()) <= 200
+    for command in (
+        "pip install '.[embedded]' && embedstream demo",
+        "bash ops/test.sh",
+        "pip install '.[embedded,local-model,pgvector]' pgserver && embedstream demo --rag",
+        "pip install '.[docs]' && mkdocs serve",
+    ):
+        assert f"\n{command}\n" in README, command
+
+
+def test_the_readmes_links_into_the_docs_resolve() -> None:
+    """The README is read on GitHub, where the site's strict build does not check it: every
+    relative link names a file of the repository, and an anchor a heading of that page."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([\w-]+))?\)", README)
+    assert {path for path, _ in links if path.startswith("docs/")} >= {"docs/index.md"}
+    for path, anchor in links:
+        if "://" in path:
+            continue
+        assert (ROOT / path).is_file(), path
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text("utf-8"), re.M)
+            slugs = {re.sub(r"[^\w\s-]", "", h.lower()).strip().replace(" ", "-") for h in headings}
+            assert anchor in slugs, (path, anchor)
+
+
+def test_the_home_page_shows_the_readmes_overview() -> None:
+    assert "<!-- readme: overview -->" in page("index.md").splitlines()
+    overview = docs_hooks.readme_part("overview", README)
+    assert "Kafka text events in, embeddings out." in overview
+    assert "](docs/" not in overview and "](concepts/batching.md)" in overview
+    with pytest.raises(PluginError, match="no part 'nope'"):
+        docs_hooks.readme_part("nope", README)
+
+
 # --------------------------------------------------------------------------- configuration
 
 
