@@ -12,7 +12,7 @@ of big ones). CPU costs nothing there: the figures do not depend on the machine'
 
 The simulated provider runs in a child process (capacity 8, 40 ms + 0.02 ms/token, texts of
 30 tokens: L(1) = 40.6 ms, L(2048) = 1.27 s); the engine runs with the reference settings of
-BENCHMARKS.md (max_batch_size 2048, max_batch_tokens 300,000, max_concurrency 8). Each
+docs/benchmarks/bound.md (max_batch_size 2048, max_batch_tokens 300,000, max_concurrency 8). Each
 variant drains the backlog twice, alone and with high traffic: the high P50/P99 (from each
 request's scheduled arrival) and the low drain rate with high traffic as a share of the rate
 without. A benchmark, not a test: it asserts nothing.

@@ -7,7 +7,7 @@
 
 A benchmark, not a test: it asserts nothing. The simulator runs in a child process, so this
 process's CPU time is the client's alone. These are the measurements behind "What limits each
-remaining gap" in BENCHMARKS.md.
+remaining gap" in docs/benchmarks/bound.md.
 """
 
 from __future__ import annotations

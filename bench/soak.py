@@ -3,13 +3,14 @@
     python bench/soak.py --bootstrap 127.0.0.1:39092 [--minutes 30] [--rate 500]
         [--error-rate 0.02] [--rebalance-every-min 5] [--out soak.json]
 
-A script, not a test (it asserts nothing; RELIABILITY.md records its figures). It runs real
-`embedstream run` processes against the broker given and the simulator (in this process,
-answering 500 to `--error-rate` of the calls), while a feeder publishes `--rate` requests/s
-(every fifth high priority). One member runs throughout; every `--rebalance-every-min` a
-second member joins or leaves (SIGTERM), so the group rebalances that often. Every 10 s it
-samples each member's resident memory and open file descriptors and the group's committed lag.
-At the end it waits for the lag to drain and reads every topic with `embedstream verify`.
+A script, not a test (it asserts nothing; docs/operations/reliability.md records its figures).
+It runs real `embedstream run` processes against the broker given and the simulator (in this
+process, answering 500 to `--error-rate` of the calls), while a feeder publishes `--rate`
+requests/s (every fifth high priority). One member runs throughout; every
+`--rebalance-every-min` a second member joins or leaves (SIGTERM), so the group rebalances that
+often. Every 10 s it samples each member's resident memory and open file descriptors and the
+group's committed lag. At the end it waits for the lag to drain and reads every topic with
+`embedstream verify`.
 
 Reported: the resident memory slope of the member that ran throughout (MiB per hour, a
 least-squares fit over the samples after the first `--warmup-min` minutes: start-up, JIT-free

@@ -298,9 +298,9 @@ async def _get(port: int, path: str) -> str:
 
 # --------------------------------------------------------------------------- Azure, env only
 
-README = Path(__file__).parents[2] / "README.md"
-AZURE_SECTION = "### Azure OpenAI on a managed Kafka cluster"
-# What the test sets beyond the README's variables: the private CA of the test broker, and a
+PROVIDERS_PAGE = Path(__file__).parents[2] / "docs" / "operations" / "providers.md"
+AZURE_SECTION = "## Azure OpenAI on a managed Kafka cluster"
+# What the test sets beyond the page's variables: the private CA of the test broker, and a
 # topic prefix, group, metrics port and log level of its own.
 PLUMBING = {
     "EMBEDSTREAM_SSL_CAFILE", "EMBEDSTREAM_TOPIC_PREFIX", "EMBEDSTREAM_GROUP_ID",
@@ -308,20 +308,21 @@ PLUMBING = {
 }  # fmt: skip
 
 
-def _readme_variables(section: str) -> list[str]:
-    """The variables the README's `export` lines set in a section's first shell block."""
-    text = README.read_text(encoding="utf-8")
+def _documented_variables(section: str) -> list[str]:
+    """The variables the `export` lines of the providers page set in a section's first shell
+    block."""
+    text = PROVIDERS_PAGE.read_text(encoding="utf-8")
     body = text[text.index(section) :]
     block = body[body.index("```sh") : body.index("```", body.index("```sh") + 5)]
     return [line.split()[1].split("=")[0] for line in block.splitlines()
             if line.startswith("export ")]  # fmt: skip
 
 
-async def test_azure_deployment_on_sasl_ssl_by_the_readme_environment_alone(
+async def test_azure_deployment_on_sasl_ssl_by_the_documented_environment_alone(
     secured_broker: SecuredBroker, tmp_path: Path
 ) -> None:
-    """The README's Azure section, variable for variable, against the SASL_SSL listener and the
-    simulator's azure flavor: `topics create` and `run` give results, the calls go to the
+    """The docs' Azure section (Providers), variable for variable, against the SASL_SSL listener
+    and the simulator's azure flavor: `topics create` and `run` give results, the calls go to the
     deployment URL with the key in `api-key`, and the key (and a gateway header) never show."""
     model = "text-embedding-3-small"
     azure_key = f"azure-canary-{uuid.uuid4().hex}"
@@ -342,7 +343,7 @@ async def test_azure_deployment_on_sasl_ssl_by_the_readme_environment_alone(
             "EMBEDSTREAM_METRICS_PORT": str(port),
             "EMBEDSTREAM_LOG_LEVEL": "DEBUG",
         }
-        documented = set(_readme_variables(AZURE_SECTION))
+        documented = set(_documented_variables(AZURE_SECTION))
         assert documented <= set(env), documented - set(env)
         assert set(env) - documented <= PLUMBING
         env["EMBEDSTREAM_EXTRA_HEADERS"] = f'{{"X-Gateway-Key": "{gateway_secret}"}}'

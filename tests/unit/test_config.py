@@ -71,7 +71,7 @@ def test_unknown_setting_in_file(tmp_path: Path) -> None:
 
 
 def test_reference_covers_every_setting() -> None:
-    names = [row[0] for row in reference_rows()]
+    names = [row.name for row in reference_rows()]
     assert names == list(Settings.__dataclass_fields__)
 
 

@@ -479,7 +479,7 @@ def sasl() -> dict[str, Any]:
 
 def test_base_kustomization_lists_every_manifest() -> None:
     listed = set(_load_yaml(BASE_KUSTOMIZATION)["resources"])
-    # The ServiceMonitor needs the Prometheus Operator's CRDs: applied on its own (README).
+    # The ServiceMonitor needs the Prometheus Operator's CRDs: applied on its own (docs: Deploying).
     optional = {BASE_KUSTOMIZATION.name, "servicemonitor.yaml"}
     manifests = {p.name for p in DEPLOYMENT.parent.glob("*.yaml")} - optional
     assert listed == manifests
@@ -561,11 +561,11 @@ def test_sasl_overlay_mounts_the_password_the_settings_read(
     assert (settings.security_protocol, settings.sasl_password) == ("SASL_SSL", "pw")
 
 
-def test_readme_creates_the_secret_the_overlay_reads() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "kubectl create secret generic embedstream-kafka" in readme
-    assert "--from-literal=username=" in readme and "--from-literal=password=" in readme
-    assert "ops/k8s-sasl" in readme
+def test_the_deploying_page_creates_the_secret_the_overlay_reads() -> None:
+    page = (ROOT / "docs" / "operations" / "deploying.md").read_text(encoding="utf-8")
+    assert "kubectl create secret generic embedstream-kafka" in page
+    assert "--from-literal=username=" in page and "--from-literal=password=" in page
+    assert "ops/k8s-sasl" in page
 
 
 def test_sasl_overlay_renders_with_kubectl() -> None:

@@ -3,13 +3,14 @@
 Upper layers import from here, never from the modules inside: ``fields`` (the table),
 ``types`` (value types and specs), ``sources`` (defaults, TOML, environment, overrides),
 ``secrets`` (masking), ``parsing`` (topic lists, JSON objects), ``rules`` (checks between
-settings), ``loading`` (merge and validate) and ``flags`` (the command-line flags).
+settings), ``loading`` (merge and validate), ``reference`` (each setting as the documentation
+shows it) and ``flags`` (the command-line flags).
 """
 
 from __future__ import annotations
 
 from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
-from embedstream.settings.loading import choices, coerce, load_settings, reference_rows, validate
+from embedstream.settings.loading import choices, coerce, load_settings, validate
 from embedstream.settings.parsing import (
     KEY_LIMIT_FIELDS,
     OWN_TOPIC_SETTINGS,
@@ -22,6 +23,7 @@ from embedstream.settings.parsing import (
     topic_list,
     topic_name_problem,
 )
+from embedstream.settings.reference import ReferenceRow, reference_rows, shown_default
 from embedstream.settings.rules import LOOPBACK_HOSTS, online_keys, validate_online
 from embedstream.settings.secrets import CACHE_URL_SCHEMES, masked_secret, scrub_url, url_password
 from embedstream.settings.sources import TOOL_VARIABLES
@@ -47,6 +49,7 @@ __all__ = [
     "TOPIC_SETTINGS",
     "Group",
     "ProviderProfile",
+    "ReferenceRow",
     "SettingSpec",
     "Settings",
     "caller_keys",
@@ -60,6 +63,7 @@ __all__ = [
     "online_keys",
     "reference_rows",
     "scrub_url",
+    "shown_default",
     "spec",
     "topic_list",
     "topic_name_problem",

@@ -2,7 +2,7 @@
 
 Each setting declares those once, in its field metadata (the groups' tables are in
 ``fields_*.py``); the loader (:mod:`embedstream.settings.loading`), the validation,
-``embedstream run --help`` and the README table all derive from it.
+``embedstream run --help`` and the configuration reference of the docs all derive from it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Settings(
     OnlineFields, SourceFields, TracingFields, StoreFields, FormatFields, DocumentFields, CoreFields
 ):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
-    README reference."""
+    configuration reference."""
 
     @property
     def buffered_items_limit(self) -> int:

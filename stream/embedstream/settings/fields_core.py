@@ -32,7 +32,7 @@ _L, _D, _C, _O = Group.LIMITS, Group.DELIVERY, Group.CACHE, Group.OPERATIONS
 
 @dataclass(frozen=True)
 class CoreFields:
-    """Field order is the order of the README reference."""
+    """Field order is the order of the configuration reference (docs)."""
 
     bootstrap_servers: str = setting(
         "127.0.0.1:9092", "Kafka bootstrap servers, comma separated.", _K

@@ -1,4 +1,5 @@
-"""Settings as command-line flags, grouped as in the README and each with its help and default.
+"""Settings as command-line flags, grouped as in the configuration reference, each with its help
+and default.
 
 Everything comes from the settings' metadata in :mod:`embedstream.settings`; a flag left out is
 ``None`` and so does not override the file or the environment.
@@ -12,7 +13,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from embedstream.settings import FIELDS, Group, Settings, choices, load_settings, spec
+from embedstream.settings import (
+    FIELDS,
+    Group,
+    Settings,
+    choices,
+    load_settings,
+    shown_default,
+    spec,
+)
 
 # What a command that only talks to Kafka (topics, produce, consume, verify) can be given.
 CONNECTION_SETTINGS: tuple[str, ...] = (
@@ -40,7 +49,7 @@ def _add_flag(section: argparse._ArgumentGroup, name: str) -> None:
     f = FIELDS[name]
     flag = "--" + name.replace("_", "-")
     kind = str(f.type)
-    help_text = spec(name).help + " " + _default_text(name)
+    help_text = f"{spec(name).help} (default: {shown_default(name)})"
     if spec(name).secret:
         help_text += " A flag is visible to other local users (ps); prefer the _FILE variable."
     if kind == "bool":
@@ -55,17 +64,6 @@ def _add_flag(section: argparse._ArgumentGroup, name: str) -> None:
     elif kind in ("int", "float"):
         metavar = kind.upper()
     section.add_argument(flag, dest=name, default=None, metavar=metavar, help=help_text)
-
-
-def _default_text(name: str) -> str:
-    default = FIELDS[name].default
-    if default is None:
-        return "(default: unset)"
-    if isinstance(default, bool):
-        return f"(default: {str(default).lower()})"
-    if default == "":
-        return "(default: empty)"
-    return f"(default: {default})"
 
 
 def settings_from_args(

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from embedstream.errors import ConfigError, env_var
+from embedstream.errors import ConfigError
 from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
 from embedstream.settings.rules import (
     validate_cache,
@@ -81,20 +81,6 @@ def validate(s: Settings) -> None:
     validate_store(s)
     validate_tracing(s)
     validate_online(s)
-
-
-def reference_rows() -> list[tuple[str, str, str, str]]:
-    """(name, env var, default, meaning) for every setting: the README reference table."""
-    rows = []
-    for name, f in FIELDS.items():
-        default = "unset" if f.default is None else str(f.default)
-        if isinstance(f.default, bool):
-            default = str(f.default).lower()
-        env = env_var(name)
-        if spec(name).alt_env:
-            env += f" (or {spec(name).alt_env})"
-        rows.append((name, env, default, spec(name).help))
-    return rows
 
 
 def load_settings(

@@ -28,7 +28,10 @@ TOOL_VARIABLES: Mapping[str, str] = {
     "EMBEDSTREAM_TEST_E2E_WORKERS": "ops/test.sh: parallel pytest workers of the e2e tier",
     "EMBEDSTREAM_CHAOS": "size of the chaos tests: short (the test command) or long",
     "EMBEDSTREAM_REQUIRE_BROKER": "1: integration tests fail instead of skipping without a broker",
-    "EMBEDSTREAM_REQUIRE_TOOLS": "1: tests fail instead of skipping without promtool/redis-server",
+    "EMBEDSTREAM_REQUIRE_TOOLS": (
+        "1: tests fail instead of skipping without a tool they need "
+        "(promtool, prometheus, redis-server, tmux, wordllama)"
+    ),
     "EMBEDSTREAM_PYTHON": "interpreter ops/kafka/kafka.sh probes the broker with",
     "EMBEDSTREAM_KAFKA_PORT": "ops/kafka/kafka.sh: client port",
     "EMBEDSTREAM_KAFKA_CONTROLLER_PORT": "ops/kafka/kafka.sh: KRaft controller port",

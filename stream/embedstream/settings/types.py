@@ -99,7 +99,7 @@ def _bool(value: Any) -> bool:
 
 
 class Group(StrEnum):
-    """Where a setting is shown: a heading of ``run --help`` and of the README reference."""
+    """Where a setting is shown: a heading of ``run --help`` and of the configuration reference."""
 
     KAFKA = "Kafka"
     TOPICS = "Topics"
