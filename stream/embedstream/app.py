@@ -74,13 +74,16 @@ class Service:
         registry: RegistryClient | None = None,
         result_schema: ResultSchemaRegistration | None = None,
         online: OnlineServer | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.processor = processor
+        self.metrics = metrics or Metrics()  # what its ops server exposes
         self.health = health
         self.ops_server = ops_server
         self.registry = registry  # the schema registry, with a registry input or output format
         self.result_schema = result_schema  # with a registry output format
         self.online = online
+        self._stop_accepting: asyncio.Future[None] | None = None
 
     @property
     def metrics_port(self) -> int | None:
@@ -237,7 +240,7 @@ def build_service(
             settings, CallerIntake(batcher, cache), engine.governor, batcher, engine.cost,
             clock=clock, token_counter=token_counter, observer=metrics.online,
         )  # fmt: skip
-    return Service(processor, health, ops_server, registry, result_schema, online)
+    return Service(processor, health, ops_server, registry, result_schema, online, metrics)
 
 
 async def run_service(

@@ -223,6 +223,21 @@ def test_run_refuses_bad_settings_with_one_line(env: dict[str, str], says: str) 
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--http-host", "0.0.0.0"], "setting http_api_keys (EMBEDSTREAM_HTTP_API_KEYS)"),
+        (["--http-api-keys", "no-colon"], "setting http_api_keys"),
+        (["--http-ssl-certfile", "/nonexistent.pem"], "setting http_ssl_keyfile"),
+        (["--online-timeout-s", "0"], "setting online_timeout_s"),
+    ],
+)
+def test_serve_refuses_bad_online_settings_with_one_line(args: list[str], says: str) -> None:
+    line = _one_clean_line(embedstream("serve", *args))
+    assert says in line
+    assert "no-colon" not in line  # a key is never echoed
+
+
 def test_the_old_import_name_is_gone() -> None:
     """`stream` collided with PyPI's stream-python; outside the source tree it is not ours."""
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('stream') is not None)"

@@ -1,0 +1,185 @@
+"""The online lane of a processor on Apache Kafka, through the official `openai` SDK: the
+provider's vectors in OpenAI's shapes beside Kafka work, through a rebalance, and 429s at
+once under overload with no Kafka work lost."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import math
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+from embedsim.model import expected_vector
+from embedsim.server import SimulatorServer
+from embedstream.kafka.admin import topic_names
+from embedstream.settings import Settings
+from embedstream.testing import eventually
+from embedstream.tools.embedded import free_port
+
+from tests.integration.helpers import (
+    committed_lag,
+    create_all_topics,
+    publish,
+    read_topic,
+    request,
+    running_service,
+    settings_for,
+    wait_for_ids,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def close(a: Sequence[float], b: Sequence[float]) -> bool:
+    return len(a) == len(b) and all(
+        math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b, strict=True)
+    )
+
+
+@contextlib.asynccontextmanager
+async def sdk(settings: Settings) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{settings.http_port}/v1", api_key="sk-rag", max_retries=0
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def online_settings(bootstrap: str, prefix: str, url: str, **values: Any) -> Settings:
+    return settings_for(
+        bootstrap, prefix, url, http_port=free_port(), http_api_keys="rag:sk-rag", **values
+    )
+
+
+async def test_callers_get_the_providers_vectors_beside_kafka_work(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    async with SimulatorServer() as simulator:
+        settings = online_settings(bootstrap, unique_prefix, simulator.url, max_batch_size=256)
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        backlog = [request(f"low-{i}", f"bulk text {i}") for i in range(3000)]
+        model = settings.model
+        async with running_service(settings) as service, sdk(settings) as client:
+            await publish(bootstrap, names.requests_low, backlog)
+            texts = [f"query number {i}" for i in range(600)]  # more than one call
+            floats = await client.embeddings.create(
+                model=model, input=texts, encoding_format="float"
+            )
+            # The SDK asks for base64 unless told otherwise, and decodes it.
+            decoded = await client.embeddings.create(model=model, input="what is a lane?")
+            short = await client.embeddings.create(model=model, input="short", dimensions=64)
+            ids = await client.embeddings.create(model=model, input=[[10, 20, 30], [40]])
+            raw = await client.embeddings.with_raw_response.create(
+                model=model, input="raw", encoding_format="base64"
+            )
+            direct = openai.AsyncOpenAI(base_url=simulator.url, api_key="x", max_retries=0)
+            from_provider = await direct.embeddings.create(
+                model=model, input=[[10, 20, 30], [40]], encoding_format="float"
+            )
+            await direct.close()
+            seen = await wait_for_ids(
+                bootstrap, names.results, {f"low-{i}" for i in range(3000)}, timeout_s=120
+            )
+            sample = service.metrics.registry.get_sample_value
+            online_200 = sample(
+                "embedstream_online_requests_total", {"key": "rag", "status": "200"}
+            )
+            online_items = sample("embedstream_item_wait_seconds_count", {"lane": "online"})
+        dims = 256  # the simulator's default
+        assert [d.index for d in floats.data] == list(range(600))
+        for text, datum in zip(texts, floats.data, strict=True):
+            assert close(datum.embedding, expected_vector(model, text, dims))
+        assert close(decoded.data[0].embedding, expected_vector(model, "what is a lane?", dims))
+        assert close(short.data[0].embedding, expected_vector(model, "short", 64))
+        pairs = zip(ids.data, from_provider.data, strict=True)
+        assert [close(a.embedding, b.embedding) for a, b in pairs] == [True, True]
+        body = raw.parse()
+        vector = np.frombuffer(base64.b64decode(str(body.data[0].embedding)), dtype="<f4")
+        assert close(vector.tolist(), expected_vector(model, "raw", dims))
+        assert floats.usage.prompt_tokens > 600
+        assert online_200 == 5
+        assert online_items == 605  # every input went through the online lane's own buckets
+        assert len(seen) == 3000
+        results = await read_topic(bootstrap, names.results)
+        assert len(results) == 3000  # online answers never go to Kafka
+        assert all(not r.key.startswith(b"online") for r in results)
+
+
+async def test_the_lane_keeps_serving_through_a_rebalance(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    async with SimulatorServer() as simulator:
+        settings = online_settings(bootstrap, unique_prefix, simulator.url)
+        other = settings_for(bootstrap, unique_prefix, simulator.url)  # same group, no lane
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        answered: list[int] = []
+        failures: list[BaseException] = []
+        stop = asyncio.Event()
+        more = asyncio.Event()
+
+        async def query(client: openai.AsyncOpenAI) -> None:
+            while not stop.is_set():
+                try:
+                    got = await client.embeddings.create(
+                        model=settings.model, input=f"q{len(answered)}", encoding_format="float"
+                    )
+                    answered.append(len(got.data))
+                    more.set()
+                except openai.APIError as exc:
+                    failures.append(exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.02)
+
+        async with running_service(settings) as first, sdk(settings) as client:
+            querying = asyncio.create_task(query(client))
+            await publish(
+                bootstrap, names.requests_low, [request(f"r{i}", "t") for i in range(200)]
+            )
+            before = len(answered)
+            async with running_service(other):  # joins: the group rebalances
+                during = len(answered)
+                await wait_for_ids(bootstrap, names.results, {f"r{i}" for i in range(200)}, 60)
+            after_leave = len(answered)
+            more.clear()
+            await asyncio.wait_for(more.wait(), 10)  # still answering after the member left
+            stop.set()
+            await querying
+            assert first.processor.joined
+        assert failures == []
+        assert before > 0 and during >= before and len(answered) > after_leave
+
+
+async def test_overload_answers_429_at_once_and_loses_no_kafka_work(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    async with SimulatorServer() as simulator:
+        settings = online_settings(bootstrap, unique_prefix, simulator.url, online_timeout_s=1.0)
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        ids = {f"k{i}" for i in range(300)}
+        async with running_service(settings), sdk(settings) as client:
+            await client.embeddings.create(model=settings.model, input="warm")
+            simulator.set_faults(rate_limit_for_s=4.0)  # every call 429s with retry-after
+            await publish(bootstrap, names.requests_low, [request(i, i) for i in sorted(ids)])
+            # The first call to meet the window closes the gate for the whole retry-after.
+            await eventually(lambda: simulator.stats.rejected_429 > 0, timeout_s=10)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with pytest.raises(openai.RateLimitError) as caught:
+                await client.embeddings.create(model=settings.model, input="now please")
+            waited = loop.time() - started
+            seen = await wait_for_ids(bootstrap, names.results, ids, timeout_s=60)
+        assert waited < settings.online_timeout_s  # answered at once, not at the deadline
+        assert int(caught.value.response.headers["retry-after"]) >= 1
+        assert set(seen) == ids and all(len(v) == 1 for v in seen.values())
+        lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
+        assert lag == {names.requests_low: 0}
