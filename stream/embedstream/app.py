@@ -238,7 +238,7 @@ def build_service(
     if settings.http_port:
         online = build_online_server(
             settings, CallerIntake(batcher, cache), engine.governor, batcher, engine.cost,
-            clock=clock, token_counter=token_counter, observer=metrics.online,
+            clock=clock, token_counter=token_counter, observer=metrics.online, tracer=tracer,
         )  # fmt: skip
     return Service(processor, health, ops_server, registry, result_schema, online, metrics)
 

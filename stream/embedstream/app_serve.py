@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from embedstream.core.clock import Clock
 from embedstream.core.tokens import TokenCounter, estimate_tokens
+from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache
@@ -27,6 +28,7 @@ from embedstream.online.server import OnlineServer, build_online_server
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
 from embedstream.ops.task_stacks import log_task_stacks
+from embedstream.ops.tracer import build_tracer
 from embedstream.settings import Settings, validate_online
 
 log = logging.getLogger(__name__)
@@ -69,8 +71,10 @@ class Gateway:
         clock: Clock = SYSTEM_CLOCK,
         token_counter: TokenCounter = estimate_tokens,
         port: int | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
-        """`port`: where to listen instead of http_port (0: a free one, as tests want)."""
+        """`port`: where to listen instead of http_port (0: a free one, as tests want);
+        `tracer`: instead of the one the settings build (tests: an in-memory exporter)."""
         self.settings = settings
         self.port = settings.http_port or DEFAULT_PORT if port is None else port
         validate_online(settings, self.port)
@@ -78,16 +82,17 @@ class Gateway:
         self._backend = backend or OpenAIEmbedder.from_settings(settings)
         self._cache = build_cache(settings, self.metrics)
         callers = Callers()
+        self._tracer = tracer or build_tracer(settings)
         self._engine: Engine[CallerRequest] = build_engine(
             settings, self._backend, callers, clock=clock, observer=self.metrics,
-            cache=self._cache, keep=_still_awaited,
+            cache=self._cache, keep=_still_awaited, tracer=self._tracer,
         )  # fmt: skip
         callers.attach(self._engine.batcher)
         self._callers = callers
         self.online: OnlineServer = build_online_server(
             settings, CallerIntake(self._engine.batcher, self._cache), self._engine.governor,
             self._engine.batcher, self._engine.cost, clock=clock, token_counter=token_counter,
-            observer=self.metrics.online,
+            observer=self.metrics.online, tracer=self._tracer,
         )  # fmt: skip
         governor = self._engine.governor
         self.ops_server = (
@@ -137,6 +142,7 @@ class Gateway:
             if self._cache is not None:
                 await self._cache.close()
             await self._backend.close()
+            await asyncio.to_thread(self._tracer.close)
 
 
 async def run_gateway(settings: Settings, *, handle_signals: bool = True) -> None:

@@ -4,6 +4,7 @@ it carries, outcome records carry their request's traceparent, a retry continues
 
 from __future__ import annotations
 
+import asyncio
 import random
 import sys
 from collections.abc import Iterator
@@ -278,3 +279,39 @@ def test_new_traces_are_sampled_by_the_ratio_once(exporter: InMemorySpanExporter
     assert len(unsampled) == 2000 - recorded
     assert all(tp is not None and tp.endswith(b"-00") for tp in unsampled)
     assert len(set(unsampled)) == len(unsampled)  # each a trace of its own
+
+
+async def test_an_online_request_continues_its_callers_trace_and_the_call_links_it(
+    exporter: InMemorySpanExporter,
+) -> None:
+    import aiohttp
+    from embedstream.app_serve import Gateway
+    from embedstream.testing import RecordingBackend
+
+    tracer = tracer_on(exporter)
+    settings = load_settings(env={}, overrides={"metrics_port": 0})
+    gateway = Gateway(settings, RecordingBackend(), port=0, tracer=tracer)
+    started = asyncio.Event()
+    task = asyncio.create_task(gateway.run(started))
+    await started.wait()
+    try:
+        url = f"http://127.0.0.1:{gateway.online.port}/v1/embeddings"
+        headers = {"traceparent": traceparent("07").decode()}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url, json={"input": ["a", "b"]}, headers=headers) as answer,
+        ):
+            assert answer.status == 200
+    finally:
+        gateway.stop()
+        await task
+    spans = finished(tracer, exporter)
+    [server] = [s for s in spans if s.kind is SpanKind.SERVER]
+    [call] = [s for s in spans if s.kind is SpanKind.CLIENT]
+    assert hex_trace(server) == f"{TRACE_ID}07"
+    assert server.parent is not None and f"{server.parent.span_id:016x}" == PARENT_SPAN
+    assert server.attributes is not None
+    assert server.attributes["embedstream.lane"] == "online"
+    assert server.attributes["embedstream.outcome"] == "200"
+    assert server.context is not None
+    assert [link.context.span_id for link in call.links] == [server.context.span_id]

@@ -45,6 +45,10 @@ class Tracer(Protocol):
     ) -> RequestSpan:
         """The process span of a record read, continuing its `traceparent` if it has one."""
 
+    def online(self, traceparent: str | None, key: str) -> RequestSpan:
+        """The server span of an online request (caller `key`), continuing its W3C
+        `traceparent` header if it has one."""
+
     def call(
         self, model: str, spans: Iterable[RequestSpan], *, size: int, reason: str, attempt: int
     ) -> CallSpan:
@@ -88,6 +92,9 @@ class NullTracer:
     def request(
         self, headers: RecordHeaders | None, topic: str, partition: int, offset: int
     ) -> RequestSpan:
+        return NULL_SPAN
+
+    def online(self, traceparent: str | None, key: str) -> RequestSpan:
         return NULL_SPAN
 
     def call(

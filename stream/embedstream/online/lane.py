@@ -24,7 +24,7 @@ from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.limits import check_item
 from embedstream.core.shedding import LaneLoad, judge
 from embedstream.core.tokens import TokenCounter
-from embedstream.core.tracing import NULL_TRACER, Tracer
+from embedstream.core.tracing import NULL_TRACER, RequestSpan, Tracer
 from embedstream.engine.callers import CallerIntake, CallerRequest
 from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, TransientError
 from embedstream.settings import Settings, key_limits
@@ -113,12 +113,16 @@ class OnlineLane:
         """Whether the lane can answer now (the provider is usable)."""
         return self._governor.provider_usable
 
-    async def embed(self, request: EmbeddingsRequest, caller: str) -> bytes:
-        """The 200 body for ``request`` from ``caller`` (a key's name); ApiProblem else."""
+    async def embed(
+        self, request: EmbeddingsRequest, caller: str, traceparent: str | None = None
+    ) -> bytes:
+        """The 200 body for ``request`` from ``caller`` (a key's name); ApiProblem else. Its
+        span continues the caller's W3C ``traceparent``; the provider calls link to it."""
         started = self._clock.monotonic()
         status = 200
+        span = self._tracer.online(traceparent, caller)
         try:
-            body, tokens = await self._embed(request, caller)
+            body, tokens = await self._embed(request, caller, span)
             self._observer.count_tokens(caller, tokens)
             return body
         except ApiProblem as problem:
@@ -128,6 +132,7 @@ class OnlineLane:
             status = 499  # the caller went away (nginx's code for it)
             raise
         finally:
+            span.end(str(status))
             self._observer.count_request(caller, status)
             self._observer.observe_request(self._clock.monotonic() - started)
 
@@ -139,7 +144,9 @@ class OnlineLane:
                     TransientError(Reason.TIMEOUT, "embedstream stopped before answering")
                 )
 
-    async def _embed(self, request: EmbeddingsRequest, caller: str) -> tuple[bytes, int]:
+    async def _embed(
+        self, request: EmbeddingsRequest, caller: str, span: RequestSpan
+    ) -> tuple[bytes, int]:
         model = request.model or self._settings.model
         if self._allowed and model not in self._allowed:
             raise ApiProblem(
@@ -174,7 +181,7 @@ class OnlineLane:
                 code="overloaded" if shed.status == 429 else "provider_unavailable",
                 retry_after_s=shed.retry_after_s,
             )
-        vectors = await self._queue_and_wait(key, items, caller, request.user, deadline_s)
+        vectors = await self._queue_and_wait(key, items, caller, request.user, deadline_s, span)
         return embeddings_response(vectors, model, tokens), tokens
 
     def _check_fields(self, encoding: str, request: EmbeddingsRequest) -> None:
@@ -228,7 +235,13 @@ class OnlineLane:
         )
 
     async def _queue_and_wait(
-        self, key: BucketKey, items: list[_Item], caller: str, user: str | None, deadline_s: float
+        self,
+        key: BucketKey,
+        items: list[_Item],
+        caller: str,
+        user: str | None,
+        deadline_s: float,
+        span: RequestSpan,
     ) -> list[Vector]:
         loop = asyncio.get_running_loop()
         deadline_ms = self._clock.wall_ms() + int(deadline_s * 1000)
@@ -240,7 +253,7 @@ class OnlineLane:
             self._intake.submit(
                 CallerRequest(
                     id=f"online:{caller}", text=text, token_ids=ids, tokens=item.tokens,
-                    key=key, future=future, deadline_ms=deadline_ms, user=user,
+                    key=key, future=future, deadline_ms=deadline_ms, user=user, span=span,
                 )
             )  # fmt: skip
             futures.append(future)

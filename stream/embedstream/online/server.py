@@ -25,6 +25,7 @@ from embedstream.core.clock import Clock
 from embedstream.core.costmodel import CostModels
 from embedstream.core.governor import Governor
 from embedstream.core.tokens import TokenCounter
+from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.callers import CallerIntake
 from embedstream.errors import ConfigError
 from embedstream.online.keys import CallerKeys
@@ -145,7 +146,7 @@ class OnlineServer:
                 retry_after_s=1,
             )  # fmt: skip
         parsed = parse_embeddings_request(await request.read())
-        body = await self._lane.embed(parsed, caller)
+        body = await self._lane.embed(parsed, caller, request.headers.get("traceparent"))
         return web.Response(body=body, content_type=JSON)
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -203,11 +204,12 @@ def build_online_server(
     clock: Clock,
     token_counter: TokenCounter,
     observer: OnlineObserver | None = None,
+    tracer: Tracer = NULL_TRACER,
 ) -> OnlineServer:
     """The online lane in front of an engine (the processor's, or `serve`'s own)."""
     lane = OnlineLane(
         settings, intake, governor, buffer, cost,
-        clock=clock, token_counter=token_counter, observer=observer,
+        clock=clock, token_counter=token_counter, observer=observer, tracer=tracer,
     )  # fmt: skip
     file = Path(settings.http_api_keys_file) if settings.http_api_keys_file else None
     keys = CallerKeys(online_keys(settings), file=file, clock=clock.monotonic)

@@ -204,14 +204,30 @@ class OtelTracer:
             })  # fmt: skip
         return OtelRequestSpan(span, self)
 
+    def online(self, traceparent: str | None, key: str) -> RequestSpan:
+        parent = _PROPAGATOR.extract({TRACEPARENT: traceparent}) if traceparent else None
+        if parent is None and self._rng.random() >= self._ratio:
+            return UnsampledSpan(self._rng.getrandbits(128) or 1, self._rng.getrandbits(64) or 1)
+        span = self.otel.start_span("POST /v1/embeddings", context=parent, kind=SpanKind.SERVER)
+        if span.is_recording():
+            span.set_attributes({
+                "http.request.method": "POST",
+                "http.route": "/v1/embeddings",
+                "embedstream.lane": "online",
+                "embedstream.caller": key,
+            })  # fmt: skip
+        return OtelRequestSpan(span, self)
+
     def call(
         self, model: str, spans: Iterable[RequestSpan], *, size: int, reason: str, attempt: int
     ) -> CallSpan:
-        links = [
-            Link(s.span.get_span_context())
+        # One link per span: an online request's inputs share its span.
+        contexts = {
+            id(s): s.span.get_span_context()
             for s in spans
             if isinstance(s, OtelRequestSpan) and s.span.get_span_context().trace_flags.sampled
-        ]
+        }
+        links = [Link(context) for context in contexts.values()]
         if not links:  # no sampled request aboard: nobody would follow this span
             return NULL_CALL_SPAN
         attributes: dict[str, str | int] = {
