@@ -171,6 +171,7 @@ async def processor_with_simulator(bootstrap: str, prefix: str) -> AsyncIterator
             retry_backoff_cap_ms=500,
             # Each flaky text fails once, and an innocent item shares a batch with at most both.
             max_attempts=10,
+            http_port=free_port(),  # the online lane's metrics too
         )
         await create_all_topics(settings)
         async with running_processor(settings):
@@ -185,6 +186,9 @@ async def push_traffic(bootstrap: str, settings: Settings) -> int:
     await publish(bootstrap, names.requests_low, [request(i, t) for i, t in low.items()])
     await publish(bootstrap, names.requests_low, BAD_EVENTS)
     ids = set(high) | set(low)
+    url = f"http://127.0.0.1:{settings.http_port}/v1/embeddings"
+    async with aiohttp.ClientSession() as session, session.post(url, json={"input": "q"}) as answer:
+        assert answer.status == 200  # an online caller beside the Kafka lanes
     seen = await wait_for_ids(bootstrap, names.results, ids, timeout_s=WAIT_S)
     assert ids <= set(seen), f"{len(ids - set(seen))} requests got no result"
     return len(ids)

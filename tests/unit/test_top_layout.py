@@ -360,3 +360,27 @@ def test_no_cache_line_without_a_cache() -> None:
     before, after = scrape(healthy), scrape(busy)
     lines = text_of(Screen([TargetView(URL, after, compute_rates(before, after, 2.0))], NOW), 120)
     assert not any(line.startswith("cache:") for line in lines)
+
+
+def online(m: Metrics) -> None:
+    healthy(m)
+    for seconds in (0.02,) * 98 + (0.25, 0.25):
+        m.online.count_request("rag", 200)
+        m.online.observe_request(seconds)
+    for status in (429, 429, 503):
+        m.online.count_request("idx", status)
+
+
+def test_an_online_line_shows_requests_refusals_and_the_callers_p99() -> None:
+    before, after = scrape(healthy), scrape(online)
+    views = [TargetView(URL, after, compute_rates(before, after, 2.0))]
+    [line] = [line for line in text_of(Screen(views, NOW, 2.0), 120) if line.startswith("online")]
+    assert line == "online: 50.0 req/s, P99 250 ms, 1.0 refused/s (429), 0.5 failed/s (5xx)"
+    first = text_of(Screen([TargetView(URL, after)], NOW, 2.0), 120)
+    assert "online: 100 answered since start, 2 refused (429), 1 failed (5xx)" in first
+
+
+def test_no_online_line_without_online_callers() -> None:
+    before, after = scrape(healthy), scrape(busy)
+    lines = text_of(Screen([TargetView(URL, after, compute_rates(before, after, 2.0))], NOW), 120)
+    assert not any(line.startswith("online") for line in lines)

@@ -36,6 +36,11 @@ class CallerKeys:
         self._stamp = _stamp(file) if file is not None else None
 
     @property
+    def names(self) -> list[str]:
+        """The callers' names (`anonymous` when no key is asked)."""
+        return sorted(set(self._by_digest.values())) or [ANONYMOUS]
+
+    @property
     def required(self) -> bool:
         """Callers must present a key (some are configured)."""
         return bool(self._by_digest)

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 class OnlineObserver(Protocol):
     """What the lane reports (`ops.online_metrics.OnlineMetrics` is one)."""
 
+    def declare_keys(self, names: list[str]) -> None: ...
+
     def count_request(self, key: str, status: int) -> None: ...
 
     def count_tokens(self, key: str, tokens: int) -> None: ...
@@ -51,6 +53,9 @@ class OnlineObserver(Protocol):
 
 
 class NullOnlineObserver:
+    def declare_keys(self, names: list[str]) -> None:
+        return None
+
     def count_request(self, key: str, status: int) -> None:
         return None
 

@@ -213,6 +213,8 @@ def build_online_server(
     )  # fmt: skip
     file = Path(settings.http_api_keys_file) if settings.http_api_keys_file else None
     keys = CallerKeys(online_keys(settings), file=file, clock=clock.monotonic)
+    if observer is not None:
+        observer.declare_keys(keys.names)
     return OnlineServer(
         lane,
         keys,

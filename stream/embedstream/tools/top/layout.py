@@ -17,6 +17,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from embedstream.tools.top.online import online_line
 from embedstream.tools.top.rates import TargetView
 from embedstream.tools.top.rows import (
     PartitionRow,
@@ -218,6 +219,9 @@ def render(screen: Screen, width: int) -> Group:
     parts: list[RenderableType] = [_line(header, width, "bold")]
     table, columns = targets_table(views, width)
     parts.append(table)
+    online = online_line(views)
+    if online is not None:
+        parts.append(_line(online, width))
     cache = cache_line(views)
     if cache is not None:
         parts.append(_line(cache, width))

@@ -133,6 +133,14 @@ class Snapshot:
         return self.chunks > 0 or any(self.documents.values())
 
     source_tokens: Mapping[str, float] = field(default_factory=frozen_mapping)  # by source topic
+    # The online lane's requests by HTTP status (over every key), and their latency.
+    online_requests: Mapping[str, float] = field(default_factory=frozen_mapping)
+    online_latency: Histogram = field(default_factory=Histogram)
+
+    @property
+    def online_used(self) -> bool:
+        """The processor serves the online lane and has answered a request."""
+        return sum(self.online_requests.values()) > 0
 
     @property
     def cache_used(self) -> bool:
@@ -176,6 +184,8 @@ class _Collector:
         self.scalars: dict[str, float] = defaultdict(float)
         self.ready: bool | None = None
         self.source_tokens: dict[str, float] = {}
+        self.online_requests: dict[str, float] = {}
+        self.online_latency = _HistogramParts()
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if not name.startswith(_PREFIX):
@@ -206,6 +216,11 @@ class _Collector:
             self.ready = value >= 1.0
         elif short == "source_tokens_total":  # reported and estimated alike
             _add(self.source_tokens, labels.get("source", ""), value)
+        elif short == "online_requests_total":
+            _add(self.online_requests, labels.get("status", ""), value)
+        elif short.startswith("online_request_seconds_"):
+            suffix = short[len("online_request_seconds_") :]
+            self._histogram_part(self.online_latency, suffix, labels, value)
 
     def _lag(self, offsets: bool, labels: Mapping[str, str], value: float) -> None:
         topic = labels.get("topic", "")
@@ -264,6 +279,8 @@ class _Collector:
             documents=frozen_mapping(self.documents),
             chunks=self.scalars["chunks_total"],
             source_tokens=frozen_mapping(self.source_tokens),
+            online_requests=frozen_mapping(self.online_requests),
+            online_latency=self.online_latency.build(),
         )
 
 

@@ -37,6 +37,8 @@ class Rates:
     documents: Mapping[str, float] = field(default_factory=frozen_mapping)  # increase by outcome
     chunks: float = 0.0
     source_tokens: Mapping[str, float] = field(default_factory=frozen_mapping)  # increase by source
+    online_requests: Mapping[str, float] = field(default_factory=frozen_mapping)  # by status
+    online_latency: Histogram = field(default_factory=Histogram)  # increase
 
     def items_per_s(self, lane: str | None = None) -> float:
         items = sum(self.results.values()) if lane is None else self.results.get(lane, 0.0)
@@ -114,6 +116,8 @@ def compute_rates(earlier: Snapshot, current: Snapshot, elapsed_s: float) -> Rat
         documents=_increases(current.documents, earlier.documents),
         chunks=increase(current.chunks, earlier.chunks),
         source_tokens=_increases(current.source_tokens, earlier.source_tokens),
+        online_requests=_increases(current.online_requests, earlier.online_requests),
+        online_latency=current.online_latency.increase_since(earlier.online_latency),
     )
 
 
