@@ -33,7 +33,11 @@ RUN groupadd --system --gid 10001 embedstream \
 # it is meant to be seen (docker-compose.yml binds it to the host's 127.0.0.1).
 ENV EMBEDSTREAM_METRICS_HOST=0.0.0.0 \
     EMBEDSTREAM_METRICS_PORT=9464
-EXPOSE 9464
+# The online lane (POST /v1/embeddings) is off until EMBEDSTREAM_HTTP_PORT is set (8080 by
+# convention); beyond loopback it needs callers' keys (EMBEDSTREAM_HTTP_API_KEYS_FILE), so a
+# container started without them refuses to start rather than serve anyone.
+ENV EMBEDSTREAM_HTTP_HOST=0.0.0.0
+EXPOSE 9464 8080
 
 USER 10001:10001
 

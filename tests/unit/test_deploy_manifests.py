@@ -306,10 +306,19 @@ def _metrics_port(k8s: dict[str, Any]) -> int:
     return int(k8s["ConfigMap"]["data"].get("EMBEDSTREAM_METRICS_PORT", DEFAULTS.metrics_port))
 
 
-def test_keda_scales_on_the_request_topics_the_settings_name(k8s: dict[str, Any]) -> None:
+def _with_keys_file(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The ConfigMap's environment with the online keys' Secret file standing in locally."""
+    keys = tmp_path / "online-keys"
+    keys.write_text("rag:stand-in-key\n")
+    return {**env, "EMBEDSTREAM_HTTP_API_KEYS_FILE": str(keys)}
+
+
+def test_keda_scales_on_the_request_topics_the_settings_name(
+    k8s: dict[str, Any], tmp_path: Path
+) -> None:
     config = k8s["ConfigMap"]["data"]
     # The topics as the processor resolves them from its ConfigMap, not assumed names.
-    names = configured_topics(load_settings(env=config))
+    names = configured_topics(load_settings(env=_with_keys_file(config, tmp_path)))
     triggers = k8s["ScaledObject"]["spec"]["triggers"]
     assert {t["type"] for t in triggers} == {"kafka"}
     by_topic = {t["metadata"]["topic"]: t["metadata"] for t in triggers}
@@ -364,7 +373,10 @@ def test_deployment_is_non_root_with_secret_key_and_room_to_drain(k8s: dict[str,
     assert "value" not in key and key["valueFrom"]["secretKeyRef"]["name"]
     for value in _strings(k8s):
         assert not value.startswith("sk-"), value
-    assert not any("API_KEY" in name for name in k8s["ConfigMap"]["data"])
+    # Keys only as files mounted from Secrets (a _FILE variable names the file, not the key).
+    assert not any(
+        "API_KEY" in name and not name.endswith("_FILE") for name in k8s["ConfigMap"]["data"]
+    )
 
 
 def _pod_labels(k8s: dict[str, Any]) -> dict[str, str]:
@@ -557,7 +569,7 @@ def test_sasl_overlay_mounts_the_password_the_settings_read(
     password.write_text("pw\n")
     env_vars = {k: str(v) for k, v in config.items()}
     env_vars |= {"EMBEDSTREAM_SASL_PASSWORD_FILE": str(password), "EMBEDSTREAM_SASL_USERNAME": "u"}
-    settings = load_settings(env=env_vars)
+    settings = load_settings(env=_with_keys_file(env_vars, tmp_path))
     assert (settings.security_protocol, settings.sasl_password) == ("SASL_SSL", "pw")
 
 
@@ -686,3 +698,37 @@ def test_dashboard_store_row_queries_the_store_writers_metrics() -> None:
     used = {u.removesuffix("_bucket") for u in used}
     assert used <= known | {"embedstream_consumer_lag"}, used - known
     assert "embedstream_store_writable" in used and "embedstream_store_rows_upserted_total" in used
+
+
+def test_the_online_lane_is_served_on_its_own_port_with_keys_from_a_secret(
+    k8s: dict[str, Any],
+) -> None:
+    config = k8s["ConfigMap"]["data"]
+    container = _container(k8s)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["online"] == int(config["EMBEDSTREAM_HTTP_PORT"]) != ports["metrics"]
+    assert config["EMBEDSTREAM_HTTP_HOST"] == "0.0.0.0"
+    keys_file = Path(config["EMBEDSTREAM_HTTP_API_KEYS_FILE"])
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == str(keys_file.parent)]
+    volumes = {v["name"]: v for v in k8s["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mount["name"]]["secret"]["secretName"] == "embedstream-online-keys"
+    [service] = _load_all_yaml(ROOT / "ops" / "k8s" / "online-service.yaml")
+    assert service["kind"] == "Service"
+    assert service["spec"]["ports"] == [
+        {"name": "online", "port": ports["online"], "targetPort": "online", "protocol": "TCP"}
+    ]
+    assert service["spec"]["publishNotReadyAddresses"] is True  # it serves through rebalances
+    selector = service["spec"]["selector"]
+    assert selector.items() <= k8s["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_the_image_and_compose_publish_the_online_port_off_by_default(
+    services: dict[str, Any],
+) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "EXPOSE 9464 8080" in dockerfile
+    processor = services["processor"]
+    assert "127.0.0.1:8080:8080" in processor["ports"]
+    env = processor["environment"]
+    assert env["EMBEDSTREAM_HTTP_PORT"] == "${EMBEDSTREAM_HTTP_PORT:-0}"  # off unless asked
+    assert env["EMBEDSTREAM_HTTP_API_KEYS"] == "${EMBEDSTREAM_HTTP_API_KEYS:-}"  # from the shell
