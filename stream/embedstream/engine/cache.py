@@ -4,8 +4,9 @@ Looked up before a text joins a batch, one batched round trip per fetched batch 
 `BatchingClient.embed` call), so a hit takes no call slot and no token budget; written after a
 successful call: to the memory tier at once, to Redis by one background writer that sends
 whatever has accumulated in one command, so a write never holds a call slot. Two tiers: an
-in-process LRU (`cache=memory`, and in front of Redis with `cache=redis`) and Redis, shared by
-every processor and client (`engine/cache_tiers.py`, the only module that imports ``redis``).
+in-process W-TinyLFU map (`cache=memory`, and in front of Redis with `cache=redis`) and Redis,
+shared by every processor and client (`engine/cache_tiers.py`, the only module that imports
+``redis``).
 
 Redis is never a single point of failure: a look-up that fails or takes longer than
 `cache_timeout_ms` counts as a miss (the text goes to the provider as if there were no cache);
@@ -294,7 +295,13 @@ def build_cache(
     provider = provider_identity(
         configured.provider_endpoint(settings), settings.provider_profile, settings.extra_body_map
     )
-    memory = MemoryTier(settings.cache_max_items, settings.cache_ttl_s, clock, observer)
+    memory = MemoryTier(
+        settings.cache_max_items,
+        settings.cache_ttl_s,
+        clock,
+        observer,
+        max_bytes=settings.cache_max_bytes,
+    )
     shared: Tier | None = None
     timeout_s = settings.cache_timeout_ms / 1000.0
     if settings.cache == "redis":

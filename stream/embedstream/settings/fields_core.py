@@ -257,7 +257,17 @@ class CoreFields:
         7 * 24 * 3600.0, "Seconds a cached vector is kept; 0 keeps it until evicted.", _C, ge=0
     )
     cache_max_items: int = setting(
-        10_000, "Most vectors in the in-process tier (least recently used go first).", _C, gt=0
+        10_000,
+        "Most vectors in the in-process tier (W-TinyLFU: a scan does not flush it).",
+        _C,
+        gt=0,
+    )
+    cache_max_bytes: int = setting(
+        64 * 1024 * 1024,
+        "Most bytes the in-process tier holds: each vector (4 bytes a dimension), its key and "
+        "about 280 bytes of bookkeeping.",
+        _C,
+        gt=0,
     )
     cache_timeout_ms: float = setting(
         500.0,
