@@ -356,6 +356,12 @@ def test_deployment_is_non_root_with_secret_key_and_room_to_drain(k8s: dict[str,
     assert pod["securityContext"].get("runAsUser", 10001) != 0
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    # The memory asked for holds what the defaults let a process keep: the buffer and the
+    # embedding cache (on by default), beside the interpreter and its libraries.
+    settings = load_settings(env=k8s["ConfigMap"]["data"])
+    cache = settings.cache_max_bytes if settings.cache != "off" else 0
+    held = settings.max_buffered_bytes + cache
+    assert _mib(container["resources"]["requests"]["memory"]) >= 160 + held / 2**20
     # Drain: the in-flight calls may each take up to request_timeout_s.
     assert pod["terminationGracePeriodSeconds"] >= 2 * DEFAULTS.request_timeout_s
     config_refs = [e["configMapRef"]["name"] for e in container["envFrom"] if "configMapRef" in e]
@@ -686,3 +692,9 @@ def test_dashboard_store_row_queries_the_store_writers_metrics() -> None:
     used = {u.removesuffix("_bucket") for u in used}
     assert used <= known | {"embedstream_consumer_lag"}, used - known
     assert "embedstream_store_writable" in used and "embedstream_store_rows_upserted_total" in used
+
+
+def _mib(quantity: str) -> float:
+    """A Kubernetes memory quantity (``320Mi``, ``1Gi``) in MiB."""
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "Gi" else 1)

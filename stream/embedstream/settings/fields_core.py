@@ -244,7 +244,10 @@ class CoreFields:
     )
 
     cache: CacheMode = setting(
-        "off", "Embedding cache: off, memory (in-process), or redis (shared; memory in front).", _C
+        "memory",
+        "Embedding cache: memory (in-process, bounded by cache_max_items and cache_max_bytes), "
+        "redis (shared; memory in front), or off.",
+        _C,
     )
     cache_url: str | None = setting(
         None,
