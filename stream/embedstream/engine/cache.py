@@ -310,3 +310,20 @@ def build_cache(
     return EmbeddingCache(
         provider, memory, shared, timeout_s=timeout_s, observer=observer, clock=clock
     )
+
+
+def undersized_warning(settings: Settings) -> str | None:
+    """What to tell a processor whose in-process tier holds less than its work in hand (a full
+    buffer plus one document admitted whole): vectors of that work may be evicted before the
+    same texts come back (a document's next version, a retried batch). None when it holds it."""
+    if settings.cache == "off":
+        return None
+    in_hand = settings.buffered_items_limit + settings.max_document_chunks
+    if settings.cache_max_items >= in_hand:
+        return None
+    return (
+        f"cache_max_items ({settings.cache_max_items}) is below max_buffered_items "
+        f"({settings.buffered_items_limit}) plus max_document_chunks "
+        f"({settings.max_document_chunks}): the in-process cache may drop vectors of the work "
+        f"in hand before their texts come back; raise it to at least {in_hand}"
+    )
