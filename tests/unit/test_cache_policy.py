@@ -1,9 +1,13 @@
 """The in-process tier's policy (core/tinylfu.py): a re-ingest in the same order still hits,
-both bounds hold (entries and bytes, vectors counted), the TTL on a fake clock."""
+a re-send soon after hits once the window has grown, both bounds hold (entries and bytes,
+vectors counted), the TTL on a fake clock."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
+from embedstream.core import tinylfu
 from embedstream.core.lru import TtlLru
 from embedstream.core.tinylfu import TinyLfuCache
 from embedstream.engine.cache_tiers import ENTRY_OVERHEAD_BYTES, MemoryTier, entry_bytes
@@ -61,6 +65,25 @@ def test_the_byte_bound_counts_the_vectors_and_still_resists_the_scan() -> None:
         assert tier.weight <= fits * vector
         assert len(tier) <= fits
     assert 0.23 <= hits / CORPUS <= 0.25
+
+
+def test_the_window_grows_until_texts_resent_soon_after_hit_again() -> None:
+    """An upstream retry: each new text is sent again 200 texts later, farther than the first
+    window (10 of 1,000 slots) reaches: the climber grows it until every re-send hits."""
+    tier: TinyLfuCache[str, int] = TinyLfuCache(1_000, 10**9, 0, by_count)
+    texts, distance, late_hits = 30_000, 200, 0
+    early_hits = 0
+    for i in range(texts):
+        if tier.get(f"t{i}", 0.0) is None:
+            tier.put(f"t{i}", i, 0.0)
+        if i >= distance and tier.get(f"t{i - distance}", 0.0) is not None:
+            if i < 3_000:
+                early_hits += 1
+            elif i >= texts // 2:
+                late_hits += 1
+    assert early_hits / (3_000 - distance) < 0.5  # the first window was too small
+    assert late_hits / (texts - texts // 2) == 1.0
+    assert tier.window_share > 0.2 and len(tier) <= 1_000
 
 
 def test_an_entry_asked_for_again_wins_its_place_over_one_asked_for_once() -> None:
@@ -135,7 +158,8 @@ async def test_the_memory_tier_counts_each_vector_and_key_against_its_bytes() ->
 def test_both_bounds_hold_and_a_hit_is_the_last_value_stored(
     max_items: int, max_weight: int, operations: list[tuple[bool, int, int]]
 ) -> None:
-    tier: TinyLfuCache[int, int] = TinyLfuCache(max_items, max_weight, 0, lambda _k, v: v)
+    with patch.object(tinylfu, "MIN_SAMPLE", 1):  # the window is resized every few look-ups
+        tier: TinyLfuCache[int, int] = TinyLfuCache(max_items, max_weight, 0, lambda _k, v: v)
     stored: dict[int, int] = {}
     for is_put, key, value in operations:
         if is_put:

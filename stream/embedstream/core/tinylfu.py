@@ -12,7 +12,10 @@ seen once (probation).
 The sketch counts look-ups (not stores: a miss's store would count its text twice), four rows
 of counters up to 15, each keeping the lowest count it can (conservative update); every
 `SAMPLE_FACTOR` x `max_items` look-ups all counts are halved, so what was popular long ago
-gives way. Pure: every call takes the current time.
+gives way. A small window loses texts asked for again soon but only once before (an upstream
+retry); so, as Caffeine does, a hill climber resizes the window after each sample of
+look-ups, in the direction that raised the hit ratio (`WindowClimber`). Pure: every call
+takes the current time.
 """
 
 from __future__ import annotations
@@ -24,9 +27,17 @@ from typing import Generic, TypeVar
 K = TypeVar("K")
 V = TypeVar("V")
 
-WINDOW_SHARE = 0.01  # of both bounds, for the admission window (Caffeine's starting share)
+WINDOW_SHARE = 0.01  # of both bounds, for the admission window at first (Caffeine's start)
+MAX_WINDOW_SHARE = 0.8
 PROTECTED_SHARE = 0.8  # of the main area, for entries hit again there
 SAMPLE_FACTOR = 10  # look-ups per entry of max_items between two halvings of the sketch
+# The window's hill climber (Caffeine's constants): a step is this share of the bounds at
+# first and after a jump of the hit ratio by RESTART_DELTA or more, and shrinks by
+# STEP_DECAY each sample otherwise; a sample is max_items look-ups, at least MIN_SAMPLE.
+STEP_SHARE = 0.0625
+STEP_DECAY = 0.98
+RESTART_DELTA = 0.05
+MIN_SAMPLE = 1_000
 _MAX_COUNT = 15
 _ROWS = 4
 _SEEDS = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
@@ -67,6 +78,39 @@ class FrequencySketch(Generic[K]):
         if self._additions >= self._sample:
             self._counts = bytearray(self._counts.translate(_HALVE))
             self._additions //= 2
+
+
+class WindowClimber:
+    """Where the window's share should go: after each sample of look-ups, a step in the
+    direction that last raised the hit ratio, reversed when it fell, none while it holds
+    (a scan's first pass hits nothing: no reason to move)."""
+
+    def __init__(self, sample: int) -> None:
+        self._sample = sample
+        self._hits = 0
+        self._lookups = 0
+        self._previous: float | None = None
+        self._direction = 1
+        self._step = STEP_SHARE
+
+    def record(self, hit: bool) -> float:
+        """Count a look-up; the change of the window's share it calls for (mostly 0)."""
+        self._hits += hit
+        self._lookups += 1
+        if self._lookups < self._sample:
+            return 0.0
+        ratio = self._hits / self._lookups
+        self._hits = self._lookups = 0
+        previous, self._previous = self._previous, ratio
+        if previous is None or ratio == previous:
+            return 0.0
+        if ratio < previous:
+            self._direction = -self._direction
+        change = self._direction * self._step
+        self._step = (
+            STEP_SHARE if abs(ratio - previous) >= RESTART_DELTA else self._step * STEP_DECAY
+        )
+        return change
 
 
 class _Entry(Generic[V]):
@@ -115,18 +159,19 @@ class TinyLfuCache(Generic[K, V]):
             raise ValueError(f"max_weight must be at least 1, got {max_weight}")
         self._ttl_s = ttl_s
         self._weigh = weigh
+        self._max_items = max_items
         self._max_weight = max_weight
-        self._window_items = max(1, int(max_items * WINDOW_SHARE))
-        self._window_weight = int(max_weight * WINDOW_SHARE)
-        self._main_items = max_items - self._window_items
-        self._main_weight = max_weight - self._window_weight
-        self._protected_items = int(self._main_items * PROTECTED_SHARE)
-        self._protected_weight = int(self._main_weight * PROTECTED_SHARE)
         self._window: _Segment[K, V] = _Segment()
         self._probation: _Segment[K, V] = _Segment()
         self._protected: _Segment[K, V] = _Segment()
         self._where: dict[K, _Segment[K, V]] = {}
         self._sketch: FrequencySketch[K] = FrequencySketch(max_items)
+        self._climber = WindowClimber(max(MIN_SAMPLE, max_items))
+        self._resize(WINDOW_SHARE)
+
+    @property
+    def window_share(self) -> float:
+        return self._window_share
 
     def __len__(self) -> int:
         return len(self._where)
@@ -136,6 +181,13 @@ class TinyLfuCache(Generic[K, V]):
         return self._window.weight + self._probation.weight + self._protected.weight
 
     def get(self, key: K, now: float) -> V | None:
+        value = self._look_up(key, now)
+        change = self._climber.record(value is not None)
+        if change:
+            self._resize(min(MAX_WINDOW_SHARE, max(WINDOW_SHARE, self._window_share + change)))
+        return value
+
+    def _look_up(self, key: K, now: float) -> V | None:
         self._sketch.increment(key)
         segment = self._where.get(key)
         if segment is None:
@@ -213,6 +265,29 @@ class TinyLfuCache(Generic[K, V]):
             self._drop(victim)
             evicted += 1
         return evicted
+
+    def _resize(self, window_share: float) -> None:
+        """Split both bounds between the window and the main area anew. A larger window takes
+        the main area's oldest entries (nothing leaves the cache); a smaller one gives its
+        oldest to admission at the next store."""
+        self._window_share = window_share
+        self._window_items = max(1, int(self._max_items * window_share))
+        self._window_weight = int(self._max_weight * window_share)
+        self._main_items = self._max_items - self._window_items
+        self._main_weight = self._max_weight - self._window_weight
+        self._protected_items = int(self._main_items * PROTECTED_SHARE)
+        self._protected_weight = int(self._main_weight * PROTECTED_SHARE)
+        main = (self._probation, self._protected)
+        while sum(map(len, main)) > self._main_items or (
+            sum(m.weight for m in main) > self._main_weight
+        ):
+            segment = self._probation if self._probation.entries else self._protected
+            key = segment.oldest()
+            assert key is not None
+            self._window.add(key, segment.remove(key))
+            self._window.entries.move_to_end(key, last=False)
+            self._where[key] = self._window
+        self._demote_protected()
 
     def _main_has_room(self, weight: int) -> bool:
         items = len(self._probation) + len(self._protected)
