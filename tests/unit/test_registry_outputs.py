@@ -1,6 +1,7 @@
 """Every record of the results topic in a registry output_format: plain results, chunks and
 final records framed with their own registered schemas, read back by the reference
-deserializer and by the store writer (whose loop writes them like JSON ones)."""
+deserializer and by the store writer (whose loop writes them like JSON ones, and waits out a
+registry outage)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from embedstream.engine.formats import framed_outputs
 from embedstream.engine.registry import RegistryClient, RegistryConfig
 from embedstream.engine.schema_decoders import result_encoder
+from embedstream.errors import RegistryUnavailable
 from embedstream.settings import load_settings
 from embedstream.testing import eventually
 from embedstream.testing.registry import TestRegistry
@@ -134,3 +136,30 @@ async def test_the_store_writer_writes_framed_documents_like_json_ones(
             assert h.store.rows_of("d") == [("1", 0), ("1", 1)]
             assert h.store.complete == {"d": ("1", 2)} and set(h.store.requests) == {"r-1"}
             assert [d["embedstream.error.reason"] for d in h.dead_letters()] == ["unknown_schema"]
+
+
+class RegistryOutFirst:
+    """A reader of framed values whose registry is out for its first `outages` look-ups."""
+
+    def __init__(self, outages: int) -> None:
+        self.outages = outages
+        self.calls = 0
+
+    async def decode(self, raw: bytes) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= self.outages:
+            raise RegistryUnavailable("registry_unavailable", "registry: connection refused")
+        return {"id": "r-1", "model": "m", "embedding": [1.0, 2.0, 3.0], "dimensions": 3,
+                "usage": {"tokens": 1}, "attempts": 1, "latency_ms": 1.0}  # fmt: skip
+
+
+async def test_a_registry_outage_while_reading_waits_and_commits_nothing_meanwhile() -> None:
+    framed = RegistryOutFirst(outages=2)
+    async with running(framed=framed) as h:
+        last = h.publish("r-1", b"\x00\x00\x00\x00\x01payload")
+        await eventually(lambda: h.committed() == last + 1)
+        assert [problem for _, problem in h.seen_during_outage] == [
+            "registry: connection refused"
+        ] * 2  # the feed said why, and nothing was committed while it waited
+        assert all(offsets == {} for offsets, _ in h.seen_during_outage)
+        assert set(h.store.requests) == {"r-1"} and h.dead_letters() == []
