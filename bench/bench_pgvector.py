@@ -4,7 +4,8 @@
 
 A benchmark, not a test: it asserts nothing. Each method writes the same documents (10 chunks
 and a ``complete`` each) into a fresh table, ``--batches`` batches of ``--batch-size`` chunks,
-one transaction per batch, then re-applies them (a replay: every row an update). Without
+one transaction per batch, then re-applies them (a replay: every row already there as it is,
+which the store leaves untouched instead of rewriting it). Without
 ``--dsn`` it starts a throwaway PostgreSQL (pgserver) on a unix socket. CPU is this process's
 (parsing is not included: the records are built beforehand); the server's CPU is not counted.
 """

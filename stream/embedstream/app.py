@@ -21,7 +21,7 @@ from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.build import Engine, build_engine
-from embedstream.engine.cache import build_cache
+from embedstream.engine.cache import build_cache, undersized_warning
 from embedstream.engine.callers import CallerIntake, CallerRequest, Callers, CallersBeside
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import OpenAIEmbedder
@@ -175,6 +175,8 @@ def build_service(
     documents = DocumentFlow(sink, metrics, include_text=settings.include_chunk_text)
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     cache = build_cache(settings, metrics)
+    if (warning := undersized_warning(settings)) is not None:
+        log.warning("%s", warning)
     tracer = tracer or build_tracer(settings)  # tests pass one on an in-memory exporter
     callers = Callers()  # the online lane's: they share the engine with the Kafka lanes
     engine: Engine[EngineJob] = build_engine(

@@ -14,6 +14,8 @@ import signal
 
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.clock import SYSTEM_CLOCK
+from embedstream.engine.formats import framed_outputs, registry_client
+from embedstream.engine.registry import RegistryClient
 from embedstream.errors import ConfigError, EmbedStreamError
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.clients import (
@@ -64,8 +66,10 @@ class StoreWriter:
         feed: StoreFeed,
         producer: Producer,
         metrics: StoreMetrics,
+        registry: RegistryClient | None = None,
     ) -> None:
         self.settings = settings
+        self._registry = registry  # reads framed results (a registry output_format)
         self.feed = feed
         self.metrics = metrics
         # Its /readyz asks this writer afresh on every request.
@@ -101,6 +105,8 @@ class StoreWriter:
             with contextlib.suppress(asyncio.CancelledError):
                 await health
             await self._producer.stop()
+            if self._registry is not None:
+                await self._registry.close()
             if self.ops_server is not None:
                 await self.ops_server.stop()
 
@@ -140,6 +146,8 @@ def build_store_writer(
     names = configured_topics(settings)
     store = store or PgVectorStore(store_config(settings))
     producer = producer or make_producer(settings)
+    # Results in a registry output_format (plain, chunks and final records alike) are framed.
+    registry = None if settings.output_format == "json" else registry_client(settings)
     feed = StoreFeed(
         consumer or make_store_consumer(settings),
         store,
@@ -147,8 +155,9 @@ def build_store_writer(
         names.results,
         metrics,
         batch_max=settings.store_batch_max,
+        framed=None if registry is None else framed_outputs(settings, registry),
     )
-    return StoreWriter(settings, feed, producer, metrics)
+    return StoreWriter(settings, feed, producer, metrics, registry)
 
 
 async def run_store_writer(settings: Settings, *, handle_signals: bool = True) -> StoreWriter:

@@ -124,6 +124,9 @@ async def test_the_demo_shows_batches_growing_with_the_backlog(
     assert "read back from the topics: 1,560 requests, 1,560 results" in out
     assert "lost 0, duplicates 0, dead letters 0, wrong vectors 0" in out
     assert "every request has exactly one result" in out
+    # The cache is on by default: the edit pass takes its unchanged chunks from it.
+    [edit] = [line.split() for line in out.splitlines() if line.split()[:1] == ["edit"]]
+    assert int(edit[3]) > 0, edit
 
 
 async def test_demo_live_shows_the_top_view_then_the_summary(

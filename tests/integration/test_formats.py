@@ -36,9 +36,10 @@ from embedstream.tools.embedded import free_port
 from embedstream.tools.produce import produce_lines
 from embedstream.wire.documents import ChunkResult, DocumentComplete, decode_output
 from embedstream.wire.events import EmbedResult
+from embedstream.wire.formats.output_schemas import END, RECORD_NAMES, output_schema
 from embedstream.wire.formats.protobuf import compile_proto
 from embedstream.wire.headers import ERROR_REASON
-from embedstream.wire.registry_frames import write_frame
+from embedstream.wire.registry_frames import parse_frame, write_frame
 from google.protobuf import descriptor_pool, message_factory
 
 from tests.integration.helpers import (
@@ -375,24 +376,38 @@ async def test_produce_avro_and_results_in_avro_for_the_reference_deserializer(
                          output_format="avro")  # fmt: skip
     names = topic_names(unique_prefix)
     await create_all_topics(settings)
+    # The same schema text gets the same id: the id the processor's DocumentEnd will carry.
+    end_id = registry.register(f"{names.results}-{END}", output_schema("avro", END)[1])
 
     async def lines() -> AsyncIterator[bytes]:
         for n in range(12):
             yield orjson.dumps(_record("avro", n, f"produced {n}")) + b"\n"
+        yield orjson.dumps(_record("avro", 99, DOC_TEXT, doc_id="doc-1")) + b"\n"
+
+    def ended(out: list[Any]) -> bool:
+        return any(r.value and parse_frame(r.value).schema_id == end_id for r in out)
 
     async with running_service(settings):
         sent = await produce_lines(settings, lines(), priority="low", plain=False,
                                    record_format="avro", schema=json.dumps(AVRO))  # fmt: skip
-        assert sent == 12
-        results = await _outputs(bootstrap, names.results, lambda out: len(out) >= 12)
+        assert sent == 13
+        results = await _outputs(bootstrap, names.results, ended)
     assert f"POST /subjects/{names.requests_low}-value/versions" in registry.paths
-    assert f"POST /subjects/{names.results}-value/versions" in registry.paths
+    for name in RECORD_NAMES:  # TopicRecordNameStrategy: one subject per record shape
+        assert f"POST /subjects/{names.results}-{name}/versions" in registry.paths
+    assert all(r.value[:1] == b"\x00" for r in results)  # every record framed, none JSON
 
     def deserialize() -> list[dict[str, Any]]:
         reader = AvroDeserializer(SchemaRegistryClient({"url": registry.url}))
         return [reader(r.value, _context(names.results)) for r in results]
 
-    docs = await asyncio.to_thread(deserialize)
+    everything = await asyncio.to_thread(deserialize)
+    docs = [d for d in everything if "id" in d]
+    chunks = [d for d in everything if d.get("type") == "chunk"]
+    [end] = [d for d in everything if d.get("type") == "complete"]
+    assert len(everything) == len(docs) + len(chunks) + 1
+    assert end["doc_id"] == "doc-1" and end["chunk_count"] == len(chunks) > 1
+    assert sorted(c["chunk_seq"] for c in chunks) == list(range(len(chunks)))
     assert {d["id"] for d in docs} == {str(n) for n in range(12)}
     for doc in docs:
         text = f"produced {doc['id']}"
@@ -414,7 +429,7 @@ async def test_a_registry_down_at_start_is_waited_out_with_avro_results(
     await create_all_topics(settings)
     _, records = _registered_avro(registry, names.requests_low, "late", 10)
     await publish(bootstrap, names.requests_low, list(records.items()))
-    register = f"POST /subjects/{names.results}-value/versions"
+    register = f"POST /subjects/{names.results}-{RECORD_NAMES[0]}/versions"
     registry.answer_status = 503
     backend = default_backend(settings)
     service = build_service(settings, backend)

@@ -176,6 +176,50 @@ async def test_replayed_suffixes_converge(
         assert await rows(store, postgres) == expected, f"replay from record {start}"
 
 
+async def row_versions(store: PgVectorStore, postgres: PostgresServer) -> dict[str, Any]:
+    """Each row's xmin: the transaction that wrote its current version (an update makes one)."""
+    names = store._names
+    async with await psycopg.AsyncConnection.connect(postgres.dsn) as conn:
+        chunks = await (
+            await conn.execute(f"SELECT doc_id, version, chunk_seq, xmin::text FROM {names.chunks}")
+        ).fetchall()
+        requests = await (
+            await conn.execute(f"SELECT id, xmin::text FROM {names.requests}")
+        ).fetchall()
+    return {
+        **{(d, v, seq): xmin for d, v, seq, xmin in chunks},
+        **{rid: xmin for rid, xmin in requests},
+    }
+
+
+@pytest.mark.parametrize("insert_method", ["copy", "executemany"])
+async def test_a_replay_leaves_rows_already_there_untouched(
+    postgres: PostgresServer, insert_method: Literal["copy", "executemany"]
+) -> None:
+    config = PgStoreConfig(
+        dsn=postgres.dsn, table=f"t_{uuid.uuid4().hex[:12]}", model="m",
+        insert_method=insert_method,
+    )  # fmt: skip
+    async with PgVectorStore(config) as store:
+        records: list[OutputRecord] = [*version("a", "v1", 3), plain("r1"), plain("r22")]
+        assert await store.apply(records) == []
+        before = await row_versions(store, postgres)
+        assert await store.apply(records) == []  # the same batch again: a replay
+        assert await row_versions(store, postgres) == before
+        changed = chunk("a", "v1", 1, 3)
+        changed = ChunkResult(**{**{f: getattr(changed, f) for f in changed.__slots__},
+                                 "embedding": [9.5] * DIMS})  # fmt: skip
+        assert (
+            await store.apply(
+                [changed, PlainResult("r1", "m", [8.5] * DIMS, DIMS, 2, None, 1, 1.0)]
+            )
+            == []
+        )
+        after = await row_versions(store, postgres)
+    rewritten = {key for key in before if after[key] != before[key]}
+    assert rewritten == {("a", "v1", 1), "r1"}  # only the rows whose content changed
+
+
 async def test_complete_deletes_chunks_beyond_count(
     store: PgVectorStore, postgres: PostgresServer
 ) -> None:

@@ -1,5 +1,6 @@
-"""The cache's memory tier (LRU bound, TTL on a fake clock), its codec, and how the cache
-behaves when its shared tier fails, is slow or holds something unreadable."""
+"""The cache's codec, its memory tier's evictions, and how the cache behaves when its shared
+tier fails, is slow or holds something unreadable (the memory tier's policy:
+test_cache_policy.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from dataclasses import dataclass, field
 import pytest
 from embedstream.core.cachekeys import cache_key
 from embedstream.core.lanes import BucketKey, Priority
-from embedstream.core.lru import TtlLru
 from embedstream.engine import cache as cache_module
 from embedstream.engine.cache import REDIS_PAUSE_S, WARN_INTERVAL_S, EmbeddingCache
 from embedstream.engine.cache_tiers import MemoryTier
@@ -23,43 +23,6 @@ from prometheus_client import CollectorRegistry
 
 KEY = BucketKey(Priority.LOW, "m", "float", None)
 B64 = KEY._replace(encoding_format="base64")
-
-# --------------------------------------------------------------------------- memory tier
-
-
-def test_the_least_recently_used_entry_goes_first() -> None:
-    lru: TtlLru[str, int] = TtlLru(max_items=2, ttl_s=0)
-    lru.put("a", 1, now=0)
-    lru.put("b", 2, now=0)
-    assert lru.get("a", now=0) == 1  # now "b" is the least recently used
-    lru.put("c", 3, now=0)
-    assert (lru.get("a", 0), lru.get("b", 0), lru.get("c", 0)) == (1, None, 3)
-    assert len(lru) == 2
-
-
-@pytest.mark.parametrize(
-    ("ttl_s", "age_s", "kept"),
-    [(10.0, 9.999, True), (10.0, 10.0, False), (10.0, 11.0, False), (0.0, 1e9, True)],
-)
-def test_entries_expire_after_the_ttl(ttl_s: float, age_s: float, kept: bool) -> None:
-    lru: TtlLru[str, int] = TtlLru(max_items=10, ttl_s=ttl_s)
-    lru.put("a", 1, now=100.0)
-    assert (lru.get("a", now=100.0 + age_s) == 1) is kept
-
-
-def test_storing_again_restarts_the_ttl() -> None:
-    lru: TtlLru[str, int] = TtlLru(max_items=10, ttl_s=10.0)
-    lru.put("a", 1, now=0)
-    lru.put("a", 2, now=8)
-    assert lru.get("a", now=15) == 2
-    assert lru.get("a", now=18) is None
-    assert len(lru) == 0  # an expired entry is dropped when found
-
-
-def test_a_memory_tier_of_no_items_is_refused() -> None:
-    with pytest.raises(ValueError, match="max_items"):
-        TtlLru(max_items=0, ttl_s=1)
-
 
 # --------------------------------------------------------------------------- codec
 
@@ -342,9 +305,11 @@ async def test_evictions_are_counted_and_the_first_one_is_logged_once(
     await memory.put_many([("c", b"3"), ("d", b"4"), ("e", b"5")])
     await memory.put_many([("f", b"6")])
     assert registry.get_sample_value(*evictions) == 4
-    assert await memory.get_many(["a", "b", "c", "d", "e", "f"]) == [None] * 4 + [b"5", b"6"]
+    # "a" holds the main area (no newcomer was asked for more often), "f" the window.
+    assert await memory.get_many(["a", "b", "c", "d", "e", "f"]) == [b"1"] + [None] * 4 + [b"6"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
-        "in-process embedding cache full (cache_max_items=2): the least recently used vectors "
-        "are dropped from now on"
+        "in-process embedding cache full (cache_max_items=2, cache_max_bytes=67108864): from "
+        "now on a vector stays only if its text is asked for more often than the one it would "
+        "replace"
     ]

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import orjson
-from embedstream.engine.cache import EmbeddingCache
+from embedstream.engine.cache import EmbeddingCache, build_cache
 from embedstream.engine.cache_tiers import MemoryTier
 from embedstream.engine.client import BatchingClient
+from embedstream.settings import load_settings
 from embedstream.testing import RecordingBackend, eventually, vector_for
 from embedstream.wire import decode_base64
 
@@ -23,6 +24,14 @@ def results_by_id(records: Sequence[object]) -> dict[str, dict[str, object]]:
         doc = orjson.loads(record.value or b"")  # type: ignore[attr-defined]
         out[doc["id"]] = doc
     return out
+
+
+def test_the_defaults_build_a_memory_cache_bounded_in_items_and_bytes() -> None:
+    settings = load_settings(env={})
+    cache = build_cache(settings)
+    assert cache is not None and cache.tiers == ("memory",)
+    assert (settings.cache_max_items, settings.cache_max_bytes) == (10_000, 64 * 1024 * 1024)
+    assert build_cache(load_settings(env={"EMBEDSTREAM_CACHE": "off"})) is None
 
 
 async def test_the_processor_answers_a_repeated_text_from_the_cache_without_a_call() -> None:

@@ -76,3 +76,13 @@ def test_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     ns = build_parser().parse_args(["run"])
     assert settings_from_args(ns, list(FIELDS)).ssl_check_hostname is True
+
+
+def test_help_says_what_embedstream_is_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from embedstream.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "80")  # a plain terminal: the line must fit it
+    description = build_parser().format_help().split("\n\n")[1]
+    assert description == (
+        "Kafka text events in, embeddings out, batched for any OpenAI-compatible API."
+    )

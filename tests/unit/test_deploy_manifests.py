@@ -365,6 +365,12 @@ def test_deployment_is_non_root_with_secret_key_and_room_to_drain(k8s: dict[str,
     assert pod["securityContext"].get("runAsUser", 10001) != 0
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    # The memory asked for holds what the defaults let a process keep: the buffer and the
+    # embedding cache (on by default), beside the interpreter and its libraries.
+    settings = load_settings(env=k8s["ConfigMap"]["data"])
+    cache = settings.cache_max_bytes if settings.cache != "off" else 0
+    held = settings.max_buffered_bytes + cache
+    assert _mib(container["resources"]["requests"]["memory"]) >= 160 + held / 2**20
     # Drain: the in-flight calls may each take up to request_timeout_s.
     assert pod["terminationGracePeriodSeconds"] >= 2 * DEFAULTS.request_timeout_s
     config_refs = [e["configMapRef"]["name"] for e in container["envFrom"] if "configMapRef" in e]
@@ -732,3 +738,9 @@ def test_the_image_and_compose_publish_the_online_port_off_by_default(
     env = processor["environment"]
     assert env["EMBEDSTREAM_HTTP_PORT"] == "${EMBEDSTREAM_HTTP_PORT:-0}"  # off unless asked
     assert env["EMBEDSTREAM_HTTP_API_KEYS"] == "${EMBEDSTREAM_HTTP_API_KEYS:-}"  # from the shell
+
+
+def _mib(quantity: str) -> float:
+    """A Kubernetes memory quantity (``320Mi``, ``1Gi``) in MiB."""
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "Gi" else 1)

@@ -15,9 +15,11 @@ class Recorder:
         self.fail = fail
         self.release = asyncio.Event()
         self.release.set()
+        self.called = asyncio.Event()  # a batch has reached the writer
 
     async def write_many(self, outputs: Sequence[int]) -> None:
         self.batches.append(list(outputs))
+        self.called.set()
         await self.release.wait()
         if self.fail is not None:
             raise self.fail
@@ -37,7 +39,7 @@ async def test_a_caller_returns_only_once_its_batch_is_written() -> None:
     recorder.release.clear()
     gathered: GatheredWrites[int] = GatheredWrites(recorder.write_many)
     writes = asyncio.gather(*(gathered.write(n) for n in range(3)))
-    await asyncio.sleep(0.01)
+    await recorder.called.wait()
     assert recorder.batches == [[0, 1, 2]] and not writes.done() and gathered.writing == 1
     recorder.release.set()
     await writes
@@ -57,7 +59,7 @@ async def test_a_cancelled_caller_leaves_the_others_written() -> None:
     gathered: GatheredWrites[int] = GatheredWrites(recorder.write_many)
     first = asyncio.create_task(gathered.write(1))
     second = asyncio.create_task(gathered.write(2))
-    await asyncio.sleep(0.01)
+    await recorder.called.wait()
     first.cancel()
     recorder.release.set()
     await second

@@ -5,20 +5,34 @@ failure has been answered yet), but that must hold only its own call, never ever
 Holding everyone (the governor's gate) on such a failure stopped all calls for 0.25-5 s at
 every repeat of every such input while healthy calls were being answered: a stream with
 a few bad inputs a second would have spent most of its time held.
+
+Both run on an event loop in virtual time (`VirtualLoop`): the slow provider, the feeder's pace
+and the outage's length are timers that take no real time, and the client reads the same clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import pytest
+from embedstream.core.clock import Clock
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
 from embedstream.errors import EmbedStreamError, Reason, TransientError, http_reason
 from embedstream.testing import eventually, vector_for
+from embedstream.testing.virtual_loop import LoopClock, VirtualLoop
 
 ANSWER_S = 0.3  # a loaded provider: healthy calls take this long
+
+
+def in_virtual_time(test: Callable[[Clock], Awaitable[None]]) -> None:
+    loop = VirtualLoop()
+    try:
+        loop.run_until_complete(test(LoopClock(loop)))
+    finally:
+        loop.close()
 
 
 class PoisonBesideSlowAnswers:
@@ -39,13 +53,17 @@ class PoisonBesideSlowAnswers:
         return None
 
 
-async def test_a_poison_input_beside_healthy_traffic_never_holds_the_healthy_calls(
+def test_a_poison_input_beside_healthy_traffic_never_holds_the_healthy_calls(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    in_virtual_time(lambda clock: poison_beside_healthy_traffic(clock, caplog))
+
+
+async def poison_beside_healthy_traffic(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     provider = PoisonBesideSlowAnswers()
     async with BatchingClient(
         provider, max_attempts=3, max_batch_size=1, max_concurrency=8, max_wait_ms=1,
-        retry_backoff_base_ms=50, retry_backoff_cap_ms=100,
+        retry_backoff_base_ms=50, retry_backoff_cap_ms=100, clock=clock,
     ) as client:  # fmt: skip
         stop = asyncio.Event()
         requests: list[asyncio.Future[object]] = []
@@ -66,7 +84,7 @@ async def test_a_poison_input_beside_healthy_traffic_never_holds_the_healthy_cal
 
         feeder = asyncio.create_task(healthy())
         watcher = asyncio.create_task(watch_the_gate())
-        await asyncio.sleep(0.5)  # healthy calls are being answered
+        await eventually(lambda: len(provider.started) >= 10)  # healthy calls being answered
         with caplog.at_level(logging.INFO, logger="embedstream"), pytest.raises(EmbedStreamError):
             await asyncio.wait_for(client.embed("poison"), 30)
         stop.set()
@@ -97,17 +115,23 @@ class GoesDown:
         return None
 
 
-async def test_an_outage_still_closes_the_gate_for_everyone_and_spends_no_last_attempt(
+def test_an_outage_still_closes_the_gate_for_everyone_and_spends_no_last_attempt(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    in_virtual_time(lambda clock: an_outage(clock, caplog))
+
+
+async def an_outage(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     provider = GoesDown()
     async with BatchingClient(
         provider, max_attempts=2, max_batch_size=1, max_concurrency=4, max_wait_ms=1,
-        retry_backoff_base_ms=50, retry_backoff_cap_ms=200,
+        retry_backoff_base_ms=50, retry_backoff_cap_ms=200, clock=clock,
     ) as client:  # fmt: skip
         await client.embed("warm")
         provider.down.set()
-        await asyncio.sleep(1.1)  # no call succeeds now: a first failure spends no attempt
+        # No call succeeds from now on; the last success grows older on the client's clock,
+        # so a first failure after it spends no attempt.
+        await asyncio.sleep(1.1)
         with caplog.at_level(logging.ERROR, logger="embedstream"):
             pending = [asyncio.ensure_future(client.embed(f"during {n}")) for n in range(6)]
             await eventually(lambda: client.governor.provider_down, timeout_s=10)

@@ -16,7 +16,7 @@ from embedstream.errors import InvalidEvent, Reason, RegistryUnavailable
 from embedstream.testing.registry import TestRegistry
 from embedstream.wire import EmbedResult
 from embedstream.wire.field_mapping import FieldMapping
-from embedstream.wire.formats.results import result_schema
+from embedstream.wire.formats.output_schemas import RECORD_NAMES, RESULT, output_schema
 from embedstream.wire.registry_frames import parse_frame
 
 from tests.unit import registry_kit as kit
@@ -169,16 +169,23 @@ async def test_bearer_token_is_sent(registry: TestRegistry) -> None:
     assert registry.authorizations == ["Bearer tok-1"]
 
 
-async def test_result_schema_is_registered_under_the_topic_subject(
+async def test_each_record_shape_is_registered_under_its_topic_record_name_subject(
     registry: TestRegistry,
 ) -> None:
     async with client_for(registry) as client:
         encoder = await result_encoder(client, "avro", "embed.results")
         again = await result_encoder(client, "avro", "embed.results")
         fetched = await client.schema(parse_frame(encoder.encode(kit_result())).schema_id)
-    assert fetched.schema == result_schema("avro")[1]
+    assert fetched.schema == output_schema("avro", RESULT)[1]
     assert parse_frame(again.encode(kit_result())).schema_id == fetched.schema_id
-    assert registry.paths[0] == "POST /apis/ccompat/v7/subjects/embed.results-value/versions"
+    assert registry.paths[:3] == [
+        f"POST /apis/ccompat/v7/subjects/embed.results-{name}/versions" for name in RECORD_NAMES
+    ]
+    assert RECORD_NAMES == (
+        "io.embedstream.EmbeddingResult",
+        "io.embedstream.EmbeddingChunk",
+        "io.embedstream.DocumentEnd",
+    )
 
 
 async def test_a_refused_registration_is_not_an_outage(registry: TestRegistry) -> None:

@@ -15,7 +15,8 @@ from embedstream.errors import InvalidEvent, Reason
 from embedstream.wire import EmbedRequest, EmbedResult, request_from_doc
 from embedstream.wire.field_mapping import FieldMapping, MappedEvent, map_fields
 from embedstream.wire.formats import RegistrySchema, build_decoder
-from embedstream.wire.formats.results import RESULT_JSON_SCHEMA, ResultEncoder, result_schema
+from embedstream.wire.formats.output_schemas import JSON_SCHEMA, RECORD_NAMES, RESULT, output_schema
+from embedstream.wire.formats.results import ResultEncoder
 from embedstream.wire.registry_frames import (
     Frame,
     encode_message_indexes,
@@ -258,18 +259,18 @@ def test_mapping_settings_are_checked(bad: dict[str, str]) -> None:
         FieldMapping(optional=bad)
 
 
-RESULT = EmbedResult("r-1", "m", [0.25, -1.5], 2, 4, {"doc": 1}, 1, 12.3456, cached=True)
+RESULT_RECORD = EmbedResult("r-1", "m", [0.25, -1.5], 2, 4, {"doc": 1}, 1, 12.3456, cached=True)
 
 
 @pytest.mark.parametrize("embedding", [[0.25, -1.5], encode_base64([0.25, -1.5])])
 def test_avro_results_read_back_by_the_reference_deserializer(embedding: Any) -> None:
     client = kit.mock_registry()
-    schema_type, text = result_schema("avro")
+    schema_type, text = output_schema("avro", RESULT)
     from confluent_kafka.schema_registry import Schema
 
-    schema_id = client.register_schema("embed.results-value", Schema(text, schema_type))
+    schema_id = client.register_schema(f"embed.results-{RESULT}", Schema(text, schema_type))
     result = EmbedResult("r-1", "m", embedding, 2, 4, {"doc": 1}, 1, 12.3456, cached=True)
-    raw = ResultEncoder("avro", schema_id).encode(result)
+    raw = ResultEncoder("avro", dict.fromkeys(RECORD_NAMES, schema_id)).encode(result)
     record = AvroDeserializer(client)(raw, kit.CONTEXT)
     assert record == {
         "id": "r-1",
@@ -289,9 +290,9 @@ def test_avro_results_read_back_by_the_reference_deserializer(embedding: Any) ->
 
 
 def test_json_schema_results_match_their_schema() -> None:
-    raw = ResultEncoder("json_schema", 9).encode(RESULT)
+    raw = ResultEncoder("json_schema", dict.fromkeys(RECORD_NAMES, 9)).encode(RESULT_RECORD)
     frame = parse_frame(raw)
     assert frame.schema_id == 9
     doc = json.loads(frame.payload)
-    jsonschema.validate(doc, RESULT_JSON_SCHEMA)
+    jsonschema.validate(doc, JSON_SCHEMA[RESULT])
     assert doc["metadata"] == {"doc": 1} and doc["usage"] == {"tokens": 4}

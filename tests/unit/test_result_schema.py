@@ -15,12 +15,12 @@ from embedstream.errors import ConfigError, RegistryUnavailable
 from embedstream.settings import Settings, load_settings
 from embedstream.testing.registry import TestRegistry
 from embedstream.testing.waiting import eventually
-from embedstream.wire.formats.results import result_schema
+from embedstream.wire.formats.output_schemas import RESULT, output_schema
 from embedstream.wire.registry_frames import parse_frame
 
 from tests.unit.test_registry_client import kit_result
 
-REGISTER = "POST /subjects/embed.results-value/versions"
+REGISTER = f"POST /subjects/embed.results-{RESULT}/versions"
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ async def test_an_outage_at_start_is_waited_out_then_the_schema_is_registered(
         registry.answer_status = None
         encoder = await asyncio.wait_for(task, 5)
     assert encoder is not None and start.outage is None
-    registered = registry.register("embed.results-value", result_schema("avro")[1])
+    registered = registry.register(f"embed.results-{RESULT}", output_schema("avro", RESULT)[1])
     assert parse_frame(encoder.encode(kit_result())).schema_id == registered
     waits = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(waits) >= 3 and all("schema registry unavailable at start" in w for w in waits)

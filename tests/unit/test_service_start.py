@@ -89,3 +89,35 @@ async def test_a_consumer_that_cannot_find_its_topics_is_closed_and_named() -> N
         "`embedstream topics create` (or check the prefix)"
     )
     assert consumer.stopped and producer.stopped  # no client left unclosed
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warned"),
+    [
+        ({}, False),  # the defaults: 10,000 slots for 5,000 buffered plus 1,000 chunks
+        ({"cache_max_items": 5_999}, True),
+        ({"cache_max_items": 6_000}, False),
+        ({"cache_max_items": 100, "cache": "off"}, False),
+        (
+            {"cache_max_items": 2_000, "max_buffered_items": 500, "max_document_chunks": 1_500},
+            False,
+        ),
+    ],
+)
+def test_a_cache_smaller_than_the_work_in_hand_is_warned_of_at_start(
+    overrides: dict[str, Any], warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = load_settings(env={}, overrides={"topic_prefix": "t.", **overrides})
+    cluster = _cluster()
+    build_service(
+        settings, GatedBackend(), consumer=FakeConsumer(cluster), producer=FakeProducer(cluster)
+    )
+    warnings = [r.getMessage() for r in caplog.records if "cache_max_items" in r.getMessage()]
+    if warned:
+        assert warnings == [
+            "cache_max_items (5999) is below max_buffered_items (5000) plus max_document_chunks "
+            "(1000): the in-process cache may drop vectors of the work in hand before their "
+            "texts come back; raise it to at least 6000"
+        ]
+    else:
+        assert warnings == []

@@ -8,6 +8,9 @@ from pathlib import Path
 from embedstream.settings import FIELDS, Group, spec
 from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags
 
+# What `embedstream --help` says the program is, in one line.
+DESCRIPTION = "Kafka text events in, embeddings out, batched for any OpenAI-compatible API."
+
 ALL_SETTINGS = tuple(FIELDS)
 # `serve`: the engine and the online lane, no Kafka (nor documents, formats or the store).
 _SERVE_GROUPS = (Group.PROVIDER, Group.BATCHING, Group.LIMITS, Group.CACHE, Group.OPERATIONS)
@@ -52,7 +55,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="embedstream", description=__doc__, formatter_class=_HelpFormatter
+        prog="embedstream", description=DESCRIPTION, formatter_class=_HelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

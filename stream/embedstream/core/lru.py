@@ -1,7 +1,7 @@
 """A bounded map that forgets the least recently used entry first and every entry after a TTL.
 
-The cache's in-process tier. Pure: every call takes the current time, so tests drive expiry
-with a fake clock.
+The Schema Registry client's schemas by id. Pure: every call takes the current time, so tests
+drive expiry with a fake clock.
 """
 
 from __future__ import annotations

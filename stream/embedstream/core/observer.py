@@ -22,7 +22,7 @@ class CacheObserver(Protocol):
         """A look-up or write of the shared tier failed (Redis down, slow or refusing)."""
 
     def count_cache_evictions(self, tier: str, entries: int) -> None:
-        """Entries the in-process tier dropped to stay within cache_max_items."""
+        """Entries the in-process tier dropped to stay within its bounds."""
 
 
 class EngineObserver(CacheObserver, Protocol):

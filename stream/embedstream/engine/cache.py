@@ -4,8 +4,9 @@ Looked up before a text joins a batch, one batched round trip per fetched batch 
 `BatchingClient.embed` call), so a hit takes no call slot and no token budget; written after a
 successful call: to the memory tier at once, to Redis by one background writer that sends
 whatever has accumulated in one command, so a write never holds a call slot. Two tiers: an
-in-process LRU (`cache=memory`, and in front of Redis with `cache=redis`) and Redis, shared by
-every processor and client (`engine/cache_tiers.py`, the only module that imports ``redis``).
+in-process W-TinyLFU map (`cache=memory`, and in front of Redis with `cache=redis`) and Redis,
+shared by every processor and client (`engine/cache_tiers.py`, the only module that imports
+``redis``).
 
 Redis is never a single point of failure: a look-up that fails or takes longer than
 `cache_timeout_ms` counts as a miss (the text goes to the provider as if there were no cache);
@@ -294,7 +295,13 @@ def build_cache(
     provider = provider_identity(
         configured.provider_endpoint(settings), settings.provider_profile, settings.extra_body_map
     )
-    memory = MemoryTier(settings.cache_max_items, settings.cache_ttl_s, clock, observer)
+    memory = MemoryTier(
+        settings.cache_max_items,
+        settings.cache_ttl_s,
+        clock,
+        observer,
+        max_bytes=settings.cache_max_bytes,
+    )
     shared: Tier | None = None
     timeout_s = settings.cache_timeout_ms / 1000.0
     if settings.cache == "redis":
@@ -302,4 +309,21 @@ def build_cache(
         shared = RedisTier(settings.cache_url, settings.cache_ttl_s, timeout_s)
     return EmbeddingCache(
         provider, memory, shared, timeout_s=timeout_s, observer=observer, clock=clock
+    )
+
+
+def undersized_warning(settings: Settings) -> str | None:
+    """What to tell a processor whose in-process tier holds less than its work in hand (a full
+    buffer plus one document admitted whole): vectors of that work may be evicted before the
+    same texts come back (a document's next version, a retried batch). None when it holds it."""
+    if settings.cache == "off":
+        return None
+    in_hand = settings.buffered_items_limit + settings.max_document_chunks
+    if settings.cache_max_items >= in_hand:
+        return None
+    return (
+        f"cache_max_items ({settings.cache_max_items}) is below max_buffered_items "
+        f"({settings.buffered_items_limit}) plus max_document_chunks "
+        f"({settings.max_document_chunks}): the in-process cache may drop vectors of the work "
+        f"in hand before their texts come back; raise it to at least {in_hand}"
     )

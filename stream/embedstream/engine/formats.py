@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 
 from embedstream.engine.registry import RegistryClient, RegistryConfig
-from embedstream.engine.schema_decoders import SchemaDecoders
+from embedstream.engine.schema_decoders import FramedOutputs, SchemaDecoders
 from embedstream.errors import ConfigError
 from embedstream.settings import Settings
 from embedstream.wire.field_mapping import FieldMapping
@@ -69,3 +69,12 @@ def schema_decoders(settings: Settings, client: RegistryClient) -> SchemaDecoder
         field_mapping(settings),
         max_schemas=settings.schema_registry_cache_size,
     )
+
+
+def framed_outputs(settings: Settings, client: RegistryClient) -> FramedOutputs:
+    """The store writer's reader of results written in a registry output_format."""
+    decoders = SchemaDecoders(
+        client, settings.output_format, FieldMapping(),
+        max_schemas=settings.schema_registry_cache_size,
+    )  # fmt: skip
+    return FramedOutputs(decoders)

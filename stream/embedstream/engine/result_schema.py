@@ -1,10 +1,11 @@
-"""Registering the result schema at start, waiting out a registry outage.
+"""Registering the results topic's schemas at start, waiting out a registry outage.
 
-With a registry `output_format`, the processor registers its result schema before it consumes
-anything: no result may go out without its schema id. A registry that cannot answer then (it
-starts after the processor, as a compose file or a Kubernetes rollout may have it, or it is
-briefly down) is an outage like any later one, not a bad setting: the start waits, asking
-again after holds that double from 0.5 s to 10 s (`core/holdback.py`, the input side's
+With a registry `output_format`, the processor registers the schema of each record shape of the
+results topic (result, chunk, document end; TopicRecordNameStrategy, `output_schemas.py`) before
+it consumes anything: no record may go out without its schema id. A registry that cannot
+answer then (it starts after the processor, as a compose file or a Kubernetes rollout may have
+it, or it is briefly down) is an outage like any later one, not a bad setting: the start
+waits, asking again after holds that double from 0.5 s to 10 s (`core/holdback.py`, the input side's
 holds), and `/readyz` says why meanwhile. A registry that answers and refuses the schema
 (e.g. incompatible with the subject's versions) still stops the start, naming the setting.
 """
@@ -30,8 +31,9 @@ _KEY = "result schema"
 
 
 class ResultSchemaRegistration:
-    """Registers the result schema under ``<results topic>-value``; `outage` is the registry's
-    last failure to answer while the start waits, None once registered (or never asked)."""
+    """Registers the results topic's schemas under ``<topic>-<record name>``; `outage` is the
+    registry's last failure to answer while the start waits, None once registered (or never
+    asked)."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """Registry-framed values to request dicts: the frame, the schema of its id (from the
 registry client), the format decoder built from it (kept per id), and the field mapping.
-Also the result side: register the result schema under the results topic's subject and
-return the encoder that frames results with its id.
+Also the result side: register the schema of each results-topic record shape and return the
+encoder that frames records with their ids, and read framed records back (the store writer).
 
 A decoder is built once per schema id and kept, bounded; a schema that is not of the topic's
 format or does not parse is kept as that error, since an id's schema never changes.
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from typing import Any
 
 from embedstream.engine.registry import RegistryClient
 from embedstream.errors import InvalidEvent, RegistryUnavailable
 from embedstream.wire.field_mapping import FieldMapping, MappedEvent, map_fields
 from embedstream.wire.formats import PayloadDecoder, build_decoder
-from embedstream.wire.formats.results import ResultEncoder, result_schema
+from embedstream.wire.formats.output_schemas import RECORD_NAMES, output_schema, record_subject
+from embedstream.wire.formats.results import ResultEncoder, output_fields
 from embedstream.wire.registry_frames import parse_frame
 
 
@@ -73,15 +75,27 @@ class SchemaDecoders:
         return found
 
 
-def result_subject(results_topic: str) -> str:
-    """TopicNameStrategy: the value schema of a topic is registered under ``<topic>-value``."""
-    return f"{results_topic}-value"
-
-
 async def result_encoder(
     client: RegistryClient, output_format: str, results_topic: str
 ) -> ResultEncoder:
-    """Register the result schema (at start-up; idempotent) and the encoder that uses its id."""
-    schema_type, text = result_schema(output_format)
-    schema_id = await client.register(result_subject(results_topic), schema_type, text)
-    return ResultEncoder(output_format, schema_id)
+    """Register the schema of each record shape of the results topic (at start-up;
+    idempotent) under TopicRecordNameStrategy, and the encoder that uses their ids."""
+    ids: dict[str, int] = {}
+    for name in RECORD_NAMES:
+        schema_type, text = output_schema(output_format, name)
+        ids[name] = await client.register(record_subject(results_topic, name), schema_type, text)
+    return ResultEncoder(output_format, ids)
+
+
+class FramedOutputs:
+    """The store writer's reader of framed results-topic values: the schema of the frame's id
+    (from the registry, decoders kept per id), then the fields as a JSON value holds them."""
+
+    def __init__(self, decoders: SchemaDecoders) -> None:
+        self._decoders = decoders
+
+    async def decode(self, raw: bytes) -> dict[str, Any]:
+        """Raises InvalidEvent (dead-letter the record) or RegistryUnavailable (an outage)."""
+        frame = parse_frame(raw)
+        decoder = await self._decoders.decoder(frame.schema_id)
+        return output_fields(decoder.decode(frame.payload))

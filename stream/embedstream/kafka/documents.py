@@ -220,8 +220,9 @@ class DocumentFlow:
             record = DocumentComplete(final.doc_id, final.version, final.chunk_count, run.metadata)
             outcome = "complete"
         try:
-            await self._sink.document_record(record.key, record.encode(), run.start.origin,
-                                             run.state, run.start.span.traceparent())  # fmt: skip
+            value = self._sink.end_value(record)
+            await self._sink.document_record(record.key, value, run.start.origin, run.state,
+                                             run.start.span.traceparent())  # fmt: skip
         except OutputUnwritable:
             log.error("final record of document %s not written; it stays unfinished", run.doc_id)
             return

@@ -29,6 +29,8 @@ from embedstream.wire import (
     SOURCE_TOPIC,
     TRUNCATED_FROM,
     ChunkResult,
+    DocumentComplete,
+    DocumentIncomplete,
     EmbedResult,
     Failure,
     Headers,
@@ -190,9 +192,11 @@ def _append(batch: RecordBatch, output: Output) -> bool:
 
 
 class ResultValues(Protocol):
-    """Results in a registry format (wire/formats/results.py ResultEncoder)."""
+    """The results topic's records in a registry format (wire/formats/results.py)."""
 
     def encode(self, result: EmbedResult) -> bytes: ...
+    def encode_chunk(self, chunk: ChunkResult) -> bytes: ...
+    def encode_end(self, end: DocumentComplete | DocumentIncomplete) -> bytes: ...
 
 
 class Sink:
@@ -209,9 +213,9 @@ class Sink:
         self._gathered: GatheredWrites[Output] = GatheredWrites(writer.write_many)
         self._topics = topics
         self._clock_ms = clock.wall_ms
-        # None: results as JSON, each record's own encode() (the hot path, untouched). Set
-        # before consuming starts when output_format is a registry format (the schema id comes
-        # from registering it). Chunk results stay JSON: the result schema is one record type.
+        # None: records as JSON, each record's own encode() (the hot path, untouched). Set
+        # before consuming starts when output_format is a registry format (the schema ids come
+        # from registering them): then results, chunks and final records all use it.
         self.result_values = result_values
 
     def result_outputs(
@@ -230,14 +234,20 @@ class Sink:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
         if (traceparent := item.span.traceparent()) is not None:
             headers.append((TRACEPARENT, traceparent))
+        values = self.result_values
         if isinstance(result, ChunkResult):
-            key, value = result.key, result.encode()
+            key = result.key
+            value = result.encode() if values is None else values.encode_chunk(result)
         else:
             key = item.request.id.encode()
-            values = self.result_values
             value = result.encode() if values is None else values.encode(result)
         high = item.priority is Priority.HIGH
         return Output(item.origin, self._topics.results, key, value, headers, item.partition, high)
+
+    def end_value(self, end: DocumentComplete | DocumentIncomplete) -> bytes:
+        """A document version's final record in the output format."""
+        values = self.result_values
+        return end.encode() if values is None else values.encode_end(end)
 
     async def document_record(
         self,

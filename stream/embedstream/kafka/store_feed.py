@@ -25,17 +25,17 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from embedstream.core.backoff import Backoff
-from embedstream.errors import InvalidEvent, Reason, StoreError
+from embedstream.errors import InvalidEvent, Reason, RegistryUnavailable, StoreError
 from embedstream.kafka.protocols import Consumer, Record
 from embedstream.kafka.sink import Sink
 from embedstream.wire import Failure
-from embedstream.wire.documents import OutputRecord, decode_output
+from embedstream.wire.documents import OutputRecord, decode_output, output_of
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,12 @@ class RecordStore(Protocol):
     async def open(self) -> None: ...
     async def apply(self, records: Sequence[OutputRecord]) -> Sequence[Refusal]: ...
     async def close(self) -> None: ...
+
+
+class FramedValues(Protocol):
+    """Reads a registry-framed value (``engine.schema_decoders.FramedOutputs`` does)."""
+
+    async def decode(self, raw: bytes) -> dict[str, Any]: ...
 
 
 class FeedObserver(Protocol):
@@ -97,8 +103,10 @@ class StoreFeed:
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        framed: FramedValues | None = None,
     ) -> None:
         self._consumer = consumer
+        self._framed = framed  # with a registry output_format: its framed values
         self._store = store
         self._dead_letters = dead_letters
         self._topic = topic
@@ -177,13 +185,26 @@ class StoreFeed:
 
     async def _write(self, records: Sequence[Record]) -> None:
         decoded: list[_Decoded] = []
+        attempt = 0
         for record in records:
-            try:
-                decoded.append(_Decoded(record, decode_output(record.key, record.value)))
-            except InvalidEvent as exc:
-                self._observer.rejected(exc.reason)
-                await self._dead_letter(record, exc.reason, str(exc), "InvalidEvent")
+            while True:
+                try:
+                    decoded.append(_Decoded(record, await self._decode(record)))
+                except InvalidEvent as exc:
+                    self._observer.rejected(exc.reason)
+                    await self._dead_letter(record, exc.reason, str(exc), "InvalidEvent")
+                except RegistryUnavailable as exc:  # an outage, as the store's: wait, again
+                    attempt += 1
+                    await self._outage(exc, attempt)
+                    continue
+                break
         await self._apply(decoded)
+
+    async def _decode(self, record: Record) -> OutputRecord:
+        value = record.value
+        if self._framed is not None and value is not None and value[:1] == b"\x00":
+            return output_of(record.key, await self._framed.decode(value))
+        return decode_output(record.key, value)
 
     async def _apply(self, decoded: Sequence[_Decoded]) -> None:
         """Write ``decoded`` in one transaction, retrying outages; a batch the database refuses
@@ -227,9 +248,10 @@ class StoreFeed:
         await self._apply(decoded[:middle])
         await self._apply(decoded[middle:])
 
-    async def _outage(self, exc: StoreError, attempt: int) -> None:
+    async def _outage(self, exc: StoreError | RegistryUnavailable, attempt: int) -> None:
         if self.store_problem is None:
-            log.warning("store unavailable, retrying with backoff: %s", exc)
+            what = "schema registry" if isinstance(exc, RegistryUnavailable) else "store"
+            log.warning("%s unavailable, retrying with backoff: %s", what, exc)
         self.store_problem = str(exc)
         if self._stopping.is_set() or self._revoking:
             raise _GiveUp

@@ -218,8 +218,9 @@ class Metrics:
         )
         self._cache_evictions = Counter(
             "embedstream_cache_evictions_total",
-            "Entries the in-process cache dropped to stay within cache_max_items (least "
-            "recently used first); steady growth while re-ingesting: raise it, or use Redis.",
+            "Entries the in-process cache dropped (or did not admit) to stay within "
+            "cache_max_items and cache_max_bytes; steady growth while re-ingesting: raise "
+            "them, or use Redis.",
             ["tier"],
             registry=r,
         )

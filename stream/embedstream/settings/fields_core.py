@@ -244,7 +244,10 @@ class CoreFields:
     )
 
     cache: CacheMode = setting(
-        "off", "Embedding cache: off, memory (in-process), or redis (shared; memory in front).", _C
+        "memory",
+        "Embedding cache: memory (in-process, bounded by cache_max_items and cache_max_bytes), "
+        "redis (shared; memory in front), or off.",
+        _C,
     )
     cache_url: str | None = setting(
         None,
@@ -257,7 +260,17 @@ class CoreFields:
         7 * 24 * 3600.0, "Seconds a cached vector is kept; 0 keeps it until evicted.", _C, ge=0
     )
     cache_max_items: int = setting(
-        10_000, "Most vectors in the in-process tier (least recently used go first).", _C, gt=0
+        10_000,
+        "Most vectors in the in-process tier (W-TinyLFU: a scan does not flush it).",
+        _C,
+        gt=0,
+    )
+    cache_max_bytes: int = setting(
+        64 * 1024 * 1024,
+        "Most bytes the in-process tier holds: each vector (4 bytes a dimension), its key and "
+        "about 280 bytes of bookkeeping.",
+        _C,
+        gt=0,
     )
     cache_timeout_ms: float = setting(
         500.0,

@@ -22,9 +22,9 @@ class FormatFields:
     )
     output_format: OutputFormat = setting(
         "json",
-        "What results are written as: json, or avro / json_schema in the registry wire format "
-        "(the result schema is registered at start under the results topic's -value subject). "
-        "Document chunk and final records stay JSON.",
+        "What the results topic's records (results, chunks, final records) are written as: "
+        "json, or avro / json_schema in the registry wire format (each shape's schema "
+        "registered at start under <topic>-<record name>, TopicRecordNameStrategy).",
         _F,
     )
     schema_registry_url: str | None = setting(

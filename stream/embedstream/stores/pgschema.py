@@ -24,6 +24,7 @@ optional HNSW / IVFFlat index (cosine) is partial on that predicate.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -191,7 +192,8 @@ def merge_chunks(names: Names, source: str = "es_chunks_in s") -> str:
         SELECT {staged}, {SEARCHABLE.format(row="s")}
         FROM {source} JOIN {names.documents} d ON d.doc_id = s.doc_id
         ON CONFLICT (doc_id, version, chunk_seq) DO UPDATE SET {updates},
-            searchable = excluded.searchable, written_at = now()"""
+            searchable = excluded.searchable, written_at = now()
+        WHERE {_changed("c", (*CHUNK_COLUMNS[3:], "searchable"))}"""
 
 
 def insert_chunk_row(names: Names) -> str:
@@ -211,8 +213,18 @@ def recompute_searchable(names: Names) -> str:
 def merge_requests(names: Names, source: str = "es_requests_in") -> str:
     columns = ", ".join(REQUEST_COLUMNS)
     updates = ", ".join(f"{name} = excluded.{name}" for name in REQUEST_COLUMNS[1:])
-    return f"""INSERT INTO {names.requests} ({columns}) SELECT {columns} FROM {source}
-        ON CONFLICT (id) DO UPDATE SET {updates}, written_at = now()"""
+    return f"""INSERT INTO {names.requests} AS r ({columns}) SELECT {columns} FROM {source}
+        ON CONFLICT (id) DO UPDATE SET {updates}, written_at = now()
+        WHERE {_changed("r", REQUEST_COLUMNS[1:])}"""
+
+
+def _changed(row: str, columns: Sequence[str]) -> str:
+    """A replayed row already in the table as it is (the same vector, span, text, metadata...)
+    is left alone: no new row version, no index entry, no WAL for it; ``written_at`` keeps
+    the time it was last changed."""
+    mine = ", ".join(f"{row}.{name}" for name in columns)
+    theirs = ", ".join(f"excluded.{name}" for name in columns)
+    return f"({mine}) IS DISTINCT FROM ({theirs})"
 
 
 def insert_request_row(names: Names) -> str:

@@ -22,3 +22,18 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             if timers and min(timers) > self._now:
                 self._now = min(timers)
         super()._run_once()  # type: ignore[misc]
+
+
+class LoopClock:
+    """A :class:`embedstream.core.clock.Clock` that reads the loop's time: on a
+    :class:`VirtualLoop`, the runtime's clock moves with its sleeps and timers."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, epoch_ms: int = 1_767_225_600_000) -> None:
+        self._loop = loop
+        self._epoch_ms = epoch_ms
+
+    def monotonic(self) -> float:
+        return self._loop.time()
+
+    def wall_ms(self) -> int:
+        return self._epoch_ms + int(self._loop.time() * 1000)

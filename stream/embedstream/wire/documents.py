@@ -60,6 +60,10 @@ class ChunkResult:
         return self.doc_id.encode()
 
     def encode(self) -> bytes:
+        return record_json(self.fields())
+
+    def fields(self) -> dict[str, Any]:
+        """The record as the JSON value holds it (and a registry format's encoder starts from)."""
         doc: dict[str, Any] = {
             "type": CHUNK,
             "doc_id": self.doc_id,
@@ -78,7 +82,7 @@ class ChunkResult:
         }
         if self.text is not None:
             doc["text"] = self.text
-        return record_json(doc)
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +99,16 @@ class DocumentComplete:
         return self.doc_id.encode()
 
     def encode(self) -> bytes:
-        return record_json(
-            {
-                "type": COMPLETE,
-                "doc_id": self.doc_id,
-                "version": self.version,
-                "chunk_count": self.chunk_count,
-                "metadata": self.metadata,
-            }
-        )
+        return record_json(self.fields())
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "type": COMPLETE,
+            "doc_id": self.doc_id,
+            "version": self.version,
+            "chunk_count": self.chunk_count,
+            "metadata": self.metadata,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,16 +126,17 @@ class DocumentIncomplete:
         return self.doc_id.encode()
 
     def encode(self) -> bytes:
-        return record_json(
-            {
-                "type": INCOMPLETE,
-                "doc_id": self.doc_id,
-                "version": self.version,
-                "chunk_count": self.chunk_count,
-                "missing": self.missing,
-                "metadata": self.metadata,
-            }
-        )
+        return record_json(self.fields())
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "type": INCOMPLETE,
+            "doc_id": self.doc_id,
+            "version": self.version,
+            "chunk_count": self.chunk_count,
+            "missing": self.missing,
+            "metadata": self.metadata,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +158,7 @@ DocumentRecord = ChunkResult | DocumentComplete | DocumentIncomplete | DocumentD
 
 
 def decode_output(key: bytes | None, value: bytes | None) -> OutputRecord:
-    """Parse and validate one results-topic record (its key and value)."""
+    """Parse and validate one results-topic record (its key and a JSON value)."""
     if value is None:
         return DocumentDeleted(doc_id=_key_text(key))
     try:
@@ -163,6 +169,12 @@ def decode_output(key: bytes | None, value: bytes | None) -> OutputRecord:
         raise InvalidEvent(
             Reason.NOT_AN_OBJECT, f"expected a JSON object, got {type(doc).__name__}"
         )
+    return output_of(key, doc)
+
+
+def output_of(key: bytes | None, doc: dict[str, Any]) -> OutputRecord:
+    """Validate one results-topic record already decoded to its fields (from JSON, or from a
+    registry format by ``wire/formats/results.py``)."""
     kind = doc.get("type")
     record: OutputRecord
     if kind is None:

@@ -54,7 +54,7 @@ class AvroDecoder:
 
 
 class AvroEncoder:
-    """Encodes records of one schema of ours (the result schema) as Avro binary."""
+    """Encodes records of one schema of ours (a results-topic shape) as Avro binary."""
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self._schema = fastavro.parse_schema(schema)
