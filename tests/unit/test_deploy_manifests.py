@@ -358,7 +358,9 @@ def test_probes_hit_readyz_and_healthz_on_the_metrics_port(k8s: dict[str, Any]) 
     assert k8s["ConfigMap"]["data"]["EMBEDSTREAM_METRICS_HOST"] == "0.0.0.0"
 
 
-def test_deployment_is_non_root_with_secret_key_and_room_to_drain(k8s: dict[str, Any]) -> None:
+def test_deployment_is_non_root_with_secret_key_and_room_to_drain(
+    k8s: dict[str, Any], tmp_path: Path
+) -> None:
     pod = k8s["Deployment"]["spec"]["template"]["spec"]
     container = _container(k8s)
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -367,7 +369,7 @@ def test_deployment_is_non_root_with_secret_key_and_room_to_drain(k8s: dict[str,
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
     # The memory asked for holds what the defaults let a process keep: the buffer and the
     # embedding cache (on by default), beside the interpreter and its libraries.
-    settings = load_settings(env=k8s["ConfigMap"]["data"])
+    settings = load_settings(env=_with_keys_file(k8s["ConfigMap"]["data"], tmp_path))
     cache = settings.cache_max_bytes if settings.cache != "off" else 0
     held = settings.max_buffered_bytes + cache
     assert _mib(container["resources"]["requests"]["memory"]) >= 160 + held / 2**20
