@@ -12,7 +12,9 @@ import contextlib
 import logging
 import signal
 
+from embedstream.engine.backend import BatchCall
 from embedstream.engine.client import BatchingClient
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.formats import framed_outputs, registry_client
 from embedstream.engine.registry import RegistryClient
@@ -35,7 +37,7 @@ from embedstream.settings import Settings
 from embedstream.settings.rules import require_store
 from embedstream.stores.base import SearchHit
 from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
-from embedstream.wire.vectors import decode_base64
+from embedstream.wire.vectors import Vector, decode_base64
 
 log = logging.getLogger(__name__)
 
@@ -205,15 +207,33 @@ async def init_store(settings: Settings, dimensions: int | None) -> str:
 
 
 async def search_store(settings: Settings, question: str, k: int) -> list[SearchHit]:
-    """`embedstream sink search`: embed the question with the configured provider (the
-    table's model), then the k nearest searchable chunks."""
+    """`embedstream sink search`: embed the question with the table's model, then the k nearest
+    searchable chunks. Through a processor's online lane when `online_url` is set (the
+    question shares the processor's provider budget as its top lane), else with a client of
+    its own on the configured provider."""
     async with PgVectorStore(store_config(settings)) as store:
         if store.model is None:
             raise EmbedStreamError(
                 f"table {settings.store_schema}.{settings.store_table} does not exist yet; "
                 "run `embedstream sink` (or `embedstream sink init`) first"
             )
-        async with BatchingClient(settings=settings) as client:
-            vector = await client.submit(question, model=store.model, encoding_format="float")
+        vector = await _embed_question(settings, question, store.model)
         floats = decode_base64(vector) if isinstance(vector, str) else vector
         return await store.search(floats, k)
+
+
+async def _embed_question(settings: Settings, question: str, model: str) -> Vector:
+    if settings.online_url:
+        lane = OpenAIEmbedder(
+            base_url=settings.online_url,
+            api_key=settings.online_api_key,
+            timeout_s=settings.request_timeout_s,
+            wire_format="float",
+        )
+        try:
+            outcome = await lane.embed(BatchCall(model, [question], "float", None))
+        finally:
+            await lane.close()
+        return outcome.vectors[0]
+    async with BatchingClient(settings=settings) as client:
+        return await client.submit(question, model=model, encoding_format="float")

@@ -183,3 +183,52 @@ async def test_overload_answers_429_at_once_and_loses_no_kafka_work(
         assert set(seen) == ids and all(len(v) == 1 for v in seen.values())
         lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
         assert lag == {names.requests_low: 0}
+
+
+async def test_sink_search_embeds_the_question_through_an_online_lane() -> None:
+    import uuid
+
+    from embedsim.model import expected_vector as provider_vector
+    from embedstream.app_serve import Gateway
+    from embedstream.app_store import search_store
+    from embedstream.settings import load_settings
+    from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
+    from embedstream.testing.postgres import PostgresUnavailable, start_postgres
+    from embedstream.wire import ChunkResult
+
+    try:
+        postgres = start_postgres()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    with postgres:
+        config = PgStoreConfig(dsn=postgres.dsn, table=table, model="m")
+        async with PgVectorStore(config) as store:
+            chunks = [
+                ChunkResult(doc, "v1", 0, 1, (0, 5), provider_vector("m", text, 256), "m", 256,
+                            1, False, None, 1, 1.0, text)
+                for doc, text in (("alpha", "alpha text"), ("beta", "beta text"))
+            ]  # fmt: skip
+            await store.apply(chunks)
+        async with SimulatorServer() as simulator:
+            lane_settings = load_settings(env={}, overrides={"base_url": simulator.url})
+            gateway = Gateway(lane_settings, port=0)
+            started = asyncio.Event()
+            serving = asyncio.create_task(gateway.run(started))
+            await started.wait()
+            try:
+                searcher = load_settings(env={}, overrides={
+                    "store_dsn": postgres.dsn, "store_table": table, "store_model": "m",
+                    # Nothing listens here: the question must go through the online lane.
+                    "base_url": f"http://127.0.0.1:{free_port()}/v1",
+                    "online_url": f"http://127.0.0.1:{gateway.online.port}/v1",
+                })  # fmt: skip
+                hits = await search_store(searcher, "alpha text", 2)
+                answered = gateway.metrics.registry.get_sample_value(
+                    "embedstream_online_requests_total", {"key": "anonymous", "status": "200"}
+                )
+            finally:
+                gateway.stop()
+                await serving
+    assert [hit.doc_id for hit in hits] == ["alpha", "beta"]
+    assert answered == 1.0
