@@ -14,8 +14,8 @@ import signal
 
 from embedstream.engine.backend import BatchCall
 from embedstream.engine.client import BatchingClient
-from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.clock import SYSTEM_CLOCK
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.formats import framed_outputs, registry_client
 from embedstream.engine.registry import RegistryClient
 from embedstream.errors import ConfigError, EmbedStreamError

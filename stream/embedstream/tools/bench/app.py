@@ -34,6 +34,7 @@ from embedstream.tools.bench.kafka_fairness import kafka_fairness
 from embedstream.tools.bench.kafka_figures import stage_rows
 from embedstream.tools.bench.kafka_flood import kafka_flood, kafka_floor
 from embedstream.tools.bench.kafka_mixed import kafka_mixed
+from embedstream.tools.bench.kafka_online import kafka_online
 from embedstream.tools.bench.kafka_scenarios import (
     KafkaBroker,
     PoissonVariant,
@@ -266,6 +267,10 @@ def _steps(
         mixed = functools.partial(kafka_mixed, broker=broker, items=sizes.mixed_items,
                                   stages=ns.timeline)  # fmt: skip
         steps.append(("kafka mixed", mixed))
+    if "online" in chosen:
+        online = functools.partial(kafka_online, broker=broker, low_items=sizes.online_items,
+                                   rate=sizes.online_rate)  # fmt: skip
+        steps.append(("online", online))
     return steps
 
 

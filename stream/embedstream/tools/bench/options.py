@@ -16,9 +16,9 @@ from embedstream.tools.bench.extras import EXTRA_SCENARIOS
 # The scenarios, in the order they run.
 SCENARIOS = (
     "closed", "backlog", "open", "kafka-backlog", "kafka-poisson", "kafka-flood", "kafka-floor",
-    "documents", "kafka-fairness", "kafka-mixed",
+    "documents", "kafka-fairness", "kafka-mixed", "online",
 )  # fmt: skip
-# documents, kafka-fairness and kafka-mixed run on the Kafka scenarios' broker but are no
+# documents, kafka-fairness, kafka-mixed and online run on the Kafka scenarios' broker but are no
 # members of the kafka group (each one's passes through a processor take longer than the
 # group's other scenarios together).
 ALIASES = {"all": SCENARIOS, "in-process": SCENARIOS[:3], "kafka": SCENARIOS[3:7], "none": ()}
@@ -68,12 +68,14 @@ class Sizes:
     fairness_rate: float  # kafka-fairness: source B's events/s
     fairness_seconds: float  # kafka-fairness: how long B publishes alone
     mixed_items: int  # kafka-mixed: the backlog of both lanes (a tenth high)
+    online_items: int  # online: the low backlog drained beside the online callers
+    online_rate: float  # online: the callers' requests/s (Poisson)
 
 
 FULL = Sizes(50, 10.0, 100_000, (1000.0, 3000.0), 100_000, 2000.0, 10.0, 100_000,
-             20_000, 50.0, 20_000, 1_000, 50_000, 20.0, 10.0, 100_000)  # fmt: skip
+             20_000, 50.0, 20_000, 1_000, 50_000, 20.0, 10.0, 100_000, 100_000, 20.0)  # fmt: skip
 QUICK = Sizes(50, 2.0, 5_000, (1000.0, 3000.0), 5_000, 2000.0, 3.0, 20_000,
-              2_000, 50.0, 2_000, 50, 2_000, 20.0, 3.0, 5_000)  # fmt: skip
+              2_000, 50.0, 2_000, 50, 2_000, 20.0, 3.0, 5_000, 5_000, 20.0)  # fmt: skip
 DOC_PARAGRAPHS = 20  # about one chunk each at the default chunking rules
 
 HTTP_PATHS = {"lean": (False,), "sdk": (True,), "both": (True, False)}  # sdk? per run of each
@@ -225,6 +227,18 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         help="kafka-flood high events/s during the drain (50)",
     )
     kafka.add_argument(
+        "--online-items",
+        type=_positive_int,
+        default=None,
+        help="online: the low backlog drained beside the online callers (100,000)",
+    )
+    kafka.add_argument(
+        "--online-rate",
+        type=_positive_float,
+        default=None,
+        help="online: the callers' requests/s, Poisson, one in ten an array of 16 (20)",
+    )
+    kafka.add_argument(
         "--fairness-items",
         type=_positive_int,
         default=None,
@@ -354,4 +368,6 @@ def sizes_from_args(ns: argparse.Namespace) -> Sizes:
         fairness_rate=ns.fairness_rate or base.fairness_rate,
         fairness_seconds=ns.fairness_seconds or base.fairness_seconds,
         mixed_items=ns.mixed_items or base.mixed_items,
+        online_items=ns.online_items or base.online_items,
+        online_rate=ns.online_rate or base.online_rate,
     )
