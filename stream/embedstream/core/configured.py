@@ -10,9 +10,11 @@ from collections.abc import Callable
 
 from embedstream.core.backoff import Backoff
 from embedstream.core.governor import Governor, default_lanes
+from embedstream.core.lanes import Priority
 from embedstream.core.limits import ProviderLimits, effective_limits, profile
 from embedstream.core.policy import BatchLimits
 from embedstream.core.reservations import LaneTerms
+from embedstream.core.targets import LaneTarget
 from embedstream.settings import Settings
 
 
@@ -57,9 +59,27 @@ def batch_limits(settings: Settings) -> BatchLimits:
 
 
 # While online callers are active (a request within the last second, or one waiting): two call
-# slots kept free of the Kafka lanes' calls, and those calls hold at most 256 inputs, so a
-# query's call never queues behind the provider's work on a call of thousands.
-ONLINE_LANE = LaneTerms(reserved_slots=2, lower_call_items=256)
+# slots kept free of the Kafka lanes' calls, and those calls hold at most 256 inputs (or what
+# online_target_ms steers them to), so a query's call never queues behind the provider's work
+# on a call of thousands.
+ONLINE_LOWER_CALL_ITEMS = 256
+ONLINE_LANE = LaneTerms(reserved_slots=2, lower_call_items=ONLINE_LOWER_CALL_ITEMS)
+
+
+def lane_targets(settings: Settings) -> dict[Priority, LaneTarget]:
+    """The lanes held to a latency target: online (when served) and high, each unless 0."""
+    max_items = batch_limits(settings).max_items
+    targets: dict[Priority, LaneTarget] = {}
+    if settings.http_port and settings.online_target_ms > 0:
+        targets[Priority.ONLINE] = LaneTarget(
+            settings.online_target_ms / 1000.0, max_items, start_items=ONLINE_LOWER_CALL_ITEMS
+        )
+    if settings.high_target_ms > 0:
+        # From full-size calls: low is cut only once high items are seen to wait.
+        targets[Priority.HIGH] = LaneTarget(
+            settings.high_target_ms / 1000.0, max_items, start_items=max_items
+        )
+    return targets
 
 
 def governor(settings: Settings, clock: Callable[[], float]) -> Governor:
@@ -76,6 +96,7 @@ def governor(settings: Settings, clock: Callable[[], float]) -> Governor:
         rpm=settings.rate_limit_rpm,
         tpm=settings.rate_limit_tpm,
         lanes=lanes,
+        targets=lane_targets(settings),
     )
 
 

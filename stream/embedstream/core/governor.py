@@ -19,6 +19,7 @@ from embedstream.core.lanes import Priority
 from embedstream.core.outage import OutageDetector
 from embedstream.core.ratelimit import AnnouncedBudget, RateLimits
 from embedstream.core.reservations import LaneTerms, Reservations
+from embedstream.core.targets import LaneTarget
 from embedstream.errors import EmbedStreamError, ProviderWideError, Reason, http_reason
 
 # A 429 that names no retry-after still closes the gate this long: calling again at once
@@ -60,11 +61,13 @@ class Governor:
         rpm: float | None = None,
         tpm: float | None = None,
         lanes: Mapping[Priority, LaneTerms] | None = None,
+        targets: Mapping[Priority, LaneTarget] | None = None,
     ) -> None:
         """`lanes`: what each lane keeps from those below it (`core/reservations.py`); by
-        default high keeps one slot from low, and low and high keep `min_low_share`."""
+        default high keeps one slot from low, and low and high keep `min_low_share`.
+        `targets`: lanes held to a latency target (`core/targets.py`)."""
         self._clock = clock
-        self.reservations = Reservations(lanes or default_lanes(min_low_share))
+        self.reservations = Reservations(lanes or default_lanes(min_low_share), targets)
         self.limit = ConcurrencyLimit(
             max_concurrency, adaptive=adaptive, target_latency_s=target_latency_s
         )
@@ -132,9 +135,13 @@ class Governor:
         self.in_flight += 1
         self._lane_in_flight[lane] += 1
 
-    def finished(self, lane: Priority) -> None:
+    def finished(self, lane: Priority, oldest_s: float | None = None) -> None:
+        """A call of ``lane`` ended; ``oldest_s``: how long its oldest item took, from
+        arrival to the answer (steers a lane held to a target)."""
         self.in_flight -= 1
         self._lane_in_flight[lane] -= 1
+        if oldest_s is not None:
+            self.reservations.observe(lane, oldest_s, self._clock())
 
     def reserve(self, tokens: int) -> float:
         """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""

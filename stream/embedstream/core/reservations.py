@@ -13,7 +13,8 @@ Lanes are served top-down (`Priority`: online, high, low). One rule, for any num
 3. **Smaller calls below an active lane.** While an upper lane is active, the calls of the
    lanes below it hold at most its ``lower_call_items`` inputs: the provider (and our event
    loop) spends on a call of thousands of inputs a stretch of work that the upper lane's
-   small call would queue behind.
+   small call would queue behind. A lane held to a latency target (``core/targets.py``)
+   steers that size from its own calls' latency instead of a fixed figure.
 4. **Minimum shares.** When several lanes could take the slot, each one below the top
    candidate earns its ``min_share`` as credit; once a lane's credit reaches 1 it takes the
    slot and pays 1 (the lowest such lane first). Otherwise the top candidate goes. Credit
@@ -28,6 +29,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from embedstream.core.lanes import Priority
+from embedstream.core.targets import LaneTarget
 
 # Summing a share such as 0.1 ten times gives 0.9999999999999999; without this slack a lane's
 # turn would slip by one pick now and then.
@@ -58,10 +60,22 @@ class LaneTerms:
 class Reservations:
     """The rule above over the lanes of `terms` (a lane without terms keeps nothing)."""
 
-    def __init__(self, terms: Mapping[Priority, LaneTerms]) -> None:
+    def __init__(
+        self,
+        terms: Mapping[Priority, LaneTerms],
+        targets: Mapping[Priority, LaneTarget] | None = None,
+    ) -> None:
+        """``targets``: lanes held to a latency target; their lower calls' size is steered."""
         self.terms = {lane: terms.get(lane, LaneTerms()) for lane in Priority}
+        self.targets = dict(targets or {})
         self._last_seen: dict[Priority, float] = {}
         self._credit: dict[Priority, float] = dict.fromkeys(Priority, 0.0)
+
+    def observe(self, lane: Priority, latency_s: float, now: float) -> None:
+        """A call of ``lane`` answered; its oldest item took ``latency_s``."""
+        target = self.targets.get(lane)
+        if target is not None:
+            target.observe(latency_s, now)
 
     def saw(self, lane: Priority, now: float) -> None:
         """An item of ``lane`` arrived at ``now``."""
@@ -94,7 +108,8 @@ class Reservations:
         for upper in Priority:
             if upper >= lane:
                 break
-            items = self.terms[upper].lower_call_items
+            target = self.targets.get(upper)
+            items = target.lower_call_items if target else self.terms[upper].lower_call_items
             if items is not None and self.active(upper, now):
                 cap = min(cap, items)
         return cap

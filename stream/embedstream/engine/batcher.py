@@ -321,7 +321,8 @@ class Batcher(Generic[T]):
             # The items stay unfinished, so their offsets are not committed: redone later.
             log.exception("dispatch of a batch of %d failed", len(items))
         finally:
-            self.governor.finished(key.priority)
+            oldest = self._clock() - min(p.arrival for p in items) if items else None
+            self.governor.finished(key.priority, oldest)
             task = asyncio.current_task()
             if task is not None:
                 self._in_flight.pop(task, None)

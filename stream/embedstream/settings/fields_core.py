@@ -172,6 +172,14 @@ class CoreFields:
         ge=0,
         lt=1,
     )
+    high_target_ms: float = setting(
+        0.0,
+        "The high lane's latency target: while high items take longer from arrival to answer, "
+        "low calls are cut to smaller sizes (grown back under half of it); 0 leaves them alone.",
+        _B,
+        ge=0,
+        le=_HOUR_S * 1000,
+    )
     high_guard: bool = setting(
         False,
         "While high-priority items arrived within the last second, keep two call slots free "

@@ -61,6 +61,15 @@ class OnlineFields:
         gt=0,
         le=_HOUR_S,
     )
+    online_target_ms: float = setting(
+        100.0,
+        "The online lane's latency target: while its requests' items take longer from arrival "
+        "to answer, the Kafka lanes' calls are cut to smaller sizes (grown back under half of "
+        "it); 0 holds them at 256 inputs instead.",
+        _ON,
+        ge=0,
+        le=_HOUR_S * 1000,
+    )
     online_url: str | None = setting(
         None,
         "A processor's online lane (http://host:port/v1) that `sink search` and `demo --rag` "
