@@ -16,6 +16,7 @@ from embedstream.settings import (
     scrub_url,
     spec,
 )
+from embedstream.settings.sources import REMOVED_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_SUFFIXES = {".py", ".sh", ".md", ".toml", ".yml", ".yaml", ".json", ""}
@@ -202,6 +203,7 @@ def test_every_embedstream_variable_in_the_repository_is_known() -> None:
         found |= set(re.findall(r"EMBEDSTREAM_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="ignore")))
     examples = {"EMBEDSTREAM_MAX_BACH_SIZE", "EMBEDSTREAM_SASL_PASWORD", "EMBEDSTREAM_MODEL_FILE"}
     examples |= {"EMBEDSTREAM_BOOTSTRAP_SERVER", "EMBEDSTREAM_WHATEVER_ELSE_ENTIRELY"}
+    examples |= {env_var(name) for name in REMOVED_SETTINGS}  # the tests of their refusal
     assert found - known - examples - {"EMBEDSTREAM_"} == set()
 
 

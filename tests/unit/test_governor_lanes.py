@@ -3,19 +3,22 @@ reservation, and the picks they give (fake time)."""
 
 from __future__ import annotations
 
+import pytest
 from embedstream.core import configured
 from embedstream.core.governor import Governor, default_lanes
 from embedstream.core.lanes import Priority
+from embedstream.core.reservations import LaneTerms
+from embedstream.errors import ConfigError
 from embedstream.settings import load_settings
 
 ON, H, L = Priority.ONLINE, Priority.HIGH, Priority.LOW
 
 
-def test_the_guard_keeps_two_slots_for_high_while_high_is_recent() -> None:
+def test_a_guarded_high_lane_keeps_two_slots_while_high_is_recent() -> None:
     now = [0.0]
-    governor = Governor(
-        max_concurrency=8, clock=lambda: now[0], lanes=default_lanes(0.1, high_guard=True)
-    )
+    guarded = LaneTerms(idle_slots=1, reserved_slots=2, lower_call_items=512, min_share=0.1)
+    lanes = {**default_lanes(0.1), H: guarded}
+    governor = Governor(max_concurrency=8, clock=lambda: now[0], lanes=lanes)
     for _ in range(6):
         assert governor.pick({L}) is L
         governor.started(L)
@@ -44,8 +47,6 @@ def test_the_settings_give_the_governor_its_lanes() -> None:
     plain = configured.governor(load_settings(env={}), clock)
     assert plain.reservations.terms[H].reserved_slots == 1
     assert plain.reservations.terms[ON].reserved_slots == 0  # no online lane served
-    guarded = configured.governor(load_settings(env={"EMBEDSTREAM_HIGH_GUARD": "true"}), clock)
-    assert guarded.reservations.terms[H].reserved_slots == 2
     online = configured.governor(load_settings(env={"EMBEDSTREAM_HTTP_PORT": "8080"}), clock)
     assert online.reservations.terms[ON] == configured.ONLINE_LANE
 
@@ -65,3 +66,19 @@ def test_online_callers_take_the_slots_the_kafka_lanes_leave() -> None:
     assert governor.pick({L}) is None  # low is over its cap of 8 - 2 - 1 while online is active
     assert governor.call_cap(L, 2048) == 256
     assert governor.pick({ON, L}) is ON
+
+
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [("env", {"EMBEDSTREAM_HIGH_GUARD": "true"}), ("overrides", {"high_guard": True})],
+)
+def test_the_removed_high_guard_is_refused_naming_what_replaced_it(
+    source: str, value: dict[str, object]
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        if source == "env":
+            load_settings(env={k: str(v) for k, v in value.items()})
+        else:
+            load_settings(env={}, overrides=value)
+    assert caught.value.setting == "high_guard"
+    assert "was removed; use high_target_ms" in str(caught.value)

@@ -85,7 +85,6 @@ def lane_targets(settings: Settings) -> dict[Priority, LaneTarget]:
 def governor(settings: Settings, clock: Callable[[], float]) -> Governor:
     lanes = default_lanes(
         settings.min_low_share,
-        high_guard=settings.high_guard,
         online=ONLINE_LANE if settings.http_port else None,
     )
     return Governor(

@@ -34,14 +34,11 @@ OUTAGE_REASONS = frozenset(
 
 
 def default_lanes(
-    min_share: float, *, high_guard: bool = False, online: LaneTerms | None = None
+    min_share: float, *, online: LaneTerms | None = None
 ) -> dict[Priority, LaneTerms]:
-    """The lanes' terms: high keeps one slot from low at all times (two, and low calls of at
-    most 512 inputs, while high traffic is recent with ``high_guard``); high and low keep
+    """The lanes' terms: high keeps one slot from low at all times; high and low keep
     ``min_share`` of the picks they compete for; ``online`` (the HTTP lane, when served)."""
     high = LaneTerms(idle_slots=1, reserved_slots=1, min_share=min_share)
-    if high_guard:
-        high = LaneTerms(idle_slots=1, reserved_slots=2, lower_call_items=512, min_share=min_share)
     return {
         Priority.ONLINE: online or LaneTerms(),
         Priority.HIGH: high,

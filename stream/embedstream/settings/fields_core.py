@@ -180,12 +180,6 @@ class CoreFields:
         ge=0,
         le=_HOUR_S * 1000,
     )
-    high_guard: bool = setting(
-        False,
-        "While high-priority items arrived within the last second, keep two call slots free "
-        "of low calls and cap low calls at 512 inputs (low keeps min_low_share).",
-        _B,
-    )
 
     max_input_tokens: int = setting(8_192, "Most estimated tokens in one input.", _L, gt=0)
     max_concurrency: int = setting(4, "Most embeddings calls in flight.", _L, gt=0)

@@ -44,6 +44,18 @@ TOOL_VARIABLES: Mapping[str, str] = {
 }
 
 
+# Settings that existed once, and what replaced each: refused with that in one line, rather
+# than as an unknown name, so an old deployment's setting says what to use now.
+REMOVED_SETTINGS: Mapping[str, str] = {
+    "high_guard": "high_target_ms, a latency target for the high lane that cuts low calls "
+    "only while high items wait longer (e.g. 150)",
+}
+
+
+def removed(name: str) -> ConfigError:
+    return ConfigError(name, f"was removed; use {REMOVED_SETTINGS[name]}")
+
+
 def secret_file_var(setting: str) -> str:
     return env_var(setting) + FILE_SUFFIX
 
@@ -78,6 +90,8 @@ def collect_raw(
             elif name in alt_env and env.get(alt_env[name]) and name not in from_toml:
                 raw[name] = env[alt_env[name]]
     for key, value in (overrides or {}).items():
+        if key in REMOVED_SETTINGS and value is not None:
+            raise removed(key)
         if key not in known:
             raise UnknownSetting(key, "unknown setting", _suggest(key, known))
         if value is not None:
@@ -92,6 +106,8 @@ def _from_toml(file: Path, known: set[str]) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError("config_file", f"cannot read {file}: {exc}") from exc
     for key in data:
+        if key in REMOVED_SETTINGS:
+            raise removed(key)
         if key not in known:
             raise UnknownSetting(key, f"unknown setting in {file}", _suggest(key, known))
     return dict(data)
@@ -103,6 +119,9 @@ def check_environment(env: Mapping[str, str], names: Sequence[str], secrets: set
     settings_vars = {env_var(name): name for name in names}
     allowed = set(settings_vars) | {secret_file_var(n) for n in secrets} | set(TOOL_VARIABLES)
     for variable in sorted(env):
+        gone = variable.removeprefix(ENV_PREFIX).lower()
+        if variable.startswith(ENV_PREFIX) and gone in REMOVED_SETTINGS:
+            raise removed(gone)
         if variable.startswith(ENV_PREFIX) and variable not in allowed:
             # Compare the names without the shared prefix, which would make everything "close".
             wanted = variable.removeprefix(ENV_PREFIX).lower()

@@ -33,7 +33,7 @@ BENCH_SETTINGS = (
     "max_wait_ms",
     "scale_factor",
     "min_low_share",
-    "high_guard",
+    "high_target_ms",
     "high_results_producer",
     "max_concurrency",
     "concurrency_mode",
