@@ -9,6 +9,7 @@ from embedstream.core import configured
 from embedstream.core.cachekeys import (
     KEY_PREFIX,
     NOT_IN_KEY,
+    CacheKeys,
     cache_key,
     key_parts,
     provider_identity,
@@ -184,3 +185,17 @@ def test_token_ids_never_share_a_key_with_a_text() -> None:
     assert ids == cache_key("p", key, (1, 2, 3))
     assert ids not in {cache_key("p", key, t) for t in ("1,2,3", "(1, 2, 3)", "[1, 2, 3]")}
     assert ids != cache_key("p", key, (1, 2))
+
+
+@given(
+    texts=st.lists(st.one_of(st.text(), st.tuples(st.integers(0, 99))), min_size=1, max_size=20),
+    dims=st.sampled_from([None, 8, 256]),
+    model=st.sampled_from(["m1", "m2"]),
+)
+def test_the_kept_bucket_digests_give_the_same_keys(
+    texts: list[str | tuple[int, ...]], dims: int | None, model: str
+) -> None:
+    keys = CacheKeys(PROVIDER)
+    for text in texts:
+        bucket = BucketKey(Priority.LOW, model, "float", dims)
+        assert keys.of(bucket, text) == cache_key(PROVIDER, bucket, text)

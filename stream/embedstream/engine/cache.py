@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from embedstream.core import configured
-from embedstream.core.cachekeys import cache_key, provider_identity
+from embedstream.core.cachekeys import CacheKeys, provider_identity
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import CacheObserver, NullObserver
 from embedstream.engine.cache_tiers import (
@@ -84,6 +84,7 @@ class EmbeddingCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._provider = provider
+        self._keys = CacheKeys(provider)
         self._memory = memory
         self._shared = shared
         self._timeout_s = timeout_s
@@ -110,7 +111,7 @@ class EmbeddingCache:
             return [], []
         keys = [key_of(job) for job in jobs]
         names = [
-            cache_key(self._provider, key, job.input) for key, job in zip(keys, jobs, strict=True)
+            self._keys.of(key, job.input) for key, job in zip(keys, jobs, strict=True)
         ]
         found = await self._memory.get_many(names)
         tier_of: list[str | None] = [self._memory.name if f else None for f in found]
@@ -143,7 +144,7 @@ class EmbeddingCache:
     ) -> None:
         """Keep the vectors a call returned (one per distinct text of the batch)."""
         entries = [
-            (cache_key(self._provider, key, text), float32_bytes(vector))
+            (self._keys.of(key, text), float32_bytes(vector))
             for text, vector in zip(texts, vectors, strict=True)
         ]
         await self._memory.put_many(entries)
