@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install the test dependencies, start Apache Kafka
 # (KRaft, loopback, jars from Maven Central, cached; Kafka Connect's too) and the Debian
-# packages below, lint,
-# type-check, check the layers, build the documentation site, run the three tiers of pytest,
-# stop Kafka.
+# packages below, lint, type-check, check the layers, build the documentation site, run the
+# three tiers of pytest, stop Kafka.
 #
 #   bash ops/test.sh              everything (the CI command)
 #   bash ops/test.sh --fast       lint, types, contracts, the docs, the unit tier: no servers, ~2 min
