@@ -114,6 +114,9 @@ class Service:
                     await self.processor.close_unstarted()
                     return
                 self.processor.parts.outcomes.sink.result_values = encoder
+                changelog = self.processor.parts.outcomes.documents.changelog
+                if changelog is not None and self.result_schema.changelog_values is not None:
+                    changelog.values = self.result_schema.changelog_values
             await self.processor.run()
         finally:
             # The spans still buffered, exported off the loop (a collector in this process
@@ -242,7 +245,9 @@ def build_service(
     result_schema = (
         None
         if registry is None or settings.output_format == "json"
-        else ResultSchemaRegistration(settings, registry, names.results)
+        else ResultSchemaRegistration(
+            settings, registry, names.results, changelog_topic=names.changelog
+        )
     )
 
     def registry_outage() -> Exception | None:

@@ -79,7 +79,9 @@ def start_postgres(
             _listen_on_loopback(found, tcp_port)
         except Exception as exc:
             found.stop()
-            raise PostgresUnavailable(f"PostgreSQL did not listen on port {tcp_port}: {exc}")
+            raise PostgresUnavailable(
+                f"PostgreSQL did not listen on port {tcp_port}: {exc}"
+            ) from exc
     return found
 
 
