@@ -13,20 +13,24 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import psycopg
 import pytest
 from embedsim import SimulatorConfig, SimulatorServer
 from embedstream.kafka.admin import list_topics, topic_names
+from embedstream.testing.connect import (
+    CHUNK_TABLE,
+    ConnectWorker,
+    fetch_connect,
+    jdbc_sink,
+    worker_properties,
+)
 from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
 from embedstream.tools.produce_documents import Message, each, produce_messages, tombstone
 from embedstream.wire import ChunkResult, DocumentComplete, DocumentDeleted, decode_output
@@ -36,26 +40,8 @@ from tests.integration.helpers import create_all_topics, read_topic, running_ser
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-ROOT = Path(__file__).parents[2]
-CONNECT = ROOT / "ops" / "kafka" / "connect.sh"
 DIMS = 8
 SMALL: dict[str, Any] = {"chunk_max_tokens": 40, "chunk_overlap_tokens": 0, "chunk_min_tokens": 0}
-
-TABLE = """
-CREATE TABLE IF NOT EXISTS {name} (
-    chunk_id uuid PRIMARY KEY,
-    doc_id text NOT NULL,
-    version text NOT NULL,
-    chunk_seq int NOT NULL,
-    span_start int NOT NULL,
-    span_end int NOT NULL,
-    model text NOT NULL,
-    dimensions int NOT NULL,
-    index_generation text NOT NULL,
-    metadata jsonb,
-    text text,
-    embedding vector({dims}) NOT NULL
-)"""
 
 # chunk_id, doc_id, version, chunk_seq, span, model, dimensions, generation, metadata, text;
 # then the vector (compared approximately: the table holds float4).
@@ -86,86 +72,7 @@ def connect_jars() -> None:
         if os.environ.get("EMBEDSTREAM_REQUIRE_TOOLS") == "1":
             pytest.fail(f"EMBEDSTREAM_REQUIRE_TOOLS=1 but {', '.join(missing)} is missing")
         pytest.skip(f"Kafka Connect needs {', '.join(missing)}")
-    subprocess.run(["bash", str(CONNECT), "fetch"], check=True, timeout=600)
-
-
-def worker_properties(path: Path, bootstrap: str, rest_port: int) -> Path:
-    path.write_text(
-        f"""bootstrap.servers={bootstrap}
-key.converter=org.apache.kafka.connect.storage.StringConverter
-value.converter=org.apache.kafka.connect.json.JsonConverter
-value.converter.schemas.enable=true
-# Exactly-once outputs: a sink must not apply what an aborted transaction wrote.
-consumer.isolation.level=read_committed
-offset.storage.file.filename={path.parent / "connect.offsets"}
-offset.flush.interval.ms=1000
-listeners=http://127.0.0.1:{rest_port}
-plugin.discovery=only_scan
-"""
-    )
-    return path
-
-
-def jdbc_sink(name: str, topic: str, port: int, table: str, dlq: str) -> dict[str, str]:
-    """The Debezium JDBC sink as the guide gives it: upsert by chunk id, delete on tombstone."""
-    return {
-        "name": name,
-        "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
-        "tasks.max": "1",
-        "topics": topic,
-        "connection.url": f"jdbc:postgresql://127.0.0.1:{port}/postgres",
-        "connection.username": "postgres",
-        "connection.password": "",
-        "insert.mode": "upsert",
-        "delete.enabled": "true",
-        "primary.key.mode": "record_key",
-        "primary.key.fields": "chunk_id",
-        "schema.evolution": "none",
-        "collection.name.format": table,
-        # The key is the chunk id as a string; the sink's record_key mode wants a struct.
-        "transforms": "chunk_id",
-        "transforms.chunk_id.type": "org.apache.kafka.connect.transforms.HoistField$Key",
-        "transforms.chunk_id.field": "chunk_id",
-        "errors.tolerance": "all",
-        "errors.deadletterqueue.topic.name": dlq,
-        "errors.deadletterqueue.topic.replication.factor": "1",
-        "errors.deadletterqueue.context.headers.enable": "true",
-    }
-
-
-class ConnectWorker:
-    """A standalone worker as a process of its own, which the test may SIGKILL."""
-
-    def __init__(self, worker: Path, connector: Path, log: Path, rest_port: int) -> None:
-        self._args = ["bash", str(CONNECT), "standalone", str(worker), str(connector)]
-        self._log = log
-        self.rest = f"http://127.0.0.1:{rest_port}"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self._log.open("ab") as out:
-            self.process = subprocess.Popen(self._args, stdout=out, stderr=subprocess.STDOUT)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)  # connect.sh execs the JVM: this is it
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    async def put_connector(self, config: dict[str, str]) -> None:
-        url = f"{self.rest}/connectors/{config['name']}/config"
-        async with aiohttp.ClientSession() as session, session.put(url, json=config) as answer:
-            assert answer.status in (200, 201), await answer.text()
-
-    def log_tail(self) -> str:
-        return self._log.read_text(errors="replace")[-4000:]
+    fetch_connect()
 
 
 def paragraphs(*words: str) -> str:
@@ -279,7 +186,7 @@ async def test_the_changelog_through_kafka_connect_into_pgvector(
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         for table in ("chunks", "chunks_rebuilt"):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
-            conn.execute(TABLE.format(name=table, dims=DIMS))
+            conn.execute(CHUNK_TABLE.format(name=table, dimensions=DIMS))
     assert postgres.tcp_port is not None
     rest_port = free_port()
     worker_file = worker_properties(tmp_path / "worker.properties", bootstrap, rest_port)
@@ -325,7 +232,7 @@ async def test_the_changelog_through_kafka_connect_into_pgvector(
             rebuild = jdbc_sink(unique_prefix + "rebuild", changelog, postgres.tcp_port,
                                 "chunks_rebuilt", dlq)  # fmt: skip
             started = time.monotonic()
-            await worker.put_connector(rebuild)
+            worker.put_connector(rebuild)
             await until(lambda: same(table_rows(postgres.dsn, "chunks_rebuilt"), expected),
                         "the rebuilt table", worker)  # fmt: skip
             took = time.monotonic() - started
