@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install the test dependencies, start Apache Kafka
-# (KRaft, loopback, jars from Maven Central, cached) and the Debian packages below, lint,
-# type-check, check the layers, build the documentation site, run the three tiers of pytest,
-# stop Kafka.
+# (KRaft, loopback, jars from Maven Central, cached; Kafka Connect's too) and the Debian
+# packages below, lint, type-check, check the layers, build the documentation site, run the
+# three tiers of pytest, stop Kafka.
 #
 #   bash ops/test.sh              everything (the CI command)
 #   bash ops/test.sh --fast       lint, types, contracts, the docs, the unit tier: no servers, ~2 min
@@ -65,6 +65,8 @@ export EMBEDSTREAM_KAFKA_PORT="${EMBEDSTREAM_KAFKA_PORT:-39092}"
 export EMBEDSTREAM_PYTHON="$PYTHON"
 bash ops/kafka/kafka.sh start
 trap 'bash ops/kafka/kafka.sh stop >/dev/null 2>&1 || true' EXIT
+# Kafka Connect and the Debezium JDBC sink (the chunk changelog's e2e test), cached like Kafka.
+bash ops/kafka/connect.sh fetch
 export EMBEDSTREAM_TEST_BOOTSTRAP="127.0.0.1:$EMBEDSTREAM_KAFKA_PORT"
 # Integration tests fail (not skip) when the broker is missing: CI must not go green without it.
 # The secured broker (TLS/SASL tests) is started by its pytest fixture, on free ports.

@@ -30,6 +30,12 @@ from embedstream.engine.registry import RegistryClient
 from embedstream.engine.result_schema import ResultSchemaRegistration
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.attribution import AttributedAdmission, Sources
+from embedstream.kafka.changelog import (
+    ChunkChangelog,
+    ChunkCountsLoader,
+    StateReader,
+    kafka_state_reader,
+)
 from embedstream.kafka.clients import (
     broker_probe,
     check_broker,
@@ -108,6 +114,9 @@ class Service:
                     await self.processor.close_unstarted()
                     return
                 self.processor.parts.outcomes.sink.result_values = encoder
+                changelog = self.processor.parts.outcomes.documents.changelog
+                if changelog is not None and self.result_schema.changelog_values is not None:
+                    changelog.values = self.result_schema.changelog_values
             await self.processor.run()
         finally:
             # The spans still buffered, exported off the loop (a collector in this process
@@ -146,12 +155,14 @@ def build_service(
     clock: Clock = SYSTEM_CLOCK,
     tracer: Tracer | None = None,
     high_producer: Producer | None = None,
+    state_reader: StateReader | None = None,
 ) -> Service:
     """Every part of one processor. `consumer`, `producer`, `high_producer` (the high lane's
     outputs, at-least-once with `high_results_producer`) and `transactional_producer` (by
     transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
     pass the in-memory fakes of `embedstream.testing.kafka`. Every part reads time from
-    `clock`. A `producer` given without a `high_producer` writes the high lane's outputs too."""
+    `clock`. A `producer` given without a `high_producer` writes the high lane's outputs too.
+    `state_reader` reads the chunk changelog's state topic (with `topic_changelog`)."""
     # Exactly-once: a partition's outputs go in its transaction, whatever their lane.
     if settings.delivery == "exactly_once" or not settings.high_results_producer:
         high_producer = None
@@ -172,7 +183,14 @@ def build_service(
         )
         writer = transactions
     sink = Sink(writer, names, clock)
-    documents = DocumentFlow(sink, metrics, include_text=settings.include_chunk_text)
+    changelog = None
+    if names.changelog is not None and names.changelog_state is not None:
+        read = state_reader or kafka_state_reader(connection_for(settings), settings.client_id)
+        loader = ChunkCountsLoader(read, names.changelog_state)
+        changelog = ChunkChangelog(sink, names.changelog, loader)
+    documents = DocumentFlow(
+        sink, metrics, include_text=settings.include_chunk_text, changelog=changelog
+    )
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     cache = build_cache(settings, metrics)
     if (warning := undersized_warning(settings)) is not None:
@@ -191,6 +209,7 @@ def build_service(
     handoff = Handoff(
         assignment, batcher, waiting, sink, committer, transactions,
         drain_timeout_s=settings.drain_timeout_s, consumer=consumer, clock=clock,
+        chunk_counts=None if changelog is None else changelog.loader,
     )  # fmt: skip
     intake = Intake(settings, configured.provider_limits(settings), token_counter)
     registry = registry_client(settings) if uses_registry(settings) else None
@@ -226,7 +245,9 @@ def build_service(
     result_schema = (
         None
         if registry is None or settings.output_format == "json"
-        else ResultSchemaRegistration(settings, registry, names.results)
+        else ResultSchemaRegistration(
+            settings, registry, names.results, changelog_topic=names.changelog
+        )
     )
 
     def registry_outage() -> Exception | None:

@@ -151,6 +151,7 @@ async def running(
         tracer=tracer,
         metrics=metrics,
         high_producer=high_producer,
+        state_reader=cluster.read_to_end,  # the chunk changelog's state (topic_changelog)
     )
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(service.processor.assigned.wait(), 5)

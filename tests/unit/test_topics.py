@@ -329,3 +329,32 @@ def test_a_missing_named_request_topic_next_to_existing_ones_is_an_error() -> No
     with pytest.raises(ConfigError, match=r"orders\.txet does not exist at k:9092") as caught:
         plan_creation(specs, {"orders.text"}, "k:9092")
     assert caught.value.setting == "topic_requests_low"
+
+
+def test_the_chunk_changelog_is_off_unless_named_and_then_compacted_with_its_state() -> None:
+    assert [s.key for s in configured_specs(_settings())] == list(TOPIC_KEYS)
+    assert configured_topics(_settings()).changelog is None
+    specs = {s.key: s for s in configured_specs(_settings(topic_changelog="ix.chunks"))}
+    changelog, state = specs["changelog"], specs["changelog_state"]
+    assert (changelog.name, state.name) == ("ix.chunks", "ix.chunks.state")
+    assert changelog.configs["cleanup.policy"] == state.configs["cleanup.policy"] == "compact"
+    assert int(changelog.configs["delete.retention.ms"]) > 0
+    names = configured_topics(_settings(topic_changelog="ix.chunks"))
+    assert (names.changelog, names.changelog_state) == ("ix.chunks", "ix.chunks.state")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"topic_changelog": "embed.results"}, "also the results topic"),
+        ({"topic_changelog": "a", "topic_dlq": "a.state"}, "state topic a.state is also in"),
+        ({"topic_changelog": "c" * 245}, "longer than Kafka's 249"),
+        ({"topic_changelog": "a,b"}, "names one topic"),
+    ],
+)
+def test_a_changelog_name_at_fault_names_topic_changelog(
+    values: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        configured_specs(_settings(**values))
+    assert caught.value.setting == "topic_changelog"

@@ -52,6 +52,7 @@ class FakeTxnProducer:
         key: bytes | None = None,
         *,
         headers: Any = None,
+        partition: int | None = None,
     ) -> asyncio.Future[object]:
         self._open.append(value)
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()

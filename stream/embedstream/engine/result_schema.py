@@ -20,9 +20,10 @@ from collections.abc import Callable
 
 from embedstream.core.holdback import HoldBacks
 from embedstream.engine.registry import RegistryClient, RegistryRejected
-from embedstream.engine.schema_decoders import result_encoder
+from embedstream.engine.schema_decoders import changelog_encoder, result_encoder
 from embedstream.errors import ConfigError, RegistryUnavailable
 from embedstream.settings import Settings
+from embedstream.wire.formats.changelog import ChangelogEncoder
 from embedstream.wire.formats.results import ResultEncoder
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,14 @@ class ResultSchemaRegistration:
         results_topic: str,
         clock: Callable[[], float] = time.monotonic,
         holds: HoldBacks[str] | None = None,
+        changelog_topic: str | None = None,
     ) -> None:
         self._settings = settings
         self._client = client
         self._results_topic = results_topic
+        self._changelog_topic = changelog_topic
+        # With a chunk changelog: its values' encoder, once its schema is registered too.
+        self.changelog_values: ChangelogEncoder | None = None
         self._clock = clock
         self._holds: HoldBacks[str] = holds or HoldBacks()
         self.outage: RegistryUnavailable | None = None
@@ -57,9 +62,12 @@ class ResultSchemaRegistration:
             return None
         while not stopping.is_set():
             try:
-                encoder = await result_encoder(
-                    self._client, self._settings.output_format, self._results_topic
-                )
+                output_format = self._settings.output_format
+                encoder = await result_encoder(self._client, output_format, self._results_topic)
+                if self._changelog_topic is not None:
+                    self.changelog_values = await changelog_encoder(
+                        self._client, output_format, self._changelog_topic
+                    )
             except RegistryRejected as exc:  # e.g. 409: incompatible with the subject's versions
                 raise ConfigError(
                     "output_format", f"the registry refused the result schema: {exc}"

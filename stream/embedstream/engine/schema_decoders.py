@@ -17,6 +17,11 @@ from embedstream.engine.registry import RegistryClient
 from embedstream.errors import InvalidEvent, RegistryUnavailable
 from embedstream.wire.field_mapping import FieldMapping, MappedEvent, map_fields
 from embedstream.wire.formats import PayloadDecoder, build_decoder
+from embedstream.wire.formats.changelog import (
+    ChangelogEncoder,
+    changelog_schema,
+    changelog_subject,
+)
 from embedstream.wire.formats.output_schemas import RECORD_NAMES, output_schema, record_subject
 from embedstream.wire.formats.results import ResultEncoder, output_fields
 from embedstream.wire.registry_frames import parse_frame
@@ -85,6 +90,16 @@ async def result_encoder(
         schema_type, text = output_schema(output_format, name)
         ids[name] = await client.register(record_subject(results_topic, name), schema_type, text)
     return ResultEncoder(output_format, ids)
+
+
+async def changelog_encoder(
+    client: RegistryClient, output_format: str, changelog_topic: str
+) -> ChangelogEncoder:
+    """Register the chunk changelog's schema under ``<topic>-value`` (at start-up; idempotent),
+    and the encoder that uses its id."""
+    schema_type, text = changelog_schema(output_format)
+    schema_id = await client.register(changelog_subject(changelog_topic), schema_type, text)
+    return ChangelogEncoder(output_format, schema_id)
 
 
 class FramedOutputs:

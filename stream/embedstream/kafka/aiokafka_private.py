@@ -70,9 +70,10 @@ class AiokafkaTransactionalProducer:
         key: bytes | None = None,
         *,
         headers: RecordHeaders | None = None,
+        partition: int | None = None,
     ) -> asyncio.Future[object]:
         future: asyncio.Future[object] = await self.producer.send(
-            topic, value, key=key, headers=headers
+            topic, value, key=key, headers=headers, partition=partition
         )
         return future
 

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from embedstream.core.chunker import Chunk
 from embedstream.core.documents import DocumentOrder, DocumentProgress, Incomplete
@@ -33,6 +33,9 @@ from embedstream.kafka.work import ChunkOf, Origin, WorkItem
 from embedstream.wire import EmbedRequest
 from embedstream.wire.document_events import DocumentTombstone
 from embedstream.wire.documents import DocumentComplete, DocumentIncomplete
+
+if TYPE_CHECKING:
+    from embedstream.kafka.changelog import ChunkChangelog
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,8 @@ class DocumentRun:
         self.key = self.doc_id.encode()
         self.version = admitted.version
         self.progress = DocumentProgress(self.doc_id, self.version, len(admitted.chunks))
+        # With a chunk changelog: each written chunk's changelog value, until the version ends.
+        self.changelog_values: dict[int, bytes] = {}
 
     @property
     def metadata(self) -> dict[str, object] | None:
@@ -149,10 +154,12 @@ class DocumentFlow:
         *,
         include_text: bool,
         resubmit: Callable[[WorkItem], None] | None = None,
+        changelog: ChunkChangelog | None = None,
     ) -> None:
         self._sink = sink
         self._observer = observer
         self.include_text = include_text
+        self.changelog = changelog
         self._resubmit = resubmit
         self._writing: set[asyncio.Task[None]] = set()
 
@@ -220,6 +227,11 @@ class DocumentFlow:
             record = DocumentComplete(final.doc_id, final.version, final.chunk_count, run.metadata)
             outcome = "complete"
         try:
+            if self.changelog is not None:  # before the final record: it ends the version
+                if outcome == "complete":
+                    await self.changelog.complete(run, final.chunk_count)
+                else:
+                    self.changelog.release(run)
             value = self._sink.end_value(record)
             await self._sink.document_record(record.key, value, run.start.origin, run.state,
                                              run.start.span.traceparent())  # fmt: skip
@@ -232,6 +244,8 @@ class DocumentFlow:
 
     async def _write_tombstone(self, run: TombstoneRun) -> None:
         try:
+            if self.changelog is not None:
+                await self.changelog.deleted(run)
             await self._sink.document_record(
                 run.doc_id.encode(), None, run.origin, run.state, run.traceparent
             )

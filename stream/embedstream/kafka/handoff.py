@@ -10,6 +10,9 @@ returns at once, because aiokafka sends no heartbeats while `on_partitions_assig
 starting a producer per partition one after another there cost members their session (and
 the group a rebalance storm). The partition stays paused, nothing of it admitted, until its
 producer has fenced the previous owner and the committed offset read after that is its floor.
+With a chunk changelog, a partition is likewise held (either delivery) until its documents'
+chunk counts are read from the state topic: after the fence, so the previous owner's last
+transaction is in them.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import logging
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
+from embedstream.core.changelog import ChunkCounts
 from embedstream.core.clock import Clock
+from embedstream.core.lanes import InputLane
 from embedstream.engine.batcher import Batcher
+from embedstream.kafka.changelog import ChunkCountsLoader
 from embedstream.kafka.clients import request_rejoin
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.partitions import Assignment
@@ -50,6 +56,7 @@ class Handoff:
         drain_timeout_s: float,
         consumer: Consumer,
         clock: Clock,
+        chunk_counts: ChunkCountsLoader | None = None,
     ) -> None:
         self._monotonic = clock.monotonic
         self._assignment = assignment
@@ -60,6 +67,8 @@ class Handoff:
         self._transactions = transactions
         self._drain_timeout_s = drain_timeout_s
         self._consumer = consumer
+        self._chunk_counts = chunk_counts
+        # Partitions held until their fence is up and/or their chunk counts are loaded.
         self._fencing: dict[TopicPartition, asyncio.Task[None]] = {}
         self.assigned = asyncio.Event()  # set at the first assignment
         self.joined = False
@@ -72,8 +81,9 @@ class Handoff:
         for tp in assigned:
             state = self._assignment.add(tp)
             if self._transactions is not None:
-                state.floor = None  # known once the fence is up (in the background)
                 self._transactions.open(tp, state)
+            if self._transactions is not None or self._chunk_counts is not None:
+                state.floor = None  # known once the fence is up (in the background)
                 if not self._stopping:  # (stopping: never read, so no producer to fence with)
                     self._fencing[tp] = asyncio.create_task(self._fence_in(tp))
         if assigned:
@@ -81,15 +91,42 @@ class Handoff:
         log.info("partitions assigned: %s", sorted(str(tp) for tp in assigned))
 
     async def _fence_in(self, tp: TopicPartition) -> None:
-        assert self._transactions is not None
         try:
-            if await self._transactions.assign(tp):  # fences the previous owner first
+            # The fence first: the previous owner's open transaction ends before anything of
+            # it (its committed offset, its chunk counts) is read.
+            if self._transactions is not None and not await self._transactions.assign(tp):
+                if tp in self._assignment:  # did not start: give it up, the group reassigns it
+                    await self.lost(tp)
+                return
+            if self._chunk_counts is not None and not await self._load_chunk_counts(tp):
+                return
+            if self._transactions is not None:
                 await self._read_floor(tp)
-            elif tp in self._assignment:  # did not start: give it up, the group reassigns it
-                await self.lost(tp)
+            elif (state := self._assignment.get(tp)) is not None:
+                state.floor = 0  # at-least-once: read from the committed offset, as ever
         finally:
             if self._fencing.get(tp) is asyncio.current_task():
                 del self._fencing[tp]
+
+    async def _load_chunk_counts(self, tp: TopicPartition) -> bool:
+        """The partition's documents' chunk counts, from the state topic; False (the partition
+        given up, the group reassigns it) if they could not be read."""
+        assert self._chunk_counts is not None
+        state = self._assignment.get(tp)
+        if state is not None and state.input_lane is InputLane.RETRY:
+            state.chunk_counts = ChunkCounts()  # no document comes through the retry topic
+            return True
+        try:
+            counts = await self._chunk_counts.load(tp)
+        except Exception as exc:
+            log.warning("could not read the chunk counts of %s (%r)", tp, exc)
+            await self.lost(tp)
+            return False
+        state = self._assignment.get(tp)
+        if state is None:
+            return False
+        state.chunk_counts = counts
+        return True
 
     async def _read_floor(self, tp: TopicPartition) -> None:
         """The committed offset, read after the fence: final, since the previous owner can

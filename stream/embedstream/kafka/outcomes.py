@@ -120,11 +120,14 @@ class KafkaOutcomes(Outcomes[WorkItem]):
                                item.attempts, latency_ms, cached)  # fmt: skip
         run = item.chunk.document
         text = item.text if self.documents.include_text else None
-        return ChunkResult(
+        result = ChunkResult(
             run.doc_id, run.version, item.chunk.seq, run.progress.chunk_count,
             (item.chunk.start, item.chunk.end), vector, model, dimensions, tokens, cached,
             run.metadata, item.attempts, latency_ms, text,
         )  # fmt: skip
+        if self.documents.changelog is not None:
+            self.documents.changelog.keep(run, result)
+        return result
 
     async def _write_results(
         self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int

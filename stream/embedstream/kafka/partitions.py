@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
 
+from embedstream.core.changelog import ChunkCounts
 from embedstream.core.documents import DocumentOrder
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.core.offsets import PartitionOffsets
@@ -42,6 +43,8 @@ class PartitionState:
     documents: DocumentOrder[object] = field(
         default_factory=lambda: DocumentOrder(MAX_WAITING_DOCUMENTS)
     )
+    # With a chunk changelog: its documents' chunk counts, loaded before anything is read.
+    chunk_counts: ChunkCounts | None = None
 
     @property
     def lane(self) -> Priority:

@@ -74,6 +74,7 @@ class Producer(Protocol):
         key: bytes | None = ...,
         *,
         headers: RecordHeaders | None = ...,
+        partition: int | None = ...,
     ) -> asyncio.Future[Any]: ...
     def send_and_wait(
         self,
@@ -82,6 +83,7 @@ class Producer(Protocol):
         key: bytes | None = ...,
         *,
         headers: RecordHeaders | None = ...,
+        partition: int | None = ...,
     ) -> Awaitable[Any]: ...
     def create_batch(self) -> RecordBatch: ...
     async def send_batch(
@@ -104,6 +106,7 @@ class TransactionalProducer(Protocol):
         key: bytes | None = ...,
         *,
         headers: RecordHeaders | None = ...,
+        partition: int | None = ...,
     ) -> asyncio.Future[object]: ...
     async def send_offsets_to_transaction(
         self, offsets: Mapping[TopicPartition, int], group_id: str

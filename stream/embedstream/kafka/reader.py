@@ -11,7 +11,7 @@ Records produced after that first fetch are not returned.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,8 +61,10 @@ async def read_topics(
     *,
     timeout_s: float = 120.0,
     client_id: str = "embedstream-verify",
+    pick: Callable[[list[TopicPartition]], list[TopicPartition]] | None = None,
 ) -> AsyncGenerator[TopicRecord, None]:
-    """Like :func:`read_topic` for several topics through one consumer."""
+    """Like :func:`read_topic` for several topics through one consumer; with ``pick``, only
+    the partitions it picks of each topic's (given in partition order)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     bootstrap = as_connection(kafka).bootstrap_servers
@@ -84,7 +86,8 @@ async def read_topics(
             found = await partitions_of(consumer, topic)
             if not found:
                 raise ReadError(f"topic {topic} does not exist on {bootstrap}")
-            tps.extend(found)
+            found = sorted(found, key=lambda tp: tp.partition)
+            tps.extend(found if pick is None else pick(found))
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends: dict[TopicPartition, int] = {}

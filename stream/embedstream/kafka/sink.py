@@ -57,6 +57,8 @@ class Output:
     owner: object | None = None
     # Answers a high-priority request: written through the high lane's producer if there is one.
     high: bool = False
+    # A partition of its own choosing (the changelog's state records); None: by key.
+    partition: int | None = None
 
 
 class Writer(Protocol):
@@ -128,7 +130,9 @@ class DirectWriter:
             if partitions is None:
                 found = await self._producer.partitions_for(output.topic)
                 partitions = partitions_of[output.topic] = sorted(found)
-            partition = self._partitioner(output.key, partitions, partitions)
+            partition = output.partition
+            if partition is None:
+                partition = self._partitioner(output.key, partitions, partitions)
             queue = (output.high and self._high_producer is not self._producer, output.topic,
                      partition)  # fmt: skip
             by_partition.setdefault(queue, []).append(output)
@@ -168,8 +172,9 @@ class DirectWriter:
 
     async def _send_one(self, output: Output) -> None:
         await self._producer_of(output).send_and_wait(
-            output.topic, output.value, key=output.key, headers=output.headers
-        )
+            output.topic, output.value, key=output.key, headers=output.headers,
+            partition=output.partition,
+        )  # fmt: skip
 
     async def _retrying(self, topic: str, send: Callable[[], Awaitable[T]]) -> T:
         deadline = self._monotonic() + self._retry_for_s

@@ -18,12 +18,15 @@ from typing import Any
 
 from embedstream.core.lanes import InputLane
 from embedstream.errors import ConfigError
-from embedstream.settings import Settings, topic_name_problem
+from embedstream.settings import CHANGELOG_STATE_SUFFIX, Settings, topic_name_problem
 
 DEFAULT_PREFIX = "embed."
 PACKAGED_TOPICS_FILE = Path(__file__).with_name("topics.toml")
 # The table keys code uses to refer to topics; topics.toml must declare exactly these.
 TOPIC_KEYS = ("requests_high", "requests_low", "retry", "results", "dead_letters")
+# The chunk changelog's topics, declared in topics.toml too (partitions and configs, no name):
+# made only when `topic_changelog` names the changelog; its state topic is that + ".state".
+CHANGELOG_KEYS = ("changelog", "changelog_state")
 REQUEST_KEYS = ("requests_high", "requests_low")
 # The setting that names each topic (unset: <topic_prefix><name in topics.toml>).
 SETTING_OF_KEY = {
@@ -32,6 +35,8 @@ SETTING_OF_KEY = {
     "retry": "topic_retry",
     "results": "topic_results",
     "dead_letters": "topic_dlq",
+    "changelog": "topic_changelog",
+    "changelog_state": "topic_changelog",
 }
 
 _TOPIC_FIELDS = frozenset({"name", "partitions", "replication_factor", "configs"})
@@ -62,6 +67,8 @@ class TopicNames:
     retry: str
     results: str
     dead_letters: str
+    changelog: str | None = None  # the chunk changelog, when `topic_changelog` is set
+    changelog_state: str | None = None  # the changelog's state topic, with it
 
     @property
     def requests_high(self) -> str:
@@ -92,11 +99,32 @@ class TopicNames:
 def load_topic_specs(prefix: str, path: Path | None = None) -> list[TopicSpec]:
     """Reads topics.toml (the packaged copy unless path is given) in TOPIC_KEYS order."""
     source = path or PACKAGED_TOPICS_FILE
+    return parse_topic_specs(_read(source), prefix, source=str(source))
+
+
+def load_changelog_specs(changelog: str, path: Path | None = None) -> list[TopicSpec]:
+    """The chunk changelog named ``changelog`` and its state topic, as topics.toml declares
+    them (partitions, configs)."""
+    source = path or PACKAGED_TOPICS_FILE
+    document = _read(source)
+    topics = _table(document.get("topics"), f"{source}: [topics]")
+    default_replication = _default_replication(document, str(source))
+    names = {"changelog": changelog, "changelog_state": changelog + CHANGELOG_STATE_SUFFIX}
+    specs = []
+    for key, name in names.items():
+        where = f"{source}: topic '{key}'"
+        if key not in topics:
+            raise TopicConfigError(f"{source}: [topics] lacks {key}")
+        table = {**_table(topics[key], where), "name": name}
+        specs.append(_parse_topic(key, table, "", default_replication, where))
+    return specs
+
+
+def _read(source: Path) -> dict[str, Any]:
     try:
-        document = tomllib.loads(source.read_text(encoding="utf-8"))
+        return tomllib.loads(source.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise TopicConfigError(f"{source}: invalid TOML: {error}") from error
-    return parse_topic_specs(document, prefix, source=str(source))
 
 
 def topic_names(prefix: str, path: Path | None = None) -> TopicNames:
@@ -111,7 +139,9 @@ def configured_topics(settings: Settings, path: Path | None = None) -> TopicName
 
 
 def topic_settings(
-    settings: Settings, keys: Sequence[str] = TOPIC_KEYS, path: Path | None = None
+    settings: Settings,
+    keys: Sequence[str] = (*TOPIC_KEYS, *CHANGELOG_KEYS),
+    path: Path | None = None,
 ) -> dict[str, str]:
     """The topics of the roles ``keys``, each with the setting that names it: its ``topic_*``
     setting when set, else ``topic_prefix`` (the default name was used). For messages about a
@@ -142,6 +172,16 @@ def configured_specs(settings: Settings, path: Path | None = None) -> list[Topic
             role_of[name] = default.key
             borrowed = bool(named) and default.key in REQUEST_KEYS
             specs.append(dataclasses.replace(default, name=name, borrowed=borrowed))
+    if settings.topic_changelog:
+        for spec in load_changelog_specs(settings.topic_changelog, path):
+            if spec.name in role_of:
+                raise ConfigError(
+                    "topic_changelog",
+                    f"{spec.name} is also the {role_of[spec.name].replace('_', ' ')} topic; "
+                    "a topic has one role",
+                )
+            role_of[spec.name] = spec.key
+            specs.append(spec)
     return specs
 
 
@@ -155,6 +195,8 @@ def _names(specs: Sequence[TopicSpec]) -> TopicNames:
         retry=by_key["retry"][0],
         results=by_key["results"][0],
         dead_letters=by_key["dead_letters"][0],
+        changelog=by_key.get("changelog", (None,))[0],
+        changelog_state=by_key.get("changelog_state", (None,))[0],
     )
 
 
@@ -162,12 +204,9 @@ def parse_topic_specs(
     document: Mapping[str, Any], prefix: str, source: str = "topics.toml"
 ) -> list[TopicSpec]:
     _check_keys(document, allowed={"defaults", "topics"}, where=source)
-    defaults = _table(document.get("defaults", {}), f"{source}: [defaults]")
-    default_replication = _positive_int(
-        defaults.get("replication_factor", 1), f"{source}: [defaults] key 'replication_factor'"
-    )
+    default_replication = _default_replication(document, source)
     topics = _table(document.get("topics"), f"{source}: [topics]")
-    _check_keys(topics, allowed=set(TOPIC_KEYS), where=f"{source}: [topics]")
+    _check_keys(topics, allowed={*TOPIC_KEYS, *CHANGELOG_KEYS}, where=f"{source}: [topics]")
     missing = [key for key in TOPIC_KEYS if key not in topics]
     if missing:
         raise TopicConfigError(f"{source}: [topics] lacks {', '.join(missing)}")
@@ -180,6 +219,13 @@ def parse_topic_specs(
     if duplicates:
         raise TopicConfigError(f"{source}: several topics are named {', '.join(duplicates)}")
     return specs
+
+
+def _default_replication(document: Mapping[str, Any], source: str) -> int:
+    defaults = _table(document.get("defaults", {}), f"{source}: [defaults]")
+    return _positive_int(
+        defaults.get("replication_factor", 1), f"{source}: [defaults] key 'replication_factor'"
+    )
 
 
 def _parse_topic(

@@ -204,7 +204,8 @@ class PartitionTransactions:
         sends: list[asyncio.Future[object]] = []
         try:
             for o in outputs:
-                sends.append(await producer.send(o.topic, o.value, key=o.key, headers=o.headers))
+                sends.append(await producer.send(o.topic, o.value, key=o.key, headers=o.headers,
+                                                 partition=o.partition))  # fmt: skip
             delivered = await asyncio.gather(*sends, return_exceptions=True)
             failed = next((d for d in delivered if isinstance(d, BaseException)), None)
             if failed is not None:

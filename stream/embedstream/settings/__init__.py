@@ -12,6 +12,7 @@ from __future__ import annotations
 from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
 from embedstream.settings.loading import choices, coerce, load_settings, validate
 from embedstream.settings.parsing import (
+    CHANGELOG_STATE_SUFFIX,
     KEY_LIMIT_FIELDS,
     OWN_TOPIC_SETTINGS,
     REQUEST_TOPIC_SETTINGS,
@@ -37,6 +38,7 @@ from embedstream.settings.types import (
 
 __all__ = [
     "CACHE_URL_SCHEMES",
+    "CHANGELOG_STATE_SUFFIX",
     "FIELDS",
     "KEY_LIMIT_FIELDS",
     "LOOPBACK_HOSTS",

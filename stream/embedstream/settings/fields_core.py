@@ -75,6 +75,13 @@ class CoreFields:
     topic_dlq: str | None = setting(
         None, "Dead-letter topic (embedstream's own); unset: topic_prefix + dlq.", _T
     )
+    topic_changelog: str | None = setting(
+        None,
+        "Chunk changelog (compacted): a record per chunk of every complete document version, "
+        "keyed by chunk id, and tombstones for chunks gone; its state topic is this name + "
+        "'.state'. Unset: no changelog.",
+        _T,
+    )
 
     security_protocol: SecurityProtocol = setting(
         "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.", _S

@@ -16,6 +16,7 @@ from embedstream.errors import ConfigError
 from embedstream.settings.fields import Settings
 from embedstream.settings.parsing import (
     AZURE_SETTINGS,
+    CHANGELOG_STATE_SUFFIX,
     OWN_BODY_FIELDS,
     OWN_TOPIC_SETTINGS,
     TOPIC_SETTINGS,
@@ -90,6 +91,13 @@ def validate_topics(s: Settings) -> None:
                 where = "twice" if seen[topic] == name else f"also in {seen[topic]}"
                 raise ConfigError(name, f"lists {topic} {where}; a topic has one role")
             seen[topic] = name
+    if s.topic_changelog:  # its state topic's name must be legal and free too
+        state = s.topic_changelog + CHANGELOG_STATE_SUFFIX
+        problem = topic_name_problem(state)
+        if problem or state in seen:
+            raise ConfigError(
+                "topic_changelog", problem or f"its state topic {state} is also in {seen[state]}"
+            )
 
 
 def validate_provider(s: Settings) -> None:

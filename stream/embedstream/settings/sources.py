@@ -30,7 +30,7 @@ TOOL_VARIABLES: Mapping[str, str] = {
     "EMBEDSTREAM_REQUIRE_BROKER": "1: integration tests fail instead of skipping without a broker",
     "EMBEDSTREAM_REQUIRE_TOOLS": (
         "1: tests fail instead of skipping without a tool they need "
-        "(promtool, prometheus, redis-server, tmux, wordllama)"
+        "(promtool, prometheus, redis-server, tmux, wordllama, java and mvn for Kafka Connect)"
     ),
     "EMBEDSTREAM_PYTHON": "interpreter ops/kafka/kafka.sh probes the broker with",
     "EMBEDSTREAM_KAFKA_PORT": "ops/kafka/kafka.sh: client port",
@@ -41,6 +41,8 @@ TOOL_VARIABLES: Mapping[str, str] = {
     "EMBEDSTREAM_KAFKA_DIR": "ops/kafka/kafka.sh: data directory",
     "EMBEDSTREAM_KAFKA_CACHE": "ops/kafka/kafka.sh: jar cache",
     "EMBEDSTREAM_KAFKA_AUTO_CREATE_TOPICS": "ops/kafka/kafka.sh: auto.create.topics.enable",
+    "EMBEDSTREAM_CONNECT_CACHE": "ops/kafka/connect.sh: jar cache of Kafka Connect",
+    "EMBEDSTREAM_CONNECT_HEAP": "ops/kafka/connect.sh: the Connect worker's -Xmx",
 }
 
 

@@ -8,7 +8,7 @@ pauses, commits and retry records can be driven step by step without a broker.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,12 +71,12 @@ class FakeCluster:
     def commit_transaction(
         self,
         transactional_id: str,
-        records: Sequence[tuple[str, bytes | None, bytes | None, RecordHeaders]],
+        records: Sequence[tuple[str, bytes | None, bytes | None, RecordHeaders, int | None]],
         offsets: Mapping[TopicPartition, int],
     ) -> None:
         def complete() -> None:
-            for topic, value, key, headers in records:
-                self.produce(topic, value, key, headers)
+            for topic, value, key, headers, partition in records:
+                self.produce(topic, value, key, headers, partition=partition)
             self.group_offsets.update(offsets)
 
         if self.hold_markers:
@@ -111,6 +111,14 @@ class FakeCluster:
         self._appends += 1
         self.arrived.set()
         return record
+
+    async def read_to_end(
+        self, topic: str, pick: Callable[[list[TopicPartition]], list[TopicPartition]]
+    ) -> AsyncIterator[FakeRecord]:
+        """The picked partitions' records as they are now (a reader in no group)."""
+        for tp in pick(self.partitions_of(topic)):
+            for record in list(self.logs[tp]):
+                yield record
 
     def records(self, topic: str) -> list[FakeRecord]:
         return [r for tp in self.partitions_of(topic) for r in self.logs[tp]]
@@ -276,10 +284,11 @@ class FakeProducer:
         key: bytes | None = None,
         *,
         headers: RecordHeaders | None = None,
+        partition: int | None = None,
     ) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         try:
-            future.set_result(self._write(topic, value, key, headers))
+            future.set_result(self._write(topic, value, key, headers, partition))
         except KafkaConnectionError as exc:
             future.set_exception(exc)
         return future
@@ -291,8 +300,9 @@ class FakeProducer:
         key: bytes | None = None,
         *,
         headers: RecordHeaders | None = None,
+        partition: int | None = None,
     ) -> FakeRecord:
-        return self._write(topic, value, key, headers)
+        return self._write(topic, value, key, headers, partition)
 
     def create_batch(self) -> FakeBatch:
         return FakeBatch()

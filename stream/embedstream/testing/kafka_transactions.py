@@ -47,7 +47,7 @@ class FakeTransactionalProducer:
     committed_transactions: int = 0
     epoch: int = -1
     manager: FakeTransactionManager = field(default_factory=FakeTransactionManager)
-    _records: list[tuple[str, bytes | None, bytes | None, RecordHeaders]] = field(
+    _records: list[tuple[str, bytes | None, bytes | None, RecordHeaders, int | None]] = field(
         default_factory=list
     )
     _offsets: dict[TopicPartition, int] = field(default_factory=dict)
@@ -85,6 +85,7 @@ class FakeTransactionalProducer:
         key: bytes | None = None,
         *,
         headers: RecordHeaders | None = None,
+        partition: int | None = None,
     ) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         try:
@@ -92,7 +93,7 @@ class FakeTransactionalProducer:
         except ProducerFenced as exc:
             future.set_exception(exc)
         else:
-            self._records.append((topic, value, key, tuple(headers or ())))
+            self._records.append((topic, value, key, tuple(headers or ()), partition))
             future.set_result(None)
         return future
 

@@ -2,7 +2,8 @@
 
 The ``pgserver`` wheel ships PostgreSQL 16 and pgvector; :func:`start_postgres` initialises a
 cluster in a directory of its own and starts it on a unix socket (about a second; as root,
-pgserver runs the server as a user of its own). A tool: the demo uses it, and the test kit
+pgserver runs the server as a user of its own), or on 127.0.0.1 too for a client that only
+speaks TCP (a JDBC driver). A tool: the demo uses it, and the test kit
 (``embedstream.testing.postgres``) re-exports it; the store writer itself takes a DSN.
 """
 
@@ -25,10 +26,11 @@ class PostgresUnavailable(RuntimeError):
 class PostgresServer:
     """A running throwaway server; ``stop()`` stops it and deletes its data."""
 
-    dsn: str  # a unix-socket URI, no password
+    dsn: str  # a unix-socket URI, no password (with tcp_port, a TCP one)
     directory: Path
     _server: Any
     _owns_directory: bool
+    tcp_port: int | None = None
 
     def stop(self) -> None:
         if self._server is not None:
@@ -44,8 +46,11 @@ class PostgresServer:
         self.stop()
 
 
-def start_postgres(directory: Path | str | None = None) -> PostgresServer:
-    """Start a server whose data lives in ``directory`` (a new temporary one by default)."""
+def start_postgres(
+    directory: Path | str | None = None, *, tcp_port: int | None = None
+) -> PostgresServer:
+    """Start a server whose data lives in ``directory`` (a new temporary one by default); with
+    ``tcp_port``, listening on 127.0.0.1 at that port too (trusting local connections)."""
     with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR unset, /tmp is used
         warnings.simplefilter("ignore")
         try:
@@ -66,6 +71,35 @@ def start_postgres(directory: Path | str | None = None) -> PostgresServer:
         if owns:
             shutil.rmtree(path, ignore_errors=True)
         raise PostgresUnavailable(f"pgserver did not start in {path}: {exc}") from exc
-    return PostgresServer(
+    found = PostgresServer(
         dsn=server.get_uri(), directory=path, _server=server, _owns_directory=owns
     )
+    if tcp_port is not None:
+        try:
+            _listen_on_loopback(found, tcp_port)
+        except Exception as exc:
+            found.stop()
+            raise PostgresUnavailable(
+                f"PostgreSQL did not listen on port {tcp_port}: {exc}"
+            ) from exc
+    return found
+
+
+def _listen_on_loopback(found: PostgresServer, port: int) -> None:
+    """Restart the server listening on 127.0.0.1:port (pgserver starts it with no TCP at all,
+    a command-line option a configuration file cannot override), trusting loopback clients."""
+    server = found._server
+    hba = found.directory / "pg_hba.conf"
+    hba.write_text(hba.read_text() + "\nhost all all 127.0.0.1/32 trust\n")
+    socket_dir = server.get_postmaster_info().socket_dir
+    options = f"-h 127.0.0.1 -p {port} -k {socket_dir}"
+    from pgserver._commands import pg_ctl  # type: ignore[attr-defined]  # made at import
+    from pgserver.utils import PostmasterInfo
+
+    args = ["-w", "-o", options, "-l", str(found.directory / "log"), "restart"]
+    pg_ctl(args, pgdata=server.pgdata, user=server.system_user, timeout=30)
+    # pgserver stops the server it knows at cleanup: tell it the restarted one (its handle
+    # would otherwise name the old postmaster's pid, which it kills when the stop fails).
+    server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)
+    found.tcp_port = port
+    found.dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
