@@ -110,9 +110,7 @@ class EmbeddingCache:
         if not jobs:
             return [], []
         keys = [key_of(job) for job in jobs]
-        names = [
-            self._keys.of(key, job.input) for key, job in zip(keys, jobs, strict=True)
-        ]
+        names = [self._keys.of(key, job.input) for key, job in zip(keys, jobs, strict=True)]
         found = await self._memory.get_many(names)
         tier_of: list[str | None] = [self._memory.name if f else None for f in found]
         missing = sorted({n for n, f in zip(names, found, strict=True) if f is None})
