@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from embedstream.core import configured
 from embedstream.core.clock import Clock
-from embedstream.core.intake import Intake
+from embedstream.core.generations import GenerationIds
+from embedstream.core.intake import Intake, chunking_rules
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
@@ -188,8 +189,14 @@ def build_service(
         read = state_reader or kafka_state_reader(connection_for(settings), settings.client_id)
         loader = ChunkCountsLoader(read, names.changelog_state)
         changelog = ChunkChangelog(sink, names.changelog, loader)
+    limits = configured.provider_limits(settings)
+    generations = GenerationIds(chunking_rules(settings, limits), settings.model)
     documents = DocumentFlow(
-        sink, metrics, include_text=settings.include_chunk_text, changelog=changelog
+        sink,
+        metrics,
+        include_text=settings.include_chunk_text,
+        generations=generations,
+        changelog=changelog,
     )
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     cache = build_cache(settings, metrics)
@@ -211,7 +218,7 @@ def build_service(
         drain_timeout_s=settings.drain_timeout_s, consumer=consumer, clock=clock,
         chunk_counts=None if changelog is None else changelog.loader,
     )  # fmt: skip
-    intake = Intake(settings, configured.provider_limits(settings), token_counter)
+    intake = Intake(settings, limits, token_counter)
     registry = registry_client(settings) if uses_registry(settings) else None
     decoders = None if registry is None else schema_decoders(settings, registry)
     admission = AttributedAdmission(

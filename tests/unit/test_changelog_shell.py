@@ -79,6 +79,9 @@ async def test_versions_upsert_their_chunks_and_tombstone_the_ones_gone() -> Non
         tombstones = {r.key for r in h.cluster.records(CHANGELOG) if r.value is None}
         generation = next(iter(index(h.cluster).values()))["index_generation"]
         assert tombstones == {chunk_id(generation, "d", s).encode() for s in (1, 2)}
+        # The changelog's generation is the one every output of the version names.
+        outputs = [orjson.loads(r.value) for r in h.results() if r.key == b"d" and r.value]
+        assert {o["index_generation"] for o in outputs} == {generation}
 
         await done(h, publish(h, "d", paragraphs("alpha", "beta", "eta", "iota"), version=3))
         assert rows(h.cluster) == {("d", "3", s) for s in range(4)} | {("e", "1", 0)}

@@ -9,18 +9,36 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import TopicPartition
+from embedstream.core.chunker import ChunkingRules
+from embedstream.core.generations import IndexGeneration
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import PermanentItemError, Reason, TransientError
 from embedstream.testing import eventually, vector_for
 from embedstream.testing.backends import texts_of
 from embedstream.testing.kafka import FakeRecord
-from embedstream.wire import DOC_CHUNK_SEQ, DOC_ID, DOC_VERSION, decode_output, headers_dict
-from embedstream.wire.documents import ChunkResult, DocumentComplete, DocumentIncomplete
+from embedstream.wire import (
+    DOC_CHUNK_SEQ,
+    DOC_ID,
+    DOC_VERSION,
+    INDEX_GENERATION_HEADER,
+    decode_output,
+    headers_dict,
+)
+from embedstream.wire.documents import (
+    ChunkResult,
+    DocumentComplete,
+    DocumentDeleted,
+    DocumentIncomplete,
+    PlainResult,
+)
 
 from tests.unit.harness import LOW, NAMES, GatedBackend, Harness, running
 
 # Small chunks, so a few short paragraphs make several chunks.
 SMALL: dict[str, Any] = {"chunk_max_tokens": 40, "chunk_overlap_tokens": 0, "chunk_min_tokens": 0}
+# The index generation of SMALL's outputs with the default model, asking no dimensions.
+DEFAULT_MODEL = "text-embedding-3-small"
+SMALL_GENERATION = IndexGeneration(DEFAULT_MODEL, None, ChunkingRules(40, 0, 0)).id
 
 
 def paragraphs(*words: str) -> str:
@@ -36,7 +54,7 @@ def publish(
 
 
 def outputs(h: Harness, doc_id: str | None = None) -> list[Any]:
-    found = [decode_output(r.key, r.value) for r in h.results()]
+    found = [decode_output(r.key, r.value, r.headers) for r in h.results()]
     return [o for o in found if doc_id is None or getattr(o, "doc_id", None) == doc_id]
 
 
@@ -63,8 +81,33 @@ async def test_a_document_gives_its_chunks_then_complete_and_commits_after(
         for o in out[:-1]:
             start, end = o.span
             assert o.embedding == pytest.approx(vector_for(text[start:end]))
-        assert out[-1] == DocumentComplete("d1", "7", chunks, {"src": "wiki"})
+        assert out[-1] == DocumentComplete("d1", "7", chunks, {"src": "wiki"}, SMALL_GENERATION)
+        assert all(o.index_generation == SMALL_GENERATION for o in out)
         assert all(r.key == b"d1" for r in h.results())
+
+
+async def test_every_output_names_the_index_generation_of_its_model_dimensions_and_chunking() -> (
+    None
+):
+    async with running(GatedBackend(), **SMALL) as h:
+        publish(h, "own", "a document of the default model")
+        publish(h, "sized", "a document asking for 4 dimensions", dimensions=4)
+        publish(h, "other", "a document naming its model", model="m2")
+        h.request(LOW, "r1", "a plain text")
+        offset = publish(h, "own", None)
+        await eventually(lambda: h.committed(LOW) == offset + 1)
+        by_doc = {doc: {o.index_generation for o in outputs(h, doc)} for doc in ("sized", "other")}
+        assert by_doc == {
+            "sized": {IndexGeneration(DEFAULT_MODEL, 4, ChunkingRules(40, 0, 0)).id},
+            "other": {IndexGeneration("m2", None, ChunkingRules(40, 0, 0)).id},
+        }
+        assert {o.index_generation for o in outputs(h, "own")} == {SMALL_GENERATION}
+        [plain] = [o for o in outputs(h) if isinstance(o, PlainResult)]
+        assert plain.index_generation == SMALL_GENERATION
+        # A tombstone's value is null: its generation (the processor's own) is in a header.
+        assert isinstance(outputs(h, "own")[-1], DocumentDeleted)
+        tombstone = h.results()[-1]
+        assert headers_dict(tombstone.headers)[INDEX_GENERATION_HEADER] == SMALL_GENERATION
 
 
 async def test_without_a_version_the_digest_of_the_text_names_it_and_text_is_included() -> None:
@@ -117,7 +160,7 @@ async def test_a_poison_chunk_is_dead_lettered_by_name_and_the_document_ends_inc
         await eventually(lambda: h.committed(LOW) == offset + 1)
         out = outputs(h, "d")
         assert [o.chunk_seq for o in out if isinstance(o, ChunkResult)] == [0, 2]
-        assert out[-1] == DocumentIncomplete("d", "v1", 3, (1,), None)
+        assert out[-1] == DocumentIncomplete("d", "v1", 3, (1,), None, SMALL_GENERATION)
         [letter] = dead_letters(h)
         headers = headers_dict(letter.headers)
         assert (headers[DOC_ID], headers[DOC_VERSION], headers[DOC_CHUNK_SEQ]) == ("d", "v1", "1")

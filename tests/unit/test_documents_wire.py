@@ -10,6 +10,7 @@ import orjson
 import pytest
 from embedstream.errors import InvalidEvent, Reason
 from embedstream.wire import (
+    INDEX_GENERATION_HEADER,
     ChunkResult,
     DocumentComplete,
     DocumentDeleted,
@@ -55,11 +56,17 @@ PLAIN = PlainResult(
 )
 
 
+GENERATION = "0a1b2c3d"
+
+
 @pytest.mark.parametrize(
     "record",
-    [CHUNK, replace(CHUNK, text="the chunk"), COMPLETE, INCOMPLETE, PLAIN],
-    ids=["chunk", "chunk-text", "complete", "incomplete", "plain"],
-)
+    [CHUNK, replace(CHUNK, text="the chunk"), COMPLETE, INCOMPLETE, PLAIN,
+     replace(CHUNK, index_generation=GENERATION), replace(COMPLETE, index_generation=GENERATION),
+     replace(INCOMPLETE, index_generation=GENERATION), replace(PLAIN, index_generation=GENERATION)],
+    ids=["chunk", "chunk-text", "complete", "incomplete", "plain", "chunk-generation",
+         "complete-generation", "incomplete-generation", "plain-generation"],
+)  # fmt: skip
 def test_round_trip(record: OutputRecord) -> None:
     key = record.id if isinstance(record, PlainResult) else record.doc_id
     value = record.encode()
@@ -73,6 +80,16 @@ def test_tombstone_round_trip() -> None:
     records: list[OutputRecord] = [deleted]
     assert [record.encode() for record in records] == [None]
     assert decode_output(deleted.key, None) == deleted
+    named = DocumentDeleted("doc-1", GENERATION)
+    assert named.headers() == [(INDEX_GENERATION_HEADER, GENERATION.encode())]
+    assert decode_output(named.key, None, [("other", b"x"), *named.headers()]) == named
+
+
+@pytest.mark.parametrize("value", [b"0A1B2C3D", b"0a1b2c3", b"0a1b2c3d4", b"", None])
+def test_a_tombstone_with_a_malformed_generation_header_is_invalid(value: bytes | None) -> None:
+    with pytest.raises(InvalidEvent) as caught:
+        decode_output(b"doc-1", None, [(INDEX_GENERATION_HEADER, value)])
+    assert caught.value.reason == Reason.INVALID_RESULT
 
 
 def test_base64_embedding_decoded_by_the_codec() -> None:
@@ -90,6 +107,11 @@ def test_base64_embedding_decoded_by_the_codec() -> None:
                  "model", "dimensions", "usage", "cached", "metadata", "attempts", "latency_ms"]),
         (COMPLETE, ["type", "doc_id", "version", "chunk_count", "metadata"]),
         (INCOMPLETE, ["type", "doc_id", "version", "chunk_count", "missing", "metadata"]),
+        (replace(COMPLETE, index_generation=GENERATION),
+         ["type", "doc_id", "version", "chunk_count", "metadata", "index_generation"]),
+        (replace(PLAIN, index_generation=GENERATION),
+         ["id", "model", "embedding", "dimensions", "usage", "metadata", "attempts",
+          "latency_ms", "cached", "index_generation"]),
     ],
 )  # fmt: skip
 def test_contract_field_names(record: OutputRecord, fields: list[str]) -> None:
@@ -160,6 +182,10 @@ _DROP = object()
         (None, _chunk(metadata=[1]), Reason.INVALID_RESULT),
         (None, _chunk(latency_ms=-1), Reason.INVALID_RESULT),
         (None, _chunk(text=5), Reason.INVALID_RESULT),
+        (None, _chunk(index_generation="ABCDEF01"), Reason.INVALID_RESULT),
+        (None, _chunk(index_generation=12345678), Reason.INVALID_RESULT),
+        (None, _chunk(index_generation="abc"), Reason.INVALID_RESULT),
+        (None, _final("complete", index_generation="not-hex!"), Reason.INVALID_RESULT),
         (None, _final("complete", chunk_count=-1), Reason.INVALID_RESULT),
         (None, _final("complete", version=""), Reason.INVALID_RESULT),
         (None, _final("incomplete", missing=[]), Reason.INVALID_RESULT),

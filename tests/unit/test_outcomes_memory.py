@@ -17,6 +17,8 @@ from collections.abc import Sequence
 import orjson
 import pytest
 from aiokafka import TopicPartition
+from embedstream.core.chunker import ChunkingRules
+from embedstream.core.generations import GenerationIds
 from embedstream.core.lanes import BucketKey, InputLane, Priority
 from embedstream.engine.cache import Hit
 from embedstream.engine.jobs import Embedded
@@ -60,7 +62,9 @@ def wired(writer: AckLater) -> tuple[Sink, KafkaOutcomes, PartitionState]:
     clock = FakeClock()
     metrics = Metrics()
     sink = Sink(writer, configured_topics(load_settings(env={})), clock)
-    outcomes = KafkaOutcomes(sink, metrics, DocumentFlow(sink, metrics, include_text=False), clock)
+    generations = GenerationIds(ChunkingRules(), "m")
+    documents = DocumentFlow(sink, metrics, include_text=False, generations=generations)
+    outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     return sink, outcomes, PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW)
 
 

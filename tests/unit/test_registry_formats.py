@@ -269,7 +269,10 @@ def test_avro_results_read_back_by_the_reference_deserializer(embedding: Any) ->
     from confluent_kafka.schema_registry import Schema
 
     schema_id = client.register_schema(f"embed.results-{RESULT}", Schema(text, schema_type))
-    result = EmbedResult("r-1", "m", embedding, 2, 4, {"doc": 1}, 1, 12.3456, cached=True)
+    result = EmbedResult(
+        "r-1", "m", embedding, 2, 4, {"doc": 1}, 1, 12.3456, cached=True,
+        index_generation="0a1b2c3d",
+    )  # fmt: skip
     raw = ResultEncoder("avro", dict.fromkeys(RECORD_NAMES, schema_id)).encode(result)
     record = AvroDeserializer(client)(raw, kit.CONTEXT)
     assert record == {
@@ -282,6 +285,7 @@ def test_avro_results_read_back_by_the_reference_deserializer(embedding: Any) ->
         "attempts": 1,
         "latency_ms": 12.346,
         "cached": True,
+        "index_generation": "0a1b2c3d",
     }
     # And by plain fastavro with the schema text the registry holds.
     payload = io.BytesIO(parse_frame(raw).payload)

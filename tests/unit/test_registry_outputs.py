@@ -29,13 +29,14 @@ from embedstream.wire.vectors import encode_base64
 from tests.unit import registry_kit as kit
 from tests.unit.test_store_feed import running
 
+GENERATION = "0a1b2c3d"
 CHUNK_RECORD = ChunkResult(
     "doc-1", "v2", 1, 3, (10, 24), [0.25, -1.5], "m", 2, 7, True, {"lang": "en"}, 2, 3.25,
-    text="second chunk",
+    text="second chunk", index_generation=GENERATION,
 )  # fmt: skip
-COMPLETE = DocumentComplete("doc-1", "v2", 3, {"lang": "en"})
-INCOMPLETE = DocumentIncomplete("doc-1", "v2", 3, (0, 2), None)
-PLAIN = EmbedResult("r-1", "m", [0.5, 2.0], 2, 4, None, 1, 1.5)
+COMPLETE = DocumentComplete("doc-1", "v2", 3, {"lang": "en"}, GENERATION)
+INCOMPLETE = DocumentIncomplete("doc-1", "v2", 3, (0, 2), None, GENERATION)
+PLAIN = EmbedResult("r-1", "m", [0.5, 2.0], 2, 4, None, 1, 1.5, index_generation=GENERATION)
 
 
 def framed(encoder: ResultEncoder, record: OutputRecord) -> bytes:
@@ -93,9 +94,10 @@ def test_a_base64_chunk_is_written_as_floats_for_the_reference_avro_deserializer
     )
     assert read["embedding"] == [0.25, -1.5] and read["type"] == "chunk"
     assert read["span"] == [0, 5] and read["metadata"] is None and read["text"] is None
+    assert read["index_generation"] is None  # written before generations
     end = AvroDeserializer(client)(ResultEncoder("avro", ids).encode_end(INCOMPLETE), kit.CONTEXT)
     assert end == {"type": "incomplete", "doc_id": "doc-1", "version": "v2", "chunk_count": 3,
-                   "missing": [0, 2], "metadata": None}  # fmt: skip
+                   "missing": [0, 2], "metadata": None, "index_generation": GENERATION}  # fmt: skip
 
 
 def test_json_schema_end_records_pass_the_reference_deserializer() -> None:
@@ -109,7 +111,7 @@ def test_json_schema_end_records_pass_the_reference_deserializer() -> None:
         encoder.encode_end(COMPLETE), kit.CONTEXT
     )
     assert read == {"type": "complete", "doc_id": "doc-1", "version": "v2", "chunk_count": 3,
-                    "metadata": {"lang": "en"}}  # fmt: skip
+                    "metadata": {"lang": "en"}, "index_generation": GENERATION}  # fmt: skip
 
 
 async def test_the_store_writer_writes_framed_documents_like_json_ones(

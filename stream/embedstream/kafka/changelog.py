@@ -18,7 +18,6 @@ anything of the partition is read; they go with the partition when it is revoked
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -49,12 +48,6 @@ log = logging.getLogger(__name__)
 
 # Reading one state partition when an input partition is assigned.
 LOAD_TIMEOUT_S = 60.0
-
-
-def placeholder_index_generation(model: str, dimensions: int | None) -> str:
-    """PLACEHOLDER until index generations (issue 30) land: 8 hex digits of the model and the
-    dimensions asked, in the form of their ids. Replace with the document run's own id."""
-    return hashlib.sha256(f"{model}\n{dimensions}".encode()).hexdigest()[:8]
 
 
 class ChangelogValues(Protocol):
@@ -155,7 +148,7 @@ class ChunkChangelog:
         """A chunk's result, as its changelog value: held by its run until the version ends."""
         chunk = ChangelogChunk(
             result.doc_id, result.version, result.chunk_seq, result.span, result.embedding,
-            result.model, result.dimensions, _generation(run), result.metadata, result.text,
+            result.model, result.dimensions, run.index_generation, result.metadata, result.text,
         )  # fmt: skip
         value = self.values.encode(chunk)
         before = run.changelog_values.get(result.chunk_seq, b"")
@@ -171,7 +164,7 @@ class ChunkChangelog:
     async def complete(self, run: DocumentRun, chunk_count: int) -> None:
         """The version's chunks, tombstones for the chunks gone, then the document's state.
         Raises OutputUnwritable (the document stays unfinished)."""
-        generation = _generation(run)
+        generation = run.index_generation
         counts = _counts(run.state)
         change = counts.replacing(run.doc_id, generation, chunk_count)
         origin, state = run.start.origin, run.state
@@ -215,11 +208,6 @@ class ChunkChangelog:
         await self._sink.write_outputs(
             [Output(origin, self.loader.state_topic, key, value, [], state, partition=partition)]
         )
-
-
-def _generation(run: DocumentRun) -> str:
-    admitted = run.start.admitted
-    return placeholder_index_generation(admitted.model, admitted.event.dimensions)
 
 
 def _counts(state: PartitionState) -> ChunkCounts:

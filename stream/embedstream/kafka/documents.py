@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from embedstream.core.chunker import Chunk
 from embedstream.core.documents import DocumentOrder, DocumentProgress, Incomplete
+from embedstream.core.generations import GenerationIds
 from embedstream.core.intake import AdmittedDocument
 from embedstream.core.lanes import Priority
 from embedstream.core.tracing import NULL_SPAN, TRACEPARENT, RequestSpan
@@ -32,7 +33,7 @@ from embedstream.kafka.sink import OutputUnwritable, Sink
 from embedstream.kafka.work import ChunkOf, Origin, WorkItem
 from embedstream.wire import EmbedRequest
 from embedstream.wire.document_events import DocumentTombstone
-from embedstream.wire.documents import DocumentComplete, DocumentIncomplete
+from embedstream.wire.documents import DocumentComplete, DocumentDeleted, DocumentIncomplete
 
 if TYPE_CHECKING:
     from embedstream.kafka.changelog import ChunkChangelog
@@ -90,6 +91,12 @@ class DocumentRun:
     @property
     def metadata(self) -> dict[str, object] | None:
         return self.start.admitted.event.metadata
+
+    @property
+    def index_generation(self) -> str:
+        """The id of this version's generation: its model, the dimensions it asks for."""
+        admitted = self.start.admitted
+        return self.flow.generations.id_of(admitted.model, admitted.event.dimensions)
 
     def work_items(self) -> list[WorkItem]:
         start, event = self.start, self.start.admitted.event
@@ -153,6 +160,7 @@ class DocumentFlow:
         observer: DocumentObserver,
         *,
         include_text: bool,
+        generations: GenerationIds,
         resubmit: Callable[[WorkItem], None] | None = None,
         changelog: ChunkChangelog | None = None,
     ) -> None:
@@ -160,6 +168,7 @@ class DocumentFlow:
         self._observer = observer
         self.include_text = include_text
         self.changelog = changelog
+        self.generations = generations  # every output names its index generation
         self._resubmit = resubmit
         self._writing: set[asyncio.Task[None]] = set()
 
@@ -218,13 +227,17 @@ class DocumentFlow:
 
     async def _write_final(self, run: DocumentRun) -> None:
         final = run.progress.final()
+        generation = run.index_generation
         if isinstance(final, Incomplete):
             record: DocumentComplete | DocumentIncomplete = DocumentIncomplete(
-                final.doc_id, final.version, final.chunk_count, final.missing, run.metadata
-            )
+                final.doc_id, final.version, final.chunk_count, final.missing, run.metadata,
+                generation,
+            )  # fmt: skip
             outcome = "incomplete"
         else:
-            record = DocumentComplete(final.doc_id, final.version, final.chunk_count, run.metadata)
+            record = DocumentComplete(
+                final.doc_id, final.version, final.chunk_count, run.metadata, generation
+            )
             outcome = "complete"
         try:
             if self.changelog is not None:  # before the final record: it ends the version
@@ -243,11 +256,12 @@ class DocumentFlow:
         self._done(run.doc_id, run, run.state, run.start.origin.offset)
 
     async def _write_tombstone(self, run: TombstoneRun) -> None:
+        deleted = DocumentDeleted(run.doc_id, self.generations.default_id)
         try:
             if self.changelog is not None:
                 await self.changelog.deleted(run)
             await self._sink.document_record(
-                run.doc_id.encode(), None, run.origin, run.state, run.traceparent
+                deleted.key, None, run.origin, run.state, run.traceparent, deleted.headers()
             )
         except OutputUnwritable:
             log.error("tombstone of document %s not written; it stays unfinished", run.doc_id)

@@ -114,16 +114,17 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         cached: bool = False,
     ) -> EmbedResult | ChunkResult:
         latency_ms = float(now - item.timestamp_ms)
+        request = item.request
+        generation = self.documents.generations.id_of(model, request.dimensions)
         if item.chunk is None:
-            request = item.request
             return EmbedResult(request.id, model, vector, dimensions, tokens, request.metadata,
-                               item.attempts, latency_ms, cached)  # fmt: skip
+                               item.attempts, latency_ms, cached, generation)  # fmt: skip
         run = item.chunk.document
         text = item.text if self.documents.include_text else None
         result = ChunkResult(
             run.doc_id, run.version, item.chunk.seq, run.progress.chunk_count,
             (item.chunk.start, item.chunk.end), vector, model, dimensions, tokens, cached,
-            run.metadata, item.attempts, latency_ms, text,
+            run.metadata, item.attempts, latency_ms, text, generation,
         )  # fmt: skip
         if self.documents.changelog is not None:
             self.documents.changelog.keep(run, result)

@@ -261,9 +261,11 @@ class Sink:
         origin: Origin,
         owner: object,
         traceparent: bytes | None = None,
+        extra_headers: Headers | None = None,
     ) -> None:
         """A document's final record (or its tombstone, value None), keyed by doc_id."""
         headers: Headers = [] if traceparent is None else [(TRACEPARENT, traceparent)]
+        headers += extra_headers or []
         await self._writer.write(Output(origin, self._topics.results, key, value, headers, owner))
 
     async def retry(self, item: WorkItem, not_before_ms: int, error: str) -> None:

@@ -204,7 +204,7 @@ class StoreFeed:
         value = record.value
         if self._framed is not None and value is not None and value[:1] == b"\x00":
             return output_of(record.key, await self._framed.decode(value))
-        return decode_output(record.key, value)
+        return decode_output(record.key, value, record.headers)
 
     async def _apply(self, decoded: Sequence[_Decoded]) -> None:
         """Write ``decoded`` in one transaction, retrying outages; a batch the database refuses

@@ -21,6 +21,7 @@ from embedstream.wire.documents import (
 )
 from embedstream.wire.events import (
     ENCODING_FORMATS,
+    INDEX_GENERATION,
     MAX_ID_CHARS,
     MAX_PARAMETER_CHARS,
     REQUEST_PARAMETERS,
@@ -45,6 +46,7 @@ from embedstream.wire.headers import (
     FAILURE_FIRST,
     FAILURE_LAST,
     HEADER_PREFIX,
+    INDEX_GENERATION_HEADER,
     MAX_EPOCH_MS,
     MAX_MESSAGE_BYTES,
     PRIORITY,
@@ -88,6 +90,8 @@ __all__ = [
     "FAILURE_FIRST",
     "FAILURE_LAST",
     "HEADER_PREFIX",
+    "INDEX_GENERATION",
+    "INDEX_GENERATION_HEADER",
     "MAX_EPOCH_MS",
     "MAX_ID_CHARS",
     "MAX_MESSAGE_BYTES",

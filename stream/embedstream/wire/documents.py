@@ -9,6 +9,11 @@ and how a reader (the store writer) decodes and validates any record it finds th
 | :class:`DocumentIncomplete` | doc_id | ``{"type": "incomplete", "missing": [seq], ...}`` |
 | :class:`DocumentDeleted` | doc_id | null (a tombstone) |
 
+Every record the processor writes names its index generation (``embedstream.core.generations``):
+``index_generation`` in the value, 8 lower-case hex digits; a tombstone, whose value is null,
+in the header ``embedstream.index_generation``. Records without one (written by an embedstream
+before generations, or by hand) decode with ``index_generation`` None.
+
 :func:`decode_output` raises nothing but :class:`InvalidEvent`; embeddings sent as base64 are
 decoded with the one codec (:mod:`embedstream.wire.vectors`), so every decoded record holds
 its vector as a float list.
@@ -16,16 +21,19 @@ its vector as a float list.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import orjson
 
 from embedstream.errors import InvalidEvent, Reason
-from embedstream.wire.events import MAX_ID_CHARS, EmbedResult
+from embedstream.wire import result_fields as field
+from embedstream.wire.events import INDEX_GENERATION, MAX_ID_CHARS, EmbedResult
+from embedstream.wire.headers import INDEX_GENERATION_HEADER
 from embedstream.wire.json_bytes import record_json
-from embedstream.wire.vectors import Vector, all_finite, base64_floats
+from embedstream.wire.result_fields import MAX_VERSION_CHARS
+from embedstream.wire.vectors import Vector
 
 # A plain result is the result event that exists today; one type, not two.
 PlainResult = EmbedResult
@@ -33,7 +41,6 @@ PlainResult = EmbedResult
 CHUNK = "chunk"
 COMPLETE = "complete"
 INCOMPLETE = "incomplete"
-MAX_VERSION_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,7 @@ class ChunkResult:
     attempts: int
     latency_ms: float
     text: str | None = None  # only when the processor is set to include chunk text
+    index_generation: str | None = None
 
     @property
     def key(self) -> bytes:
@@ -82,6 +90,8 @@ class ChunkResult:
         }
         if self.text is not None:
             doc["text"] = self.text
+        if self.index_generation is not None:
+            doc[INDEX_GENERATION] = self.index_generation
         return doc
 
 
@@ -93,6 +103,7 @@ class DocumentComplete:
     version: str
     chunk_count: int
     metadata: dict[str, Any] | None
+    index_generation: str | None = None
 
     @property
     def key(self) -> bytes:
@@ -102,13 +113,14 @@ class DocumentComplete:
         return record_json(self.fields())
 
     def fields(self) -> dict[str, Any]:
-        return {
+        doc = {
             "type": COMPLETE,
             "doc_id": self.doc_id,
             "version": self.version,
             "chunk_count": self.chunk_count,
             "metadata": self.metadata,
         }
+        return _with_generation(doc, self.index_generation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +132,7 @@ class DocumentIncomplete:
     chunk_count: int
     missing: tuple[int, ...]
     metadata: dict[str, Any] | None
+    index_generation: str | None = None
 
     @property
     def key(self) -> bytes:
@@ -129,7 +142,7 @@ class DocumentIncomplete:
         return record_json(self.fields())
 
     def fields(self) -> dict[str, Any]:
-        return {
+        doc = {
             "type": INCOMPLETE,
             "doc_id": self.doc_id,
             "version": self.version,
@@ -137,6 +150,7 @@ class DocumentIncomplete:
             "missing": self.missing,
             "metadata": self.metadata,
         }
+        return _with_generation(doc, self.index_generation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +158,7 @@ class DocumentDeleted:
     """A tombstone: the document is gone (every version)."""
 
     doc_id: str
+    index_generation: str | None = None  # carried in a header: the value is null
 
     @property
     def key(self) -> bytes:
@@ -152,15 +167,31 @@ class DocumentDeleted:
     def encode(self) -> None:
         return None  # a tombstone's value is null
 
+    def headers(self) -> list[tuple[str, bytes]]:
+        if self.index_generation is None:
+            return []
+        return [(INDEX_GENERATION_HEADER, self.index_generation.encode())]
+
+
+def _with_generation(doc: dict[str, Any], generation: str | None) -> dict[str, Any]:
+    if generation is not None:
+        doc[INDEX_GENERATION] = generation
+    return doc
+
 
 OutputRecord = PlainResult | ChunkResult | DocumentComplete | DocumentIncomplete | DocumentDeleted
 DocumentRecord = ChunkResult | DocumentComplete | DocumentIncomplete | DocumentDeleted
 
 
-def decode_output(key: bytes | None, value: bytes | None) -> OutputRecord:
-    """Parse and validate one results-topic record (its key and a JSON value)."""
+def decode_output(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None = None,
+) -> OutputRecord:
+    """Parse and validate one results-topic record (its key, a JSON value and its headers)."""
     if value is None:
-        return DocumentDeleted(doc_id=_key_text(key))
+        generation = field.header_generation(headers)
+        return DocumentDeleted(doc_id=_key_text(key), index_generation=generation)
     try:
         doc = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
@@ -185,10 +216,11 @@ def output_of(key: bytes | None, doc: dict[str, Any]) -> OutputRecord:
         own_key = record.doc_id
     elif kind == COMPLETE:
         record = DocumentComplete(
-            doc_id=_doc_id(doc),
-            version=_version(doc),
-            chunk_count=_count(doc),
-            metadata=_metadata(doc),
+            doc_id=field.doc_id(doc),
+            version=field.version(doc),
+            chunk_count=field.count(doc),
+            metadata=field.metadata(doc),
+            index_generation=field.generation(doc),
         )
         own_key = record.doc_id
     elif kind == INCOMPLETE:
@@ -216,159 +248,63 @@ def _key_text(key: bytes | None) -> str:
 
 
 def _plain(doc: dict[str, Any]) -> PlainResult:
-    embedding, dimensions = _embedding(doc)
+    embedding, dimensions = field.embedding(doc)
     return PlainResult(
-        id=_string(doc, "id", MAX_ID_CHARS),
-        model=_string(doc, "model", MAX_VERSION_CHARS),
+        id=field.string(doc, "id", MAX_ID_CHARS),
+        model=field.string(doc, "model", MAX_VERSION_CHARS),
         embedding=embedding,
         dimensions=dimensions,
-        tokens=_tokens(doc),
-        metadata=_metadata(doc),
-        attempts=_int(doc, "attempts", 0),
-        latency_ms=_latency(doc),
-        cached=_bool(doc, "cached", default=False),
+        tokens=field.tokens(doc),
+        metadata=field.metadata(doc),
+        attempts=field.integer(doc, "attempts", 0),
+        latency_ms=field.latency(doc),
+        cached=field.boolean(doc, "cached", default=False),
+        index_generation=field.generation(doc),
     )
 
 
 def _chunk(doc: dict[str, Any]) -> ChunkResult:
-    count = _count(doc)
-    seq = _int(doc, "chunk_seq", 0)
+    count = field.count(doc)
+    seq = field.integer(doc, "chunk_seq", 0)
     if seq >= count:
-        _invalid(f"chunk_seq {seq} is not below chunk_count {count}")
-    embedding, dimensions = _embedding(doc)
+        field.invalid(f"chunk_seq {seq} is not below chunk_count {count}")
+    embedding, dimensions = field.embedding(doc)
     text = doc.get("text")
     if text is not None and not isinstance(text, str):
-        _invalid("field 'text' must be a string")
+        field.invalid("field 'text' must be a string")
     return ChunkResult(
-        doc_id=_doc_id(doc),
-        version=_version(doc),
+        doc_id=field.doc_id(doc),
+        version=field.version(doc),
         chunk_seq=seq,
         chunk_count=count,
-        span=_span(doc),
+        span=field.span(doc),
         embedding=embedding,
-        model=_string(doc, "model", MAX_VERSION_CHARS),
+        model=field.string(doc, "model", MAX_VERSION_CHARS),
         dimensions=dimensions,
-        tokens=_tokens(doc),
-        cached=_bool(doc, "cached"),
-        metadata=_metadata(doc),
-        attempts=_int(doc, "attempts", 0),
-        latency_ms=_latency(doc),
+        tokens=field.tokens(doc),
+        cached=field.boolean(doc, "cached"),
+        metadata=field.metadata(doc),
+        attempts=field.integer(doc, "attempts", 0),
+        latency_ms=field.latency(doc),
         text=text,
+        index_generation=field.generation(doc),
     )
 
 
 def _incomplete(doc: dict[str, Any]) -> DocumentIncomplete:
-    count = _count(doc)
+    count = field.count(doc)
     missing = doc.get("missing")
     if not isinstance(missing, list) or not missing:
-        _invalid("field 'missing' must be a non-empty list of chunk_seq")
+        field.invalid("field 'missing' must be a non-empty list of chunk_seq")
     if not all(type(seq) is int and 0 <= seq < count for seq in missing):
-        _invalid(f"field 'missing' must hold chunk_seq values in [0, {count})")
+        field.invalid(f"field 'missing' must hold chunk_seq values in [0, {count})")
     if len(set(missing)) != len(missing):
-        _invalid("field 'missing' repeats a chunk_seq")
+        field.invalid("field 'missing' repeats a chunk_seq")
     return DocumentIncomplete(
-        doc_id=_doc_id(doc),
-        version=_version(doc),
+        doc_id=field.doc_id(doc),
+        version=field.version(doc),
         chunk_count=count,
         missing=tuple(sorted(missing)),
-        metadata=_metadata(doc),
+        metadata=field.metadata(doc),
+        index_generation=field.generation(doc),
     )
-
-
-def _invalid(message: str) -> NoReturn:
-    raise InvalidEvent(Reason.INVALID_RESULT, message)
-
-
-def _string(doc: dict[str, Any], name: str, limit: int) -> str:
-    value = doc.get(name)
-    if not isinstance(value, str) or not value:
-        _invalid(f"field '{name}' must be a non-empty string")
-    if len(value) > limit:
-        _invalid(f"field '{name}' is longer than {limit} characters")
-    return value
-
-
-def _doc_id(doc: dict[str, Any]) -> str:
-    return _string(doc, "doc_id", MAX_ID_CHARS)
-
-
-def _version(doc: dict[str, Any]) -> str:
-    return _string(doc, "version", MAX_VERSION_CHARS)
-
-
-def _int(doc: dict[str, Any], name: str, minimum: int) -> int:
-    value = doc.get(name)
-    if type(value) is not int or value < minimum:  # bool is an int subclass: not a count
-        _invalid(f"field '{name}' must be an integer >= {minimum}")
-    return value
-
-
-def _count(doc: dict[str, Any]) -> int:
-    return _int(doc, "chunk_count", 0)
-
-
-def _bool(doc: dict[str, Any], name: str, default: bool | None = None) -> bool:
-    value = doc.get(name, default)
-    if not isinstance(value, bool):
-        _invalid(f"field '{name}' must be true or false")
-    return value
-
-
-def _tokens(doc: dict[str, Any]) -> int:
-    usage = doc.get("usage")
-    if not isinstance(usage, dict):
-        _invalid("field 'usage' must be an object with 'tokens'")
-    return _int(usage, "tokens", 0)
-
-
-def _latency(doc: dict[str, Any]) -> float:
-    value = doc.get("latency_ms")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        _invalid("field 'latency_ms' must be a number >= 0")
-    return float(value)
-
-
-def _metadata(doc: dict[str, Any]) -> dict[str, Any] | None:
-    value = doc.get("metadata")
-    if value is not None and not isinstance(value, dict):
-        _invalid("field 'metadata' must be an object or null")
-    return value
-
-
-def _span(doc: dict[str, Any]) -> tuple[int, int]:
-    value = doc.get("span")
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not all(type(end) is int for end in value)
-        or not 0 <= value[0] <= value[1]
-    ):
-        _invalid("field 'span' must be [start, end] with 0 <= start <= end")
-    return value[0], value[1]
-
-
-def _embedding(doc: dict[str, Any]) -> tuple[list[float], int]:
-    """The vector as floats (base64 decoded by the one codec) and its checked dimensions."""
-    value = doc.get("embedding")
-    if isinstance(value, str):
-        try:
-            floats = base64_floats(value).tolist()
-        except ValueError as exc:
-            raise InvalidEvent(Reason.INVALID_RESULT, f"field 'embedding': {exc}") from None
-    elif isinstance(value, list):
-        floats = value
-    else:
-        raise InvalidEvent(
-            Reason.INVALID_RESULT, "field 'embedding' must be a float list or base64"
-        )
-    try:
-        # The one-sum test, then per value: finite values near 1e308 can overflow a sum.
-        finite = all_finite(floats) or all(math.isfinite(x) for x in floats)
-    except TypeError:
-        _invalid("field 'embedding' must hold only numbers")
-    if not floats or not finite:
-        _invalid("field 'embedding' must be a non-empty vector of finite numbers")
-    dimensions = _int(doc, "dimensions", 1)
-    if dimensions != len(floats):
-        _invalid(f"field 'dimensions' is {dimensions} but the embedding has {len(floats)}")
-    return floats, dimensions

@@ -18,6 +18,8 @@ ENCODING_FORMATS = ("float", "base64")
 # (core/limits.py). Each value is part of the bucket key, so it stays short.
 REQUEST_PARAMETERS = ("user", "input_type", "task")
 MAX_PARAMETER_CHARS = 512
+# The output records' field naming their index generation (embedstream.core.generations).
+INDEX_GENERATION = "index_generation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,21 +203,23 @@ class EmbedResult:
     attempts: int
     latency_ms: float
     cached: bool = False  # served from the embedding cache: no provider call was made
+    index_generation: str | None = None  # see embedstream.core.generations
 
     def encode(self) -> bytes:
-        return record_json(
-            {
-                "id": self.id,
-                "model": self.model,
-                "embedding": self.embedding,
-                "dimensions": self.dimensions,
-                "usage": {"tokens": self.tokens},
-                "metadata": self.metadata,
-                "attempts": self.attempts,
-                "latency_ms": round(self.latency_ms, 3),
-                "cached": self.cached,
-            }
-        )
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "model": self.model,
+            "embedding": self.embedding,
+            "dimensions": self.dimensions,
+            "usage": {"tokens": self.tokens},
+            "metadata": self.metadata,
+            "attempts": self.attempts,
+            "latency_ms": round(self.latency_ms, 3),
+            "cached": self.cached,
+        }
+        if self.index_generation is not None:
+            doc[INDEX_GENERATION] = self.index_generation
+        return record_json(doc)
 
 
 def decode_result(raw: bytes) -> dict[str, Any]:

@@ -32,6 +32,8 @@ ENQUEUED_AT = HEADER_PREFIX + "enqueued_at"
 DOC_ID = HEADER_PREFIX + "doc.id"
 DOC_VERSION = HEADER_PREFIX + "doc.version"
 DOC_CHUNK_SEQ = HEADER_PREFIX + "doc.chunk_seq"
+# On a document's tombstone (its value is null): the index generation it deletes from.
+INDEX_GENERATION_HEADER = HEADER_PREFIX + "index_generation"
 # On a result whose text was cut to the per-input limit: the token estimate before cutting.
 TRUNCATED_FROM = HEADER_PREFIX + "truncated_from_tokens"
 

@@ -27,6 +27,9 @@ RECORD_NAMES = (RESULT, CHUNK, END)
 
 _USAGE = {"type": "record", "name": "Usage", "fields": [{"name": "tokens", "type": "int"}]}
 _METADATA = {"name": "metadata", "type": ["null", "string"], "default": None}
+# The index generation (embedstream.core.generations); null only in records written before
+# generations existed.
+_GENERATION = {"name": "index_generation", "type": ["null", "string"], "default": None}
 _VECTOR = [
     {"name": "model", "type": "string"},
     {"name": "embedding", "type": {"type": "array", "items": "float"}},
@@ -45,7 +48,7 @@ AVRO: dict[str, dict[str, Any]] = {
         "name": "EmbeddingResult",
         "namespace": NAMESPACE,
         "doc": "One embedding made by embedstream, keyed by the request id.",
-        "fields": [{"name": "id", "type": "string"}, *_VECTOR, _METADATA, *_CALL],
+        "fields": [{"name": "id", "type": "string"}, *_VECTOR, _METADATA, *_CALL, _GENERATION],
     },
     CHUNK: {
         "type": "record",
@@ -63,6 +66,7 @@ AVRO: dict[str, dict[str, Any]] = {
             _METADATA,
             *_CALL,
             {"name": "text", "type": ["null", "string"], "default": None},
+            _GENERATION,
         ],
     },
     END: {
@@ -80,6 +84,7 @@ AVRO: dict[str, dict[str, Any]] = {
             {"name": "chunk_count", "type": "int"},
             {"name": "missing", "type": {"type": "array", "items": "int"}, "default": []},
             _METADATA,
+            _GENERATION,
         ],
     },
 }
@@ -98,6 +103,7 @@ _J_VECTOR = {
     "attempts": {"type": "integer"},
     "latency_ms": {"type": "number"},
     "cached": {"type": "boolean"},
+    "index_generation": {"type": ["string", "null"]},
 }
 _J_VECTOR_REQUIRED = ["model", "embedding", "dimensions", "usage", "attempts", "latency_ms"]
 _DRAFT = "http://json-schema.org/draft-07/schema#"
@@ -143,6 +149,7 @@ JSON_SCHEMA: dict[str, dict[str, Any]] = {
             "chunk_count": {"type": "integer"},
             "missing": {"type": "array", "items": {"type": "integer"}},
             "metadata": {"type": ["object", "null"]},
+            "index_generation": {"type": ["string", "null"]},
         },
         "required": ["type", "doc_id", "version", "chunk_count"],
     },

@@ -49,12 +49,14 @@ class ResultEncoder:
         fields["embedding"] = _floats(chunk.embedding)
         fields["span"] = list(chunk.span)
         fields["metadata"] = self._metadata(chunk.metadata)
+        fields.setdefault("index_generation", None)
         return self._frame(CHUNK, fields)
 
     def encode_end(self, end: DocumentComplete | DocumentIncomplete) -> bytes:
         fields = end.fields()
         fields["missing"] = list(getattr(end, "missing", ()))
         fields["metadata"] = self._metadata(end.metadata)
+        fields.setdefault("index_generation", None)
         if not self._avro and not fields["missing"]:
             del fields["missing"]  # the JSON value of a complete record has none
         return self._frame(END, fields)
@@ -70,6 +72,7 @@ class ResultEncoder:
             "attempts": result.attempts,
             "latency_ms": round(result.latency_ms, 3),
             "cached": result.cached,
+            "index_generation": result.index_generation,
         }
 
     def _frame(self, name: str, fields: dict[str, Any]) -> bytes:
