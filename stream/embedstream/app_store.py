@@ -12,6 +12,8 @@ import contextlib
 import logging
 import signal
 
+from embedstream.core import configured
+from embedstream.core.intake import chunking_rules
 from embedstream.engine.backend import BatchCall
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.clock import SYSTEM_CLOCK
@@ -36,27 +38,40 @@ from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import Settings
 from embedstream.settings.rules import require_store
 from embedstream.stores.base import SearchHit
-from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
+from embedstream.stores.generations import StoredGeneration
+from embedstream.stores.pgvector import GenerationMoved, PgStoreConfig, PgVectorStore
 from embedstream.wire.vectors import Vector, decode_base64
 
 log = logging.getLogger(__name__)
 
 HEALTH_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 3.0
+SEARCH_ATTEMPTS = 3  # a cutover between embedding the question and reading the rows: again
 
 
-def store_config(settings: Settings, dimensions: int | None = None) -> PgStoreConfig:
+def store_config(settings: Settings) -> PgStoreConfig:
     require_store(settings)
     assert settings.store_dsn is not None
     return PgStoreConfig(
         dsn=settings.store_dsn,
         schema=settings.store_schema,
         table=settings.store_table,
-        dimensions=dimensions or settings.store_dimensions,
+        dimensions=settings.store_dimensions,
         model=settings.store_model,
+        chunking=chunking_rules(settings, configured.provider_limits(settings)),
         index=settings.store_index,
         connect_timeout_s=settings.connect_timeout_s,
     )
+
+
+def require_store_model(settings: Settings) -> None:
+    """The store writer knows the model of its vectors: no first result decides it."""
+    if not settings.store_model:
+        raise ConfigError(
+            "store_model",
+            "embedstream sink needs the model of the store's vectors (its first generation: "
+            "the processors' model)",
+        )
 
 
 class StoreWriter:
@@ -166,6 +181,7 @@ async def run_store_writer(settings: Settings, *, handle_signals: bool = True) -
     """Run until SIGINT/SIGTERM (or `writer.stop()`): the batch in hand is written and
     committed, then the process exits 0."""
     require_store(settings)
+    require_store_model(settings)
     configured_topics(settings)
     await check_broker(settings)
     await require_topics(
@@ -192,37 +208,57 @@ def _on_signal(writer: StoreWriter, sig: signal.Signals) -> None:
     writer.stop()
 
 
-async def init_store(settings: Settings, dimensions: int | None) -> str:
+async def init_store(settings: Settings) -> str:
     """`embedstream sink init`: create the tables now; returns what was done, in one line."""
-    dims = dimensions or settings.store_dimensions
+    require_store_model(settings)
+    dims = settings.store_dimensions
     if dims is None:
-        raise ConfigError("store_dimensions", "sink init needs --dimensions N (or the setting)")
-    model = settings.store_model or settings.model
-    async with PgVectorStore(store_config(settings, dims)) as store:
-        await store.init(model, dims)
+        raise ConfigError("store_dimensions", "sink init needs the vector size of the tables")
+    assert settings.store_model is not None
+    async with PgVectorStore(store_config(settings)) as store:
+        active = await store.init(settings.store_model, dims)
     return (
-        f"table {settings.store_schema}.{settings.store_table} ready: model {model!r}, "
-        f"{dims} dimensions, index {settings.store_index}"
+        f"table {settings.store_schema}.{settings.store_table} ready: generation {active.id} "
+        f"active ({active.said}), index {settings.store_index}"
     )
 
 
 async def search_store(settings: Settings, question: str, k: int) -> list[SearchHit]:
-    """`embedstream sink search`: embed the question with the table's model, then the k nearest
-    searchable chunks. Through a processor's online lane when `online_url` is set (the
-    question shares the processor's provider budget as its top lane), else with a client of
-    its own on the configured provider."""
-    async with PgVectorStore(store_config(settings)) as store:
-        if store.model is None:
-            raise EmbedStreamError(
-                f"table {settings.store_schema}.{settings.store_table} does not exist yet; "
-                "run `embedstream sink` (or `embedstream sink init`) first"
-            )
-        vector = await _embed_question(settings, question, store.model)
-        floats = decode_base64(vector) if isinstance(vector, str) else vector
-        return await store.search(floats, k)
+    """`embedstream sink search`: embed the question with the active generation's model (and
+    dimensions), then the k nearest searchable chunks of that same generation."""
+    async with PgVectorStore(store_config(settings), create=False) as store:
+        for _ in range(SEARCH_ATTEMPTS):
+            active = store.active
+            if active is None or active.size is None:
+                raise EmbedStreamError(
+                    f"table {settings.store_schema}.{settings.store_table} has no vectors yet; "
+                    "run `embedstream sink` (or `embedstream sink init`) first"
+                )
+            floats = await embed_query(settings, question, active)
+            try:
+                return await store.search(floats, k, generation_id=active.id)
+            except GenerationMoved:
+                continue  # the store has just been cut over (or rolled back): embed again
+        raise EmbedStreamError("the store's active generation kept changing; try again")
 
 
-async def _embed_question(settings: Settings, question: str, model: str) -> Vector:
+async def embed_query(settings: Settings, text: str, generation: StoredGeneration) -> list[float]:
+    """``text`` as a vector of ``generation``: its model, and its dimensions when it asked for
+    some (a model's own size is not asked: not every provider takes ``dimensions``). Through
+    a processor's online lane when `online_url` is set (the question shares the processor's
+    provider budget as its top lane), else with a client of its own on the configured
+    provider."""
+    vector = await _embed(settings, text, generation.model, generation.generation.dimensions)
+    floats = decode_base64(vector) if isinstance(vector, str) else vector
+    if generation.size is not None and len(floats) != generation.size:
+        raise EmbedStreamError(
+            f"the provider gave {len(floats)} dimensions for model {generation.model!r}; "
+            f"generation {generation.id} holds {generation.size}"
+        )
+    return floats
+
+
+async def _embed(settings: Settings, text: str, model: str, dimensions: int | None) -> Vector:
     if settings.online_url:
         lane = OpenAIEmbedder(
             base_url=settings.online_url,
@@ -231,9 +267,11 @@ async def _embed_question(settings: Settings, question: str, model: str) -> Vect
             wire_format="float",
         )
         try:
-            outcome = await lane.embed(BatchCall(model, [question], "float", None))
+            outcome = await lane.embed(BatchCall(model, [text], "float", dimensions))
         finally:
             await lane.close()
         return outcome.vectors[0]
     async with BatchingClient(settings=settings) as client:
-        return await client.submit(question, model=model, encoding_format="float")
+        return await client.submit(
+            text, model=model, dimensions=dimensions, encoding_format="float"
+        )

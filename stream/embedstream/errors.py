@@ -93,6 +93,8 @@ class Reason(StrEnum):
     # A vector store refuses a record (Rejected) or cannot be used (StoreError).
     MODEL_MISMATCH = "model_mismatch"
     DIMENSION_MISMATCH = "dimension_mismatch"
+    UNKNOWN_GENERATION = "unknown_generation"  # an index generation the store was not told of
+    STORE_LOCKED = "store_locked"  # a lock was not granted in time (a reader holds the view)
     STORE_UNAVAILABLE = "store_unavailable"
     STORE_SCHEMA = "store_schema"  # the table exists but is not one a store of ours can use
     STORE_FAILED = "store_failed"  # the database refused a statement (a bug or a constraint)

@@ -1,6 +1,7 @@
 """The pgvector store against a real PostgreSQL with pgvector (pgserver's, started once per
 module, about 1-6 s): upserts, replays, document versions, tombstones, marks, rejections,
-search and a large batch in one transaction."""
+search and a large batch in one transaction, read through the stable names (the views of the
+active generation), as searchers read them."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def plain(rid: str, *, model: str = "m", dims: int = DIMS) -> PlainResult:
 
 async def rows(store: PgVectorStore, postgres: PostgresServer) -> dict[str, Any]:
     """The whole state of the store's tables, comparable across runs."""
-    names = store._names
+    names = store.names
     async with await psycopg.AsyncConnection.connect(postgres.dsn) as conn:
         chunks = await (
             await conn.execute(
@@ -177,8 +178,10 @@ async def test_replayed_suffixes_converge(
 
 
 async def row_versions(store: PgVectorStore, postgres: PostgresServer) -> dict[str, Any]:
-    """Each row's xmin: the transaction that wrote its current version (an update makes one)."""
-    names = store._names
+    """Each row's xmin: the transaction that wrote its current version (an update makes one);
+    a table's, not a view's: the active generation's tables."""
+    assert store.active is not None
+    names = store.names.of(store.active.id)
     async with await psycopg.AsyncConnection.connect(postgres.dsn) as conn:
         chunks = await (
             await conn.execute(f"SELECT doc_id, version, chunk_seq, xmin::text FROM {names.chunks}")
@@ -352,33 +355,47 @@ async def test_large_batch_in_one_transaction(
     rejected = await store.apply(records)
     elapsed = time.monotonic() - started
     assert [r.record_index for r in rejected] == [len(records) - 1]
+    assert store.active is not None
+    table = store.names.of(store.active.id).chunks  # xmin is a table's, not a view's
     async with await psycopg.AsyncConnection.connect(postgres.dsn) as conn:
         row = await (
             await conn.execute(
-                f"SELECT count(*), count(DISTINCT xmin::text) FROM {store._names.chunks} "
-                "WHERE searchable"
+                f"SELECT count(*), count(DISTINCT xmin::text) FROM {table} WHERE searchable"
             )
         ).fetchone()
     assert row == (5_000, 1)  # every row written by the same transaction
     assert elapsed < 30
 
 
-async def test_shape_checked_on_reopen(postgres: PostgresServer) -> None:
+async def test_the_first_generation_is_the_model_given_and_sized_by_its_first_vector(
+    postgres: PostgresServer,
+) -> None:
     table = f"t_{uuid.uuid4().hex[:12]}"
-    async with PgVectorStore(PgStoreConfig(dsn=postgres.dsn, table=table)) as first:
-        assert first.dimensions is None  # no shape yet: the first vector decides
+    async with PgVectorStore(PgStoreConfig(dsn=postgres.dsn, table=table, model="mx")) as first:
+        assert (first.model, first.dimensions) == ("mx", None)  # no vector yet
         assert await first.apply([chunk("a", "v1", 0, 1, model="mx", dims=3)]) == []
-        assert first.dimensions == 3
-        assert first.model == "mx"
-    async with PgVectorStore(PgStoreConfig(dsn=postgres.dsn, table=table)) as again:
+        assert (first.model, first.dimensions) == ("mx", 3)
+    # Reopened with other settings: the store's generations stand, the settings make only
+    # the first generation of an empty store.
+    other = PgStoreConfig(dsn=postgres.dsn, table=table, model="other", dimensions=8)
+    async with PgVectorStore(other) as again:
         assert (again.model, again.dimensions) == ("mx", 3)
-    for config, reason in [
-        (PgStoreConfig(dsn=postgres.dsn, table=table, model="other"), Reason.MODEL_MISMATCH),
-        (PgStoreConfig(dsn=postgres.dsn, table=table, dimensions=8), Reason.DIMENSION_MISMATCH),
-    ]:
-        with pytest.raises(StoreError) as caught:
-            await PgVectorStore(config).open()
-        assert caught.value.reason == reason
+        [refused] = await again.apply([chunk("b", "v1", 0, 1, model="other", dims=8)])
+        assert refused.reason == Reason.MODEL_MISMATCH
+
+
+async def test_an_empty_store_needs_a_model_and_a_table_of_another_layout_is_refused(
+    postgres: PostgresServer,
+) -> None:
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    with pytest.raises(StoreError) as caught:
+        await PgVectorStore(PgStoreConfig(dsn=postgres.dsn, table=table)).open()
+    assert caught.value.reason == Reason.STORE_SCHEMA and "no model" in str(caught.value)
+    async with await psycopg.AsyncConnection.connect(postgres.dsn, autocommit=True) as conn:
+        await conn.execute(f"CREATE TABLE {table} (id int)")
+    with pytest.raises(StoreError) as caught:
+        await PgVectorStore(PgStoreConfig(dsn=postgres.dsn, table=table, model="m")).open()
+    assert caught.value.reason == Reason.STORE_SCHEMA and "not a store" in str(caught.value)
 
 
 @pytest.mark.parametrize("index", ["hnsw", "ivfflat"])
@@ -394,8 +411,9 @@ async def test_index_created_partial_on_searchable(
     )
     async with PgVectorStore(config) as store:
         await store.apply(version("a", "v1", 1))
+        assert store.active is not None
         async with await psycopg.AsyncConnection.connect(postgres.dsn) as conn:
-            name = f"{config.table}_embedding_idx"
+            name = f"{config.table}_{store.active.id}_idx"
             row = await (
                 await conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,))
             ).fetchone()

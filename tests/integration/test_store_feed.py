@@ -114,6 +114,7 @@ def settings(
         store_dsn=postgres.dsn,
         store_table=f"t_{uuid.uuid4().hex[:12]}",
         store_group_id=unique_prefix + "sink",
+        store_model="text-embedding-3-small",  # the processor's: its generation is the first
         **SMALL,
     )
 
@@ -175,7 +176,8 @@ def chunk_record(doc: str, version: str, seq: int, count: int, model: str) -> tu
 async def test_incomplete_keeps_the_complete_version_and_another_model_is_dead_lettered(
     settings: Settings,
 ) -> None:
-    # Pinned: unset, the first vector to arrive (any partition) would decide the table's model.
+    # The store's first generation is of model "m"; these records, written as an embedstream
+    # before index generations wrote them (no index_generation), go to the active one.
     settings = dataclasses.replace(settings, store_model="m")
     await create_all_topics(settings)
     names = topic_names(settings.topic_prefix)

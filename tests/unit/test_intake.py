@@ -3,8 +3,9 @@ from __future__ import annotations
 import orjson
 import pytest
 from embedstream.core import configured
-from embedstream.core.intake import Admitted, Intake, Rejected, truncate
+from embedstream.core.intake import Admitted, AdmittedDocument, Intake, Rejected, truncate
 from embedstream.core.tokens import estimate_tokens
+from embedstream.errors import ConfigError
 from embedstream.settings import load_settings
 
 
@@ -88,3 +89,21 @@ def test_truncate_is_the_longest_fitting_prefix(limit: int) -> None:
     cut = truncate(text, limit, estimate_tokens)
     assert estimate_tokens(cut) <= limit or cut == ""
     assert len(cut) == len(text) or estimate_tokens(text[: len(cut) + 1]) > limit
+
+
+def test_the_dimensions_setting_is_asked_when_a_request_or_document_names_none() -> None:
+    sized = intake(dimensions=256)
+    plain = sized.admit(doc())
+    named = sized.admit(doc(dimensions=64))
+    document = sized.admit(orjson.dumps({"doc_id": "d", "text": "some text"}))
+    assert isinstance(plain, Admitted) and plain.request.dimensions == 256
+    assert isinstance(named, Admitted) and named.request.dimensions == 64
+    assert isinstance(document, AdmittedDocument) and document.event.dimensions == 256
+    unset = intake().admit(doc())
+    assert isinstance(unset, Admitted) and unset.request.dimensions is None
+
+
+def test_the_dimensions_setting_with_a_profile_that_takes_none_fails_at_start() -> None:
+    with pytest.raises(ConfigError) as caught:
+        intake(dimensions=256, **AZURE, azure_api_version="2023-05-15")
+    assert caught.value.setting == "dimensions"

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 from embedstream.cli.parser import (
     ALL_SETTINGS,
     CLIENT_SETTINGS,
+    MIGRATE_SETTINGS,
     REGISTRY_CLIENT_SETTINGS,
     SERVE_SETTINGS,
     build_parser,
@@ -64,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--ids-out needs --plain: only plain lines get generated ids")
     if ns.command == "produce" and (problem := _produce_conflict(ns)):
         parser.error(problem)
+    if ns.command == "migrate" and (problem := _migrate_conflict(ns)):
+        parser.error(problem)
     try:
         return asyncio.run(_dispatch(ns))
     except EmbedStreamError as exc:
@@ -95,6 +98,8 @@ async def _dispatch(ns: argparse.Namespace) -> int:
         return 0
     if command == "sink":
         return await _sink(ns)
+    if command == "migrate":
+        return await _migrate(ns)
     if command == "simulate":
         logging.basicConfig(level=logging.INFO)
         from embedsim.local_model import LocalModelUnavailable
@@ -136,13 +141,38 @@ async def _sink(ns: argparse.Namespace) -> int:
     from embedstream import app_store
 
     if ns.action == "init":
-        print(await app_store.init_store(settings, ns.dimensions))
+        print(await app_store.init_store(settings))
     elif ns.action == "search":
         for hit in await app_store.search_store(settings, ns.question, ns.k):
             text = (hit.text or "").replace("\n", " ")
             print(f"{hit.distance:.4f}  {hit.doc_id}#{hit.chunk_seq}  {text[:200]}")
     else:
         await app_store.run_store_writer(settings)
+    return 0
+
+
+def _migrate_conflict(ns: argparse.Namespace) -> str | None:
+    if ns.action not in ("plan", "start") and (ns.model or ns.dimensions):
+        return f"migrate {ns.action} takes no --model or --dimensions (plan and start do)"
+    if ns.allow_missing and ns.action != "cutover":
+        return "--allow-missing goes with migrate cutover only"
+    return None
+
+
+async def _migrate(ns: argparse.Namespace) -> int:
+    settings = _settings(ns, MIGRATE_SETTINGS)
+    setup_logging(settings.log_level, settings.log_format, settings.secret_values())
+    from embedstream.app_migrate import run_migration
+
+    lines = await run_migration(
+        settings,
+        ns.action,
+        model=ns.model,
+        dimensions=ns.dimensions,
+        allow_missing=ns.allow_missing,
+    )
+    for line in lines:
+        print(line)
     return 0
 
 

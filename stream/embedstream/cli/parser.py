@@ -17,7 +17,7 @@ _SERVE_GROUPS = (Group.PROVIDER, Group.BATCHING, Group.LIMITS, Group.CACHE, Grou
 SERVE_SETTINGS = tuple(
     name
     for name in FIELDS
-    if spec(name).group in _SERVE_GROUPS
+    if (spec(name).group in _SERVE_GROUPS and name != "dimensions")  # Kafka's events only
     or (spec(name).group is Group.ONLINE and not name.startswith("online_"))
     or name in ("online_timeout_s", "max_attempts", "retry_backoff_base_ms",
                 "retry_backoff_cap_ms", "drain_timeout_s")
@@ -26,6 +26,15 @@ SERVE_SETTINGS = tuple(
 COMMON_SETTINGS = CONNECTION_SETTINGS
 # The one-shot client commands also take the log level: DEBUG shows tracebacks and every line.
 CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
+# `migrate`: the store, the chunking and the provider's limits (what a plan counts with); the
+# model of the generation it goes to is the command's --model, not the processors' setting.
+MIGRATE_SETTINGS = tuple(
+    name
+    for name in FIELDS
+    if spec(name).group in (Group.STORE, Group.DOCUMENTS, Group.BATCHING, Group.LIMITS)
+    or (spec(name).group is Group.PROVIDER and name not in ("model", "dimensions"))
+    or name in ("log_level", "log_format", "connect_timeout_s")
+)
 # produce --format: where the schema is registered, and which fields key the records.
 REGISTRY_CLIENT_SETTINGS = ("schema_registry_url", "id_field", "doc_id_field")
 
@@ -188,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sink = sub.add_parser(
         "sink",
-        usage="embedstream sink [init [--dimensions N] | search QUESTION [--k K]] [--<name> V]",
+        usage="embedstream sink [init | search QUESTION [--k K]] [--<name> V]",
         help="write the results topic to PostgreSQL/pgvector; init the table; search it",
         description="Run a store writer (a member of store_group_id) that keeps the vector "
         "store in step with the results topic; `init` creates the table; `search` prints the "
@@ -200,15 +209,53 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         choices=["run", "init", "search"],
         default="run",
-        help="run: write results to the store; init: create the table; "
+        help="run: write results to the store; init: create the tables now (of "
+        "store_model and store_dimensions); "
         "search: the nearest chunks to QUESTION (default: run)",
     )
     sink.add_argument("question", nargs="?", default=None, help="search: the text to look up")
     sink.add_argument("--k", type=_positive_int, default=5, help="search: how many chunks")
-    sink.add_argument(
-        "--dimensions", type=_positive_int, default=None, help="init: the vector size"
-    )
     add_settings_flags(sink, ALL_SETTINGS)
+
+    migrate = command(
+        "migrate",
+        "change the store's model: plan a re-embed, start a generation, cut over to it",
+    )
+    migrate.usage = (
+        "embedstream migrate {plan,start,status,cutover,rollback,drop,cancel} [--model M] "
+        "[--dimensions N] [--allow-missing] [--<setting> V]"
+    )
+    migrate.description = (
+        "Change the index generation (model, dimensions, chunking) of the store of "
+        "store_dsn/store_table, one migration at a time: plan (a dry run: what re-embedding "
+        "the stored documents costs), start (register the new generation: the store writer "
+        "writes its results beside the active one's), status, cutover (in one transaction, "
+        "once the new generation has every document), rollback, drop (the old generation), "
+        "cancel (the new one)."
+    )
+    migrate.add_argument(
+        "action",
+        choices=["plan", "start", "status", "cutover", "rollback", "drop", "cancel"],
+        help="what to do (see above)",
+    )
+    migrate.add_argument(
+        "--model",
+        default=None,
+        help="plan, start: the new generation's model (default: the active generation's)",
+    )
+    migrate.add_argument(
+        "--dimensions",
+        type=_positive_int,
+        default=None,
+        help="plan, start: the dimensions it asks for (default: the model's own, or the active "
+        "generation's when the model stays); chunking comes from the chunk_* settings",
+    )
+    migrate.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="cutover: go ahead even if the new generation lacks documents, and list them",
+    )
+    add_settings_flags(migrate, MIGRATE_SETTINGS)
 
     from embedstream.tools.top.app import add_cli_arguments as add_top_arguments
     from embedstream.tools.verify.app import add_cli_arguments as add_verify_arguments

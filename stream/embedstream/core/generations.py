@@ -52,12 +52,16 @@ class IndexGeneration:
     def id(self) -> str:
         return hashlib.sha256(self.canonical().encode()).hexdigest()[:GENERATION_ID_CHARS]
 
-    def describe(self) -> str:
-        """One line for people: ``model 'm', its own dimensions, chunks <= 512 tokens ...``."""
+    def describe(self, size: int | None = None) -> str:
+        """One line for people: ``model 'm', its own dimensions, chunks <= 512 tokens ...``;
+        ``size``: the vectors' when known (said only of a model's own size)."""
         rules = self.chunking
-        size = "its own dimensions" if self.dimensions is None else f"{self.dimensions} dimensions"
+        if self.dimensions is not None:
+            size_said = f"{self.dimensions} dimensions"
+        else:
+            size_said = "its own dimensions" + ("" if size is None else f" ({size})")
         return (
-            f"model {self.model!r}, {size}, chunks <= {rules.max_tokens} tokens "
+            f"model {self.model!r}, {size_said}, chunks <= {rules.max_tokens} tokens "
             f"(overlap {rules.overlap_tokens}, min {rules.min_tokens})"
         )
 

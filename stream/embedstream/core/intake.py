@@ -21,7 +21,7 @@ from embedstream.core.chunker import Chunk, ChunkingRules, chunk_document
 from embedstream.core.documents import default_version
 from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter
-from embedstream.errors import InvalidEvent, Reason
+from embedstream.errors import ConfigError, InvalidEvent, Reason
 from embedstream.settings import Settings
 from embedstream.wire import EmbedRequest, event_object, request_from_doc
 from embedstream.wire.document_events import (
@@ -66,6 +66,11 @@ class Intake:
         self._allowed_models = settings.allowed_model_set
         self._profile = configured.profile_label(settings)
         self._chunking = chunking_rules(settings, limits)
+        self._dimensions = settings.dimensions
+        if self._dimensions is not None and not limits.dimensions:
+            raise ConfigError(
+                "dimensions", f"provider_profile {self._profile} takes no dimensions; unset it"
+            )
 
     def admit(
         self, value: bytes | None, key: bytes | None = None
@@ -98,6 +103,8 @@ class Intake:
             request = request_from_doc(doc)
         except InvalidEvent as exc:
             return Rejected("InvalidEvent", exc.reason, exc.message)
+        if request.dimensions is None and self._dimensions is not None:
+            request = dataclasses.replace(request, dimensions=self._dimensions)
         model = request.model or self._settings.model
         if self._allowed_models and model not in self._allowed_models:
             return Rejected(
@@ -123,6 +130,8 @@ class Intake:
         return Rejected("PermanentItemError", problem.reason, problem.message)
 
     def _admit_document(self, event: DocumentEvent) -> AdmittedDocument | Rejected:
+        if event.dimensions is None and self._dimensions is not None:
+            event = dataclasses.replace(event, dimensions=self._dimensions)
         model = event.model or self._settings.model
         if self._allowed_models and model not in self._allowed_models:
             return Rejected(

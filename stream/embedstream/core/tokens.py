@@ -15,4 +15,9 @@ TokenCounter = Callable[[str], int]
 
 
 def estimate_tokens(text: str) -> int:
-    return -(-len(text.encode("utf-8")) // 3) + 1
+    return tokens_of_bytes(len(text.encode("utf-8")))
+
+
+def tokens_of_bytes(size: int) -> int:
+    """The estimate of a text of ``size`` UTF-8 bytes (what :func:`estimate_tokens` counts)."""
+    return -(-size // 3) + 1

@@ -127,6 +127,15 @@ class CoreFields:
         alt_env="OPENAI_API_KEY",
     )
     model: str = setting("text-embedding-3-small", "Model used when a request names none.", _P)
+    dimensions: int | None = setting(
+        None,
+        "Dimensions asked when a request or document read from Kafka names none (models that "
+        "shorten their vectors, e.g. text-embedding-3-*); unset: the model's own size. Part "
+        "of the index generation.",
+        _P,
+        ge=1,
+        le=16_000,
+    )
     encoding_format: EncodingFormat = setting(
         "float", "Encoding used when a request names none: float or base64.", _P
     )

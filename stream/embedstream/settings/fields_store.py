@@ -27,17 +27,17 @@ class StoreFields:
     )
     store_dimensions: int | None = setting(
         None,
-        "Vector size of the table; unset: the first vector written (or `sink init "
-        "--dimensions`) decides. A result of another size is dead-lettered.",
+        "Vector size of the store's first generation; unset: its first vector decides (`sink "
+        "init` needs it). A result of another size is dead-lettered.",
         _ST,
         ge=1,
         le=16_000,
     )
     store_model: str | None = setting(
         None,
-        "Model of the table's vectors; unset: the first result written decides (set it when "
-        "several models reach the results topic). Results of another model are "
-        "dead-lettered (model_mismatch), never mixed in.",
+        "Model of the store's first generation (the processors' model), made when the store "
+        "has none; `embedstream sink` needs it. Later generations come from `embedstream "
+        "migrate`; results of a generation the store does not know are dead-lettered.",
         _ST,
     )
     store_index: StoreIndex = setting(

@@ -1,15 +1,17 @@
-"""A vector store in PostgreSQL with pgvector, through psycopg 3 (async) and the pgvector
-adapter: the only module that imports either. The layout is :mod:`embedstream.stores.pgschema`.
+"""A vector store in PostgreSQL with pgvector: one table set per index generation, stable names
+pointing at the active one (layout: :mod:`embedstream.stores.pgschema`, generations and
+views: :mod:`embedstream.stores.pgregistry`; the driver: :mod:`embedstream.stores.pgdriver`).
 
-How each results-topic record changes the store (one transaction per ``apply``):
+How each results-topic record changes its generation's tables (one transaction per
+``apply``, whatever generations the batch holds):
 
-| record | chunk rows of document d | d's ``_documents`` row |
+| record | chunk rows of document d | d's ``_docs`` row |
 |---|---|---|
 | chunk (d, v, seq) | upsert (d, v, seq) | ``latest_version = v`` |
 | complete (d, v, n) | delete other versions and ``chunk_seq >= n`` | complete: v, n; mark cleared |
 | incomplete (d, v, n, missing) | unchanged | mark: v, n, ``missing`` |
 | tombstone d | all deleted (every version) | deleted |
-| plain result (id) | none (upsert ``id`` in ``_requests``) | none |
+| plain result (id) | none (upsert ``id`` in ``_reqs``) | none |
 
 Which rows a search sees (``searchable``, recomputed for every document a batch touches):
 
@@ -22,69 +24,79 @@ Which rows a search sees (``searchable``, recomputed for every document a batch 
 Replays converge: every write above is an upsert or a delete whose effect depends only on the
 record and on fields the last such record wrote, so re-applying any suffix of the records
 already applied (a crash between the transaction and the offset commit) ends in the same rows.
-A chunk or plain result of another model or dimension than the table's is not written: it is
-returned as :class:`Rejected` and the rest of the batch is applied.
+A record of a generation the store was not told of, or of another model or size than its
+generation's, is not written: it is returned as :class:`Rejected` and the rest of the batch is
+applied. Each batch reads the registry afresh under a shared advisory lock that migrations take
+alone, so a generation started, cut over or dropped meanwhile is seen by the next batch.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import orjson
-import psycopg
-from pgvector import Vector
-from pgvector.psycopg import register_vector_async
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.types.json import Jsonb, set_json_dumps
-
+from embedstream.core.generations import IndexGeneration
 from embedstream.errors import Reason, StoreError
-from embedstream.settings import scrub_url
+from embedstream.stores import pgregistry as reg
 from embedstream.stores import pgschema as sql
 from embedstream.stores.base import Rejected, SearchHit
-from embedstream.stores.pgschema import PgStoreConfig
+from embedstream.stores.generations import (
+    STATES,
+    Refused,
+    Registry,
+    StoredGeneration,
+    chunking_from_json,
+    chunking_json,
+)
+from embedstream.stores.pgdriver import PgSession, jsonb, masked_dsn, vector, vector_size
+from embedstream.stores.pgschema import GenerationTables, PgStoreConfig
 from embedstream.stores.plan import BatchPlan, plan_batch
 from embedstream.wire.documents import ChunkResult, OutputRecord, PlainResult
-from embedstream.wire.vectors import Vector as Vector_
-from embedstream.wire.vectors import base64_dimensions, decode_base64
 
-__all__ = ["PgStoreConfig", "PgVectorStore", "masked_dsn"]
+__all__ = ["GenerationMoved", "PgStoreConfig", "PgVectorStore", "masked_dsn"]
 
-# SQLSTATE classes worth a retry: connection, transaction rollback (serialization, deadlock),
-# insufficient resources, operator intervention (shutdown).
-_RETRIABLE_CLASSES = ("08", "40", "53", "57")
+log = logging.getLogger(__name__)
 
 
-def masked_dsn(dsn: str) -> str:
-    """The DSN as it may be shown: ``postgresql://u:***@host/db`` or ``host=h password=***``."""
-    if "://" in dsn:
-        return scrub_url(dsn)
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "***"
-    return " ".join(
-        f"{name}={'***' if name == 'password' else value}" for name, value in params.items()
-    )
+class GenerationMoved(StoreError):
+    """A search's query was embedded for a generation that is no longer the active one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Reason.STORE_SCHEMA, message, retriable=True)
 
 
 class PgVectorStore:
     """:class:`embedstream.stores.base.VectorStore` in PostgreSQL; see the module docstring."""
 
-    def __init__(self, config: PgStoreConfig) -> None:
+    def __init__(self, config: PgStoreConfig, *, create: bool = True) -> None:
+        """``create``: make the registry and the first generation of an empty store (the
+        store writer); without, an empty store stays empty (searches, migrations)."""
         self._config = config
+        self._create = create
         self._names = sql.Names(config.schema, config.table)
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._shape: tuple[str, int] | None = None  # the table's (model, dimensions)
-        self._staged = False  # this connection's COPY staging tables exist
+        self.session = PgSession(config.dsn, config.connect_timeout_s)
+        self.registry = Registry([])
+        self._staged: set[str] = set()  # generations whose staging tables this connection has
+        self._staged_on = 0  # ... counted by the connection they were made on
+
+    @property
+    def names(self) -> sql.Names:
+        return self._names
+
+    @property
+    def active(self) -> StoredGeneration | None:
+        return self.registry.active
 
     @property
     def model(self) -> str | None:
-        return self._shape[0] if self._shape else None
+        active = self.active
+        return None if active is None else active.model
 
     @property
     def dimensions(self) -> int | None:
-        return self._shape[1] if self._shape else None
+        active = self.active
+        return None if active is None else active.size
 
     async def __aenter__(self) -> PgVectorStore:
         await self.open()
@@ -94,46 +106,85 @@ class PgVectorStore:
         await self.close()
 
     async def open(self) -> None:
-        """Connect, check an existing table's model and dimensions against the settings, and
-        create the table if both are known (else the first vector written creates it)."""
-        await self._connection()
+        """Connect; a store without generations gets its first, from the config (its tables
+        now if its size is known, else at the first vector)."""
+        async with self.session.transaction("open the store"):
+            await self._load_or_create()
 
-    async def init(self, model: str, dimensions: int) -> None:
-        """Create the table now (``embedstream store init``), for the given shape."""
-        conn = await self._connection()
-        async with self._errors("create the table"), conn.transaction():
-            await self._create(conn, model, dimensions)
+    async def init(self, model: str, dimensions: int) -> StoredGeneration:
+        """Make the first generation's tables now (``embedstream sink init``); a store that
+        has generations already keeps them. Returns the active generation."""
+        async with self.session.transaction("create the tables"):
+            await self._load_or_create(model, dimensions)
+            active = self.active
+            assert active is not None
+            if active.size is None:
+                await self.make_tables(active, dimensions)
+        assert self.active is not None
+        return self.active
 
     async def close(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        await self.session.close()
+
+    async def lock_shared(self) -> None:
+        """In the caller's transaction: generations stay as they are until it ends."""
+        await self.session.execute(
+            "SELECT pg_advisory_xact_lock_shared(hashtext(%s))", (self._names.lock_key,)
+        )
+
+    async def lock_alone(self) -> None:
+        """In the caller's transaction: no batch is written until it ends (migrations)."""
+        await self.session.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", (self._names.lock_key,)
+        )
+
+    async def load(self) -> Registry:
+        """The registry as it is now (in the caller's transaction); empty if there is none."""
+        layout = await self.session.fetchone(reg.find_layout(self._names))
+        if layout is None or layout[0] is None:
+            self.registry = Registry([])
+            return self.registry
+        rows = await self.session.fetchall(reg.read_generations(self._names))
+        self.registry = Registry([_generation(row) for row in rows])
+        return self.registry
 
     async def apply(self, records: Sequence[OutputRecord]) -> list[Rejected]:
         """Write one fetched batch in one transaction; the records refused come back."""
-        conn = await self._connection()
-        async with self._errors("write a batch"), conn.transaction():
-            if self._shape is None:
-                first = next((r for r in records if isinstance(r, PlainResult | ChunkResult)), None)
-                if first is None:
-                    return []  # no table yet and no vector to shape it: nothing to delete
-                await self._create(
-                    conn,
-                    self._config.model or first.model,
-                    self._config.dimensions or _size(first.embedding),
-                )
-            accepted, rejected = self._check(records)
-            await self._write(conn, plan_batch(accepted))
+        try:
+            async with self.session.transaction("write a batch"):
+                await self.lock_shared()
+                await self._load_or_create()
+                without_tables = {g.id for g in self.registry.generations if g.size is None}
+                by_generation, rejected = self._sort(records)
+                for generation, accepted in by_generation:
+                    if generation.id in without_tables:
+                        if generation.size is None:
+                            continue  # no vector yet to shape its tables: nothing to change
+                        await self.make_tables(generation, generation.size)
+                    await self._write(self._names.of(generation.id), plan_batch(accepted))
+        except BaseException:
+            self._staged.clear()  # a rolled-back transaction took its staging tables along
+            raise
         return rejected
 
-    async def search(self, query: Sequence[float], k: int = 10) -> list[SearchHit]:
-        """The ``k`` searchable chunks nearest to ``query`` (cosine distance), nearest first."""
-        if self._shape is None:
-            return []
-        conn = await self._connection()
-        async with self._errors("search"), conn.cursor() as cur:
-            await cur.execute(sql.search(self._names), {"query": Vector(list(query)), "k": k})
-            rows = await cur.fetchall()
+    async def search(
+        self, query: Sequence[float], k: int = 10, generation_id: str | None = None
+    ) -> list[SearchHit]:
+        """The ``k`` searchable chunks nearest to ``query`` (cosine distance), nearest first,
+        read through the stable name. With ``generation_id``, the query's: if another
+        generation became active since it was embedded, :class:`GenerationMoved`."""
+        async with self.session.transaction("search"):
+            await self.lock_shared()
+            await self._load_or_create()
+            active = self.active
+            if generation_id is not None and (active is None or active.id != generation_id):
+                shown = "none" if active is None else active.id
+                raise GenerationMoved(f"generation {shown} became active")
+            if active is None or active.size is None:
+                return []
+            rows = await self.session.fetchall(
+                sql.search(self._names), {"query": vector(list(query)), "k": k}
+            )
         return [
             SearchHit(
                 doc_id=r[0],
@@ -147,253 +198,184 @@ class PgVectorStore:
             for r in rows
         ]
 
-    # -- checks --------------------------------------------------------------------------
+    # -- generations ---------------------------------------------------------------------
 
-    def _check(self, records: Sequence[OutputRecord]) -> tuple[list[OutputRecord], list[Rejected]]:
-        assert self._shape is not None
-        model, dimensions = self._shape
-        accepted: list[OutputRecord] = []
+    def _sort(
+        self, records: Sequence[OutputRecord]
+    ) -> tuple[list[tuple[StoredGeneration, list[OutputRecord]]], list[Rejected]]:
+        by_id: dict[str, tuple[StoredGeneration, list[OutputRecord]]] = {}
         rejected: list[Rejected] = []
         for index, record in enumerate(records):
+            model: str | None = None
+            size: int | None = None
             if isinstance(record, PlainResult | ChunkResult):
-                if record.model != model:
-                    rejected.append(
-                        Rejected(
-                            index,
-                            Reason.MODEL_MISMATCH,
-                            f"model {record.model!r}, but the table holds {model!r} vectors",
-                        )
-                    )
-                    continue
-                if _size(record.embedding) != dimensions:
-                    rejected.append(
-                        Rejected(
-                            index,
-                            Reason.DIMENSION_MISMATCH,
-                            f"{_size(record.embedding)} dimensions, the table holds {dimensions}",
-                        )
-                    )
-                    continue
-            accepted.append(record)
-        return accepted, rejected
+                model, size = record.model, vector_size(record.embedding)
+            found = self.registry.resolve(record.index_generation, model, size)
+            if isinstance(found, Refused):
+                rejected.append(Rejected(index, found.reason, found.message))
+                continue
+            if found.size is None and size is not None:  # its first vector decides
+                found = self.registry.size(found, size)
+            by_id.setdefault(found.id, (found, []))[1].append(record)
+        return list(by_id.values()), rejected
 
-    # -- writes --------------------------------------------------------------------------
-
-    async def _write(self, conn: psycopg.AsyncConnection[Any], plan: BatchPlan) -> None:
+    async def _load_or_create(self, model: str | None = None, size: int | None = None) -> None:
+        layout = await self.session.fetchone(reg.find_layout(self._names))
+        registry, legacy, kind = layout or (None, None, None)
+        if registry is not None:
+            await self.load()
+            return
         names = self._names
-        async with conn.cursor() as cur:
-            if plan.resets:
-                for statement in sql.reset_documents(names):
-                    await cur.execute(statement, (list(plan.resets),))
-            if plan.completes:
-                doc_ids = [c.doc_id for c in plan.completes]
-                versions = [c.version for c in plan.completes]
-                counts = [c.chunk_count for c in plan.completes]
-                metadata = [_jsonb(c.metadata) for c in plan.completes]
-                await cur.execute(sql.delete_stale_chunks(names), (doc_ids, versions, counts))
-                await cur.execute(
-                    sql.upsert_completes(names), (doc_ids, versions, counts, metadata)
-                )
-            if plan.latest:
-                await cur.execute(
-                    sql.upsert_latest(names), (list(plan.latest), list(plan.latest.values()))
-                )
-            if plan.incompletes:
-                await cur.executemany(
-                    sql.mark_incomplete(names),
-                    [
-                        (m.version, m.chunk_count, list(m.missing), _jsonb(m.metadata), m.doc_id)
-                        for m in plan.incompletes
-                    ],
-                )
-            if plan.chunks:
-                await self._upsert_chunks(cur, plan.chunks)
-            if plan.latest:
-                await cur.execute(sql.recompute_searchable(names), (list(plan.latest),))
-            if plan.requests:
-                await self._upsert_requests(cur, plan.requests)
-
-    async def _upsert_chunks(
-        self, cur: psycopg.AsyncCursor[Any], chunks: Iterable[ChunkResult]
-    ) -> None:
-        rows = (
-            (
-                c.doc_id,
-                c.version,
-                c.chunk_seq,
-                c.chunk_count,
-                c.span[0],
-                c.span[1],
-                c.model,
-                c.text,
-                _jsonb(c.metadata),
-                c.tokens,
-                Vector(_floats(c.embedding)),
-            )
-            for c in chunks
-        )
-        if self._config.insert_method == "executemany":
-            await cur.executemany(sql.insert_chunk_row(self._names), list(rows))
+        if not self._create and model is None:
+            self.registry = Registry([])
             return
-        await self._stage(cur)
-        columns = ", ".join(sql.CHUNK_COLUMNS)
-        async with cur.copy(f"COPY es_chunks_in ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types([*sql.CHUNK_TYPES, "vector"])
-            for row in rows:
-                await copy.write_row(row)
-        await cur.execute(sql.merge_chunks(self._names))
-
-    async def _upsert_requests(
-        self, cur: psycopg.AsyncCursor[Any], requests: Iterable[PlainResult]
-    ) -> None:
-        rows = (
-            (r.id, r.model, _jsonb(r.metadata), r.tokens, Vector(_floats(r.embedding)))
-            for r in requests
-        )
-        if self._config.insert_method == "executemany":
-            await cur.executemany(sql.insert_request_row(self._names), list(rows))
-            return
-        await self._stage(cur)
-        columns = ", ".join(sql.REQUEST_COLUMNS)
-        async with cur.copy(f"COPY es_requests_in ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types([*sql.REQUEST_TYPES, "vector"])
-            for row in rows:
-                await copy.write_row(row)
-        await cur.execute(sql.merge_requests(self._names))
-
-    async def _stage(self, cur: psycopg.AsyncCursor[Any]) -> None:
-        if not self._staged:
-            for statement in sql.temp_tables(self._names):
-                await cur.execute(statement)
-            self._staged = True
-
-    # -- the connection and the table ----------------------------------------------------
-
-    async def _connection(self) -> psycopg.AsyncConnection[Any]:
-        if self._conn is not None and not self._conn.closed and not self._conn.broken:
-            return self._conn
-        self._conn, self._staged = None, False
-        async with self._errors("connect"):
-            conn = await psycopg.AsyncConnection.connect(
-                self._config.dsn,
-                autocommit=True,
-                connect_timeout=max(1, round(self._config.connect_timeout_s)),
-            )
-            try:
-                await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-                await register_vector_async(conn)
-                set_json_dumps(orjson.dumps, conn)
-                await self._load_shape(conn)
-            except BaseException:
-                await conn.close()
-                raise
-        self._conn = conn
-        return conn
-
-    async def _load_shape(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        config = self._config
-        cur = await conn.execute(
-            "SELECT to_regclass(%s), to_regclass(%s)",
-            (self._names.meta, self._names.chunks),
-        )
-        meta, chunks = await cur.fetchone() or (None, None)
-        if meta is None:
-            if chunks is not None:
-                raise StoreError(
-                    Reason.STORE_SCHEMA,
-                    f"table {self._names.chunks} exists without {self._names.meta}: not ours",
-                )
-            if config.model and config.dimensions:
-                async with conn.transaction():
-                    await self._create(conn, config.model, config.dimensions)
-            return
-        row = await (await conn.execute(sql.read_meta(self._names))).fetchone()
-        if row is None:
-            raise StoreError(Reason.STORE_SCHEMA, f"{self._names.meta} is empty")
-        model, dimensions = row
-        if config.model and config.model != model:
+        if legacy is not None or kind not in (None, "v"):
             raise StoreError(
-                Reason.MODEL_MISMATCH,
-                f"{self._names.chunks} holds vectors of model {model!r}, not {config.model!r}",
+                Reason.STORE_SCHEMA,
+                f"{names.chunks} exists and is not a store with index generations (made by an "
+                "embedstream before them, or not ours): give store_table another name, or "
+                "drop it and let the store be rebuilt from the results",
             )
-        if config.dimensions and config.dimensions != dimensions:
+        model = model or self._config.model
+        if model is None:
             raise StoreError(
-                Reason.DIMENSION_MISMATCH,
-                f"{self._names.chunks} holds {dimensions} dimensions, not {config.dimensions}",
+                Reason.STORE_SCHEMA,
+                f"{names.chunks} has no generation yet and no model was given to make the first",
             )
-        self._shape = (model, dimensions)
+        await self.session.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", (names.create_key,)
+        )
+        for statement in reg.create_registry(names):
+            await self.session.execute(statement)
+        chunking = self._config.chunking
+        first = IndexGeneration(model, None, chunking)
+        await self.session.execute(
+            reg.insert_generation(names),
+            (first.id, model, None, None, jsonb(chunking_json(chunking)), "active", None, True),
+        )
+        await self.load()
+        size = size or self._config.dimensions
+        active = self.active
+        if size is not None and active is not None and active.size is None:
+            await self.make_tables(active, size)
+        log.info("store %s: first generation %s, %s", names.chunks, first.id, first.describe())
 
-    async def _create(self, conn: psycopg.AsyncConnection[Any], model: str, dims: int) -> None:
-        """Create the tables (inside the caller's transaction) unless another writer just did:
-        an advisory lock makes concurrent first starts take turns."""
-        if self._config.index != "none" and dims > sql.MAX_INDEXED_DIMENSIONS:
+    async def make_tables(self, generation: StoredGeneration, size: int) -> StoredGeneration:
+        """A generation's first vector (or a given size): its size recorded, its tables made
+        (and the stable names pointed at them if it is the active one)."""
+        names, tables = self._names, self._names.of(generation.id)
+        if self._config.index != "none" and size > sql.MAX_INDEXED_DIMENSIONS:
             raise StoreError(
                 Reason.STORE_SCHEMA,
                 f"pgvector indexes at most {sql.MAX_INDEXED_DIMENSIONS} dimensions; "
-                f"{dims} needs index 'none'",
+                f"{size} needs index 'none'",
             )
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._names.lock_key,))
-        for statement in sql.create_tables(self._names, dims):
-            await conn.execute(statement)
-        await conn.execute(sql.write_meta(self._names), (model, dims))
-        index = sql.create_index(self._names, self._config.index, self._config.ivfflat_lists)
-        if index is not None:
-            await conn.execute(index)
-        row = await (await conn.execute(sql.read_meta(self._names))).fetchone()
-        assert row is not None
-        if tuple(row) != (model, dims):
-            raise StoreError(
-                Reason.MODEL_MISMATCH,
-                f"{self._names.chunks} was just created for {row[0]!r} with {row[1]} dimensions",
-            )
-        self._shape = (model, dims)
-
-    def _errors(self, doing: str) -> _DriverErrors:
-        return _DriverErrors(doing, self._config.dsn)
-
-
-class _DriverErrors:
-    """Turns the driver's errors into :class:`StoreError` with the DSN's password masked."""
-
-    def __init__(self, doing: str, dsn: str) -> None:
-        self._doing, self._dsn = doing, dsn
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if not isinstance(exc, psycopg.Error):
-            return
-        state = exc.sqlstate or ""
-        retriable = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or (
-            state[:2] in _RETRIABLE_CLASSES
+        await self.session.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", (names.create_key,)
         )
-        message = _scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "", self._dsn)
-        raise StoreError(
-            Reason.STORE_UNAVAILABLE if retriable else Reason.STORE_FAILED,
-            f"cannot {self._doing} on {masked_dsn(self._dsn)}: {type(exc).__name__}: {message}",
-            retriable=retriable,
-        ) from None
+        await self.session.execute(reg.set_size(names), (size, generation.id))
+        row = await self.session.fetchone(
+            f"SELECT size, state FROM {names.registry} WHERE id = %s", (generation.id,)
+        )
+        if row is None or row[0] != size:
+            # Another writer sized it first, otherwise: this batch is read again with the
+            # registry as it is now (its records then meet the size check).
+            raise StoreError(
+                Reason.STORE_UNAVAILABLE,
+                f"generation {generation.id} was just sized by another writer",
+                retriable=True,
+            )
+        for statement in sql.create_tables(tables, size):
+            await self.session.execute(statement)
+        if row[1] == "active":  # the first generation: indexed from the start
+            index = sql.create_index(tables, self._config.index, self._config.ivfflat_lists)
+            if index is not None:
+                await self.session.execute(index)
+            await self.session.execute(reg.point_chunks(names, tables))
+            for statement in reg.branch_views(names, [tables]):
+                await self.session.execute(statement)
+        await self.load()
+        sized = self.registry.get(generation.id)
+        assert sized is not None
+        return sized
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def _write(self, tables: GenerationTables, plan: BatchPlan) -> None:
+        run = self.session.execute
+        if plan.resets:
+            for statement in sql.reset_documents(tables):
+                await run(statement, (list(plan.resets),))
+        if plan.completes:
+            doc_ids = [c.doc_id for c in plan.completes]
+            versions = [c.version for c in plan.completes]
+            counts = [c.chunk_count for c in plan.completes]
+            metadata = [jsonb(c.metadata) for c in plan.completes]
+            await run(sql.delete_stale_chunks(tables), (doc_ids, versions, counts))
+            await run(sql.upsert_completes(tables), (doc_ids, versions, counts, metadata))
+        if plan.latest:
+            await run(sql.upsert_latest(tables), (list(plan.latest), list(plan.latest.values())))
+        if plan.incompletes:
+            await self.session.executemany(
+                sql.mark_incomplete(tables),
+                [
+                    (m.version, m.chunk_count, list(m.missing), jsonb(m.metadata), m.doc_id)
+                    for m in plan.incompletes
+                ],
+            )
+        if plan.chunks:
+            await self._upsert_chunks(tables, plan.chunks)
+        if plan.latest:
+            await run(sql.recompute_searchable(tables), (list(plan.latest),))
+        if plan.requests:
+            await self._upsert_requests(tables, plan.requests)
+
+    async def _upsert_chunks(self, tables: GenerationTables, chunks: Iterable[ChunkResult]) -> None:
+        rows = (
+            (c.doc_id, c.version, c.chunk_seq, c.chunk_count, c.span[0], c.span[1], c.model,
+             c.text, jsonb(c.metadata), c.tokens, vector(c.embedding))
+            for c in chunks
+        )  # fmt: skip
+        if self._config.insert_method == "executemany":
+            await self.session.executemany(sql.insert_chunk_row(tables), rows)
+            return
+        await self._stage(tables)
+        columns = ", ".join(sql.CHUNK_COLUMNS)
+        await self.session.copy_rows(
+            f"COPY {tables.staged_chunks} ({columns}) FROM STDIN (FORMAT BINARY)",
+            [*sql.CHUNK_TYPES, "vector"],
+            rows,
+        )
+        await self.session.execute(sql.merge_chunks(tables))
+
+    async def _upsert_requests(
+        self, tables: GenerationTables, requests: Iterable[PlainResult]
+    ) -> None:
+        rows = ((r.id, r.model, jsonb(r.metadata), r.tokens, vector(r.embedding)) for r in requests)
+        if self._config.insert_method == "executemany":
+            await self.session.executemany(sql.insert_request_row(tables), rows)
+            return
+        await self._stage(tables)
+        columns = ", ".join(sql.REQUEST_COLUMNS)
+        await self.session.copy_rows(
+            f"COPY {tables.staged_requests} ({columns}) FROM STDIN (FORMAT BINARY)",
+            [*sql.REQUEST_TYPES, "vector"],
+            rows,
+        )
+        await self.session.execute(sql.merge_requests(tables))
+
+    async def _stage(self, tables: GenerationTables) -> None:
+        if self._staged_on != self.session.connections:  # a new connection: none yet
+            self._staged, self._staged_on = set(), self.session.connections
+        if tables.generation_id not in self._staged:
+            for statement in sql.temp_tables(tables):
+                await self.session.execute(statement)
+            self._staged.add(tables.generation_id)
 
 
-def _scrub(text: str, dsn: str) -> str:
-    try:
-        password = conninfo_to_dict(dsn).get("password")
-    except psycopg.ProgrammingError:
-        password = None
-    if password:
-        text = text.replace(str(password), "***")
-    return scrub_url(text)
-
-
-def _jsonb(value: dict[str, Any] | None) -> Jsonb | None:
-    return None if value is None else Jsonb(value)
-
-
-def _floats(embedding: Vector_) -> list[float]:
-    # Decoded records hold floats; a record built in-process may still hold base64.
-    return decode_base64(embedding) if isinstance(embedding, str) else embedding
-
-
-def _size(embedding: Vector_) -> int:
-    return base64_dimensions(embedding) if isinstance(embedding, str) else len(embedding)
+def _generation(row: tuple[Any, ...]) -> StoredGeneration:
+    """A registry row (``reg.read_generations``) as a generation."""
+    id_, model, dimensions, size, chunking, state, plan = row
+    assert state in STATES
+    generation = IndexGeneration(model, dimensions, chunking_from_json(chunking))
+    return StoredGeneration(id_, generation, size, state, plan)

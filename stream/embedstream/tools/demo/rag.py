@@ -84,6 +84,7 @@ def rag_settings(bootstrap: str, base_url: str, dsn: str, prefix: str) -> Settin
             "store_group_id": prefix + "sink",
             "base_url": base_url,
             "model": RAG_MODEL,
+            "store_model": RAG_MODEL,
             "store_dsn": dsn,
             "store_table": "rag_demo",
             "include_chunk_text": True,

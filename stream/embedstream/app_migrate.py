@@ -1,0 +1,143 @@
+"""`embedstream migrate`: a store's index generations from the command line (plan, start,
+status, cutover, rollback, drop, cancel), each run once against the store of the settings and
+told in a few lines.
+
+The generation a migration goes to is the one the settings describe: ``--model`` and
+``--dimensions`` (by default the active generation's, when the model stays) and the chunk
+settings as capped by the provider preset, as a processor with those settings would make it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from embedstream.app_store import store_config
+from embedstream.core import configured
+from embedstream.core.generations import IndexGeneration
+from embedstream.core.intake import chunking_rules
+from embedstream.core.reembed import BASIS_SAID, CallLimits, ReembedPlan
+from embedstream.settings import Settings
+from embedstream.stores.generations import StoredGeneration
+from embedstream.stores.pgmigrate import GenerationStatus, Migrations
+from embedstream.stores.pgvector import PgVectorStore
+
+ACTIONS = ("plan", "start", "status", "cutover", "rollback", "drop", "cancel")
+
+
+def call_limits(settings: Settings) -> CallLimits:
+    limits = configured.provider_limits(settings)
+    return CallLimits(
+        inputs_per_call=limits.max_inputs,
+        tokens_per_call=limits.max_tokens_per_request,
+        rpm=settings.rate_limit_rpm,
+        tpm=settings.rate_limit_tpm,
+    )
+
+
+def target_generation(
+    settings: Settings,
+    active: StoredGeneration | None,
+    model: str | None,
+    dimensions: int | None,
+) -> IndexGeneration:
+    """The generation the settings describe; the model and dimensions default to the active
+    generation's (the dimensions only while the model stays)."""
+    chunking = chunking_rules(settings, configured.provider_limits(settings))
+    if active is not None and model in (None, active.model):
+        model = active.model
+        if dimensions is None:
+            dimensions = active.generation.dimensions
+    if model is None:
+        model = settings.store_model or settings.model
+    return IndexGeneration(model, dimensions, chunking)
+
+
+async def run_migration(
+    settings: Settings,
+    action: str,
+    *,
+    model: str | None = None,
+    dimensions: int | None = None,
+    allow_missing: bool = False,
+) -> list[str]:
+    """Run one command; the lines it says. A command that does not apply raises
+    :class:`embedstream.stores.pgmigrate.MigrationRefused` (one line)."""
+    async with PgVectorStore(store_config(settings), create=False) as store:
+        migrations = Migrations(store, settings.store_index)
+        table = f"{settings.store_schema}.{settings.store_table}"
+        if action in ("plan", "start"):
+            target = target_generation(settings, store.active, model, dimensions)
+            limits = call_limits(settings)
+            if action == "plan":
+                active, plan = await migrations.plan(target, limits)
+                return [
+                    f"plan: {active.id} -> {target.id} ({target.describe()}), nothing spent",
+                    *plan_lines(plan, settings),
+                    "`embedstream migrate start` with the same options starts it",
+                ]
+            started, plan = await migrations.start(target, limits)
+            return [
+                f"started generation {started.id} ({target.describe()}) in {table}; "
+                "its results are written beside the active generation's from now on",
+                *plan_lines(plan, settings),
+            ]
+        if action == "status":
+            return status_lines(await migrations.status())
+        if action == "cutover":
+            new, missing = await migrations.cutover(allow_missing=allow_missing)
+            lines = [
+                f"cut over: {table} reads generation {new.id} ({new.said}); "
+                "the one before is kept: `embedstream migrate rollback` goes back to it, "
+                "`embedstream migrate drop` removes it"
+            ]
+            if missing:
+                lines.append(f"cut over with documents it lacks: {missing.said()}")
+            return lines
+        if action == "rollback":
+            back = await migrations.rollback()
+            return [
+                f"rolled back: {table} reads generation {back.id} ({back.said})"
+                " again; the other one is the new generation again (cut over or cancel it)"
+            ]
+        gone = await (migrations.drop() if action == "drop" else migrations.cancel())
+        return [f"dropped generation {gone.id} ({gone.said}) and its tables"]
+
+
+def plan_lines(plan: ReembedPlan, settings: Settings) -> list[str]:
+    limits = call_limits(settings)
+    if plan.minutes is None:
+        time = "no rate limit set (rate_limit_rpm, rate_limit_tpm): as fast as the provider answers"
+    else:
+        time = f"{plan.minutes:,.1f} min or more at the rate limits"
+    return [
+        f"  documents  {plan.documents:,}",
+        f"  chunks     {plan.chunks:,}  (from {BASIS_SAID[plan.basis]})",
+        f"  tokens     {plan.tokens:,}  (estimated as the processor counts; providers "
+        "usually report fewer)",
+        f"  calls      {plan.calls:,} or more  ({limits.inputs_per_call:,} inputs, "
+        f"{limits.tokens_per_call:,} tokens a call at most)",
+        f"  time       {time}",
+        f"  plain results {plan.requests:,}: not re-embedded (the store keeps no text of theirs)",
+    ]
+
+
+def status_lines(found: Sequence[GenerationStatus]) -> list[str]:
+    lines = []
+    for s in found:
+        g = s.generation
+        lines.append(f"{g.id}  {g.state:<6}  {g.said}")
+        if g.size is None:
+            lines.append("          no vectors yet (its tables come with its first vector)")
+            continue
+        versus = ""
+        if s.lacking is not None:
+            versus = f", lacking {s.lacking:,} (at their latest version), extra {s.extra:,}"
+        planned = ""
+        if g.plan and "tokens" in g.plan:
+            planned = f" of {int(g.plan['tokens']):,} planned"
+        lines.append(
+            f"          documents {s.documents:,} ({s.complete:,} complete){versus}; "
+            f"chunks {s.chunks:,}; plain results {s.requests:,}; tokens {s.tokens:,}{planned}; "
+            f"vector index {s.index}"
+        )
+    return lines
