@@ -131,7 +131,7 @@ def status_lines(found: Sequence[GenerationStatus]) -> list[str]:
             continue
         versus = ""
         if s.lacking is not None:
-            versus = f", lacking {s.lacking:,} (at their latest version), extra {s.extra:,}"
+            versus = f", lacking {s.lacking:,}, extra {s.extra:,}"
         planned = ""
         if g.plan and "tokens" in g.plan:
             planned = f" of {int(g.plan['tokens']):,} planned"

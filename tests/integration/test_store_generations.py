@@ -26,6 +26,7 @@ from embedstream.wire import (
     ChunkResult,
     DocumentComplete,
     DocumentDeleted,
+    DocumentIncomplete,
     OutputRecord,
     PlainResult,
 )
@@ -160,7 +161,9 @@ async def test_a_cutover_waits_for_every_document_and_builds_the_index_first(
     await store.apply(records(B, behind))
     with pytest.raises(MigrationRefused) as caught:
         await migrations.cutover(allow_missing=False)
-    assert "lacks 3 not complete at their latest version (d009, d010, d011)" in str(caught.value)
+    assert "lacks 3 not caught up with the active generation (d009, d010, d011)" in str(
+        caught.value
+    )
     [_, new] = await migrations.status()
     assert (new.generation.id, new.lacking, new.index) == (B.id, 3, "absent")
     # A newer version in the active generation: the new one lacks it too, until it has it.
@@ -168,6 +171,15 @@ async def test_a_cutover_waits_for_every_document_and_builds_the_index_first(
     with pytest.raises(MigrationRefused, match=r"lacks 1 .*\(d000\)"):
         await migrations.cutover(allow_missing=False)
     await store.apply(records(B, {"d000": docs["d000"]}, "v2"))
+    # Incomplete in the new generation where the active one is complete: not caught up; a
+    # version whose chunks failed in both: caught up (the cutover cannot wait for it).
+    await store.apply([*records(A, {"e1": "one"}),
+                       DocumentIncomplete("e1", "v1", 1, (0,), None, B.id),
+                       DocumentIncomplete("e2", "v1", 1, (0,), None, A.id),
+                       DocumentIncomplete("e2", "v1", 1, (0,), None, B.id)])  # fmt: skip
+    with pytest.raises(MigrationRefused, match=r"lacks 1 .*\(e1\)"):
+        await migrations.cutover(allow_missing=False)
+    await store.apply(records(B, {"e1": "one"}))
     cut, lacking = await migrations.cutover(allow_missing=False)
     assert cut.id == B.id and not lacking
     states = {s.generation.id: (s.generation.state, s.index) for s in await migrations.status()}

@@ -6,11 +6,12 @@ old one or cancel the new one (``embedstream migrate``; the states are in
 Every change of states takes the store's advisory lock alone, so it happens between two of the
 writers' batches, and lasts one transaction. A cutover first builds the new generation's vector
 index beside the writes (``CREATE INDEX CONCURRENTLY``: not during the filling, which it would
-slow), then, in one transaction, checks that the new generation has every document of the
-active one at its latest version complete, swaps the states and points the stable names at the
-new tables: a searcher sees the old generation or the new one, never a mix, nothing or an error.
-Killed at any point, it leaves the states and names of before or of after; an index build cut
-short is dropped and made again by the next cutover.
+slow), then, in one transaction, checks that the new generation has caught up with every
+document of the active one (its latest version, complete wherever the active one has it
+complete), swaps the states and points the stable names at the new tables: a searcher sees
+the old generation or the new one, never a mix, nothing or an error. Killed at any point,
+it leaves the states and names of before or of after; an index build cut short is dropped and
+made again by the next cutover.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class GenerationStatus:
     chunks: int = 0
     requests: int = 0
     tokens: int = 0  # the provider tokens of the vectors it holds (0 for cached ones)
-    lacking: int | None = None  # not the active one: documents it lacks at their latest version
+    lacking: int | None = None  # not the active one: documents not caught up with the active
     extra: int | None = None  # ... documents it has that the active one does not
     index: str = "none"  # none, valid, invalid (a build cut short), or absent
 
@@ -63,7 +64,7 @@ class Differences:
         parts = []
         if self.lacking:
             more = ", ..." if self.lacking > len(self.lacking_ids) else ""
-            parts.append(f"{self.lacking} not complete at their latest version "
+            parts.append(f"{self.lacking} not caught up with the active generation "
                          f"({', '.join(self.lacking_ids)}{more})")  # fmt: skip
         if self.extra:
             more = ", ..." if self.extra > len(self.extra_ids) else ""

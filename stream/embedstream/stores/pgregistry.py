@@ -145,12 +145,15 @@ def counts(tables: GenerationTables) -> str:
 
 
 def missing_documents(active: GenerationTables, other: GenerationTables) -> str:
-    """Documents of the active generation whose latest version ``other`` lacks complete, then
-    documents ``other`` has and the active one does not (deleted since): their count, and the
-    first ``%s`` of each, in doc_id order."""
+    """Documents ``other`` lacks: not at the active generation's latest version, or not
+    complete there where the active generation is (a version whose chunks failed for good in
+    both counts as caught up); then documents ``other`` has and the active one does not
+    (deleted since). Their counts, and the first ``%s`` of each, in doc_id order."""
     lacking = f"""SELECT a.doc_id FROM {active.documents} a
         LEFT JOIN {other.documents} b ON b.doc_id = a.doc_id
-        WHERE b.complete_version IS DISTINCT FROM a.latest_version"""
+        WHERE b.latest_version IS DISTINCT FROM a.latest_version
+            OR (a.complete_version = a.latest_version
+                AND b.complete_version IS DISTINCT FROM a.latest_version)"""
     extra = f"""SELECT b.doc_id FROM {other.documents} b
         WHERE NOT EXISTS (SELECT 1 FROM {active.documents} a WHERE a.doc_id = b.doc_id)"""
     return f"""SELECT (SELECT count(*) FROM ({lacking}) l), (SELECT count(*) FROM ({extra}) e),
