@@ -144,6 +144,9 @@ class PgVectorStore:
         if layout is None or layout[0] is None:
             self.registry = Registry([])
             return self.registry
+        return await self._read_registry()
+
+    async def _read_registry(self) -> Registry:
         rows = await self.session.fetchall(reg.read_generations(self._names))
         self.registry = Registry([_generation(row) for row in rows])
         return self.registry
@@ -223,7 +226,7 @@ class PgVectorStore:
         layout = await self.session.fetchone(reg.find_layout(self._names))
         registry, legacy, kind = layout or (None, None, None)
         if registry is not None:
-            await self.load()
+            await self._read_registry()
             return
         names = self._names
         if not self._create and model is None:
