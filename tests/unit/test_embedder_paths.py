@@ -30,11 +30,17 @@ FAULTS: dict[str, dict[str, Any]] = {
 FLAVORS = ("openai", "vllm", "tei", "ollama", "azure")
 
 
-async def ends(sim: SimulatorServer, flavor: str, *, sdk: bool, call: BatchCall) -> object:
+async def ends(
+    sim: SimulatorServer, flavor: str, *, sdk: bool, call: BatchCall, timeout_s: float = 10.0
+) -> object:
     """The outcome's vectors, or the error's class, reason, message and whether it carries a
-    retry-after within the simulator's 60 s (the two calls are a moment apart)."""
+    retry-after within the simulator's 60 s (the two calls are a moment apart). The timeout is
+    short only where the fault is a hang: on a loaded machine the SDK's first call in a worker
+    took over half a second, and an answer was taken for a timeout."""
     azure = AzureTarget(sim.root_url, None, "2024-10-21") if flavor == "azure" else None
-    embedder = OpenAIEmbedder(base_url=sim.url, api_key=KEY, timeout_s=0.5, azure=azure, sdk=sdk)
+    embedder = OpenAIEmbedder(
+        base_url=sim.url, api_key=KEY, timeout_s=timeout_s, azure=azure, sdk=sdk
+    )
     try:
         outcome = await embedder.embed(call)
         return outcome.vectors, outcome.dimensions, outcome.total_tokens
@@ -53,9 +59,10 @@ async def test_both_paths_classify_each_fault_alike(fault: str, flavor: str) -> 
     settings: dict[str, Any] = {"base_ms": 0, "flavor": flavor, "auth_key": KEY, **FAULTS[fault]}
     config = SimulatorConfig(**settings)
     call = BatchCall("m", TEXTS, "float", None)
+    timeout_s = 0.5 if fault == "timeout" else 10.0
     async with SimulatorServer(config) as sim:
-        lean = await ends(sim, flavor, sdk=False, call=call)
-        sdk = await ends(sim, flavor, sdk=True, call=call)
+        lean = await ends(sim, flavor, sdk=False, call=call, timeout_s=timeout_s)
+        sdk = await ends(sim, flavor, sdk=True, call=call, timeout_s=timeout_s)
     assert lean == sdk
     if fault == "429 with retry-after":
         assert isinstance(lean, tuple) and lean[1] == "rate_limited" and lean[3] is True
