@@ -173,3 +173,19 @@ async def test_nothing_is_admitted_before_the_floor_is_known() -> None:
         assert h.result_ids() == []
         state.floor = 2
         await eventually(lambda: sorted(h.result_ids()) == ["r2", "r3"])
+
+
+async def test_a_record_delivered_again_under_the_same_assignment_is_skipped_not_redone() -> None:
+    """The consumer's position can go back (to the committed offset, in a rebalance) while the
+    partition stays ours: what it hands over again is already in hand. Before, the processor
+    stopped on "tracked out of order"."""
+    async with running(GatedBackend()) as h:
+        for i in range(3):
+            h.request(LOW, f"r{i}", f"text {i}")
+        await h.fetch_turns(2)
+        h.consumer.seek(LOW, 0)  # delivered again: offsets 0, 1 and 2
+        await h.fetch_turns(2)
+        assert not h.task.done()
+        h.request(LOW, "r3", "text 3")
+        await h.all_inputs_finished()
+        assert sorted(h.result_ids()) == ["r0", "r1", "r2", "r3"]  # each once

@@ -20,6 +20,11 @@ class PartitionOffsets:
         self._next_after_tracked: int | None = None
         self._committed: int | None = None
 
+    def seen(self, offset: int) -> bool:
+        """The offset was already tracked under this assignment (a record delivered again,
+        e.g. when the consumer's position went back to the committed offset)."""
+        return self._next_after_tracked is not None and offset < self._next_after_tracked
+
     def track(self, offset: int, timestamp_ms: int | None = None, size: int = 0) -> None:
         if self._next_after_tracked is not None and offset < self._next_after_tracked:
             raise ValueError(f"offset {offset} tracked out of order")
