@@ -225,8 +225,10 @@ async def test_the_changelog_through_kafka_connect_into_pgvector(
                 await until_finished(bootstrap, results, sent)
                 expected = await implied()
                 worker.start()
+                # A new JVM, and the killed member's session to end (10 s): longer under load.
                 await until(lambda: same(table_rows(postgres.dsn, "chunks"), expected),
-                            "the final state in the table after the restart", worker)  # fmt: skip
+                            "the final state in the table after the restart", worker,
+                            timeout_s=120)  # fmt: skip
             calls_before = simulator.stats.calls
             # A second, empty table from the changelog alone: no processor runs now.
             rebuild = jdbc_sink(unique_prefix + "rebuild", changelog, postgres.tcp_port,

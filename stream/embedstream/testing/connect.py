@@ -49,6 +49,10 @@ value.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter.schemas.enable=true
 # Exactly-once outputs: a sink must not apply what an aborted transaction wrote.
 consumer.isolation.level=read_committed
+# A worker SIGKILLed mid-way leaves its sink's group member behind until its session ends: 10 s
+# rather than Kafka's 45, so the restarted worker gets the partitions back within the test.
+consumer.session.timeout.ms=10000
+consumer.heartbeat.interval.ms=3000
 offset.storage.file.filename={path.parent / "connect.offsets"}
 offset.flush.interval.ms=1000
 listeners=http://127.0.0.1:{rest_port}
