@@ -115,18 +115,19 @@ class KafkaOutcomes(Outcomes[WorkItem]):
     ) -> EmbedResult | ChunkResult:
         latency_ms = float(now - item.timestamp_ms)
         request = item.request
-        generation = self.documents.generations.id_of(model, request.dimensions)
         if item.chunk is None:
+            generation = self.documents.generations.id_of(model, request.dimensions)
             return EmbedResult(request.id, model, vector, dimensions, tokens, request.metadata,
                                item.attempts, latency_ms, cached, generation)  # fmt: skip
         run = item.chunk.document
+        generation = run.index_generation  # (a dual-write's other chunking is its own)
         text = item.text if self.documents.include_text else None
         result = ChunkResult(
             run.doc_id, run.version, item.chunk.seq, run.progress.chunk_count,
             (item.chunk.start, item.chunk.end), vector, model, dimensions, tokens, cached,
             run.metadata, item.attempts, latency_ms, text, generation,
         )  # fmt: skip
-        if self.documents.changelog is not None:
+        if self.documents.changelog is not None and run.changelogged:
             self.documents.changelog.keep(run, result)
         return result
 
@@ -278,13 +279,12 @@ class KafkaOutcomes(Outcomes[WorkItem]):
 def _rows_by_lane(hits: Sequence[Hit[WorkItem]]) -> list[tuple[Priority, list[_Row]]]:
     """Cache hits as result rows, by lane (high first; lanes without hits left out). A function
     of its own: no local of the caller's keeps the last vector alive while it waits."""
-    lanes = (Priority.HIGH, Priority.LOW)
-    rows: list[list[_Row]] = [[] for _ in lanes]
+    rows: dict[Priority, list[_Row]] = {}
     for h in hits:
-        rows[h.key.priority is Priority.LOW].append(
+        rows.setdefault(h.key.priority, []).append(
             (h.job, h.key.model, h.vector, h.dimensions, 0, True)
         )
-    return [(lane, lane_rows) for lane, lane_rows in zip(lanes, rows, strict=True) if lane_rows]
+    return sorted(rows.items())
 
 
 def _chunk_dead_letter(
