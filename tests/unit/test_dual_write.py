@@ -20,6 +20,7 @@ from embedstream.wire import (
     ChunkResult,
     DocumentComplete,
     DocumentDeleted,
+    OutputRecord,
     PlainResult,
     decode_output,
 )
@@ -94,7 +95,7 @@ def test_the_live_stream_wins_over_the_backfill(
 
 def test_a_live_delete_keeps_its_mark_so_the_backfill_brings_nothing_back() -> None:
     deleted = DocumentDeleted("a", NEW.id)
-    late = [
+    late: list[OutputRecord] = [
         chunk("a", "v1", backfill=True),
         DocumentComplete("a", "v1", 1, None, NEW.id, backfill=True),
     ]
