@@ -294,7 +294,9 @@ def build_service(
             max_poll=settings.max_poll_records, drain_timeout_s=settings.drain_timeout_s,
             commit_interval_s=settings.commit_interval_ms / 1000.0,
         )  # fmt: skip
-        watch = store_watch(settings, names, dual_writes, shared, intake_of, decoders)
+        watch = store_watch(
+            settings, names, dual_writes, shared, intake_of, decoders, metrics.migration
+        )
         if watch.backfills is not None:
             backfills.append(watch.backfills)
     health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)

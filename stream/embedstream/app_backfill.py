@@ -26,6 +26,7 @@ from embedstream.kafka.admission import Admission
 from embedstream.kafka.backfill import BackfillFeed, Backfills, SharedEngine, backfill_group
 from embedstream.kafka.clients import make_backfill_consumer
 from embedstream.kafka.topics import TopicNames
+from embedstream.ops.migration_metrics import MigrationMetrics
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.generations import Registry
@@ -34,6 +35,7 @@ from embedstream.stores.pgvector import PgVectorStore
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 5.0  # how soon a processor follows `migrate start`, `cutover`, `cancel`
+SAMPLE_S = 1.0  # the backfill's progress metrics
 
 
 def store_generations(registry: Registry) -> StoreGenerations:
@@ -69,16 +71,16 @@ class StoreWatch:
         dual_writes: DualWrites,
         backfills: Backfills | None,
         *,
-        interval_s: float = WATCH_INTERVAL_S,
-        on_change: Callable[[StoreGenerations], None] = lambda generations: None,
+        metrics: MigrationMetrics | None = None,
+        interval_s: float | None = None,
     ) -> None:
         """``backfills``: None without a documents topic (a migration's backfill then has no
-        source: said once). ``on_change``: the metrics of the plan."""
+        source: said once)."""
         self._read = read
         self.dual_writes = dual_writes
         self.backfills = backfills
-        self._interval_s = interval_s
-        self._on_change = on_change
+        self._metrics = metrics
+        self._interval_s = WATCH_INTERVAL_S if interval_s is None else interval_s
         self._failing = False
         self._unsourced: str | None = None
 
@@ -99,7 +101,9 @@ class StoreWatch:
             log.info("the store keeps generations %s; filling %s", ids,
                      generations.filling.id if generations.filling else "none")  # fmt: skip
             self.dual_writes.follow(generations)
-            self._on_change(generations)
+            if self._metrics is not None:
+                planned = generations.planned
+                self._metrics.set_plan(planned.get("documents", 0), planned.get("tokens", 0))
         filling = generations.filling
         if self.backfills is not None:
             await self.backfills.follow(filling)
@@ -114,12 +118,20 @@ class StoreWatch:
     async def run(self, stopping: asyncio.Event) -> None:
         """Follow the store until ``stopping``; then stop the backfill (what it read is
         finished and committed within drain_timeout_s, beside the processor's own drain)."""
+        loop = asyncio.get_running_loop()
+        next_read = loop.time() + self._interval_s
         try:
             while not stopping.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), self._interval_s)
-                if not stopping.is_set():
+                    await asyncio.wait_for(stopping.wait(), min(SAMPLE_S, self._interval_s))
+                if stopping.is_set():
+                    break
+                if loop.time() >= next_read:
+                    next_read = loop.time() + self._interval_s
                     await self.refresh()
+                if self._metrics is not None and self.backfills is not None:
+                    b = self.backfills
+                    self._metrics.sample(b.lag, b.read, loop.time())
         finally:
             if self.backfills is not None:
                 await self.backfills.close()
@@ -132,12 +144,13 @@ def store_watch(
     engine: SharedEngine,
     intake_of: Callable[[IndexGeneration], Intake],
     decoders: SchemaDecoders | None,
+    metrics: MigrationMetrics,
 ) -> StoreWatch:
     """A processor's watch of its store (``store_dsn``), with a backfill when
     ``topic_documents`` names its source."""
     documents = names.documents
     if documents is None:
-        return StoreWatch(registry_reader(settings), dual_writes, None)
+        return StoreWatch(registry_reader(settings), dual_writes, None, metrics=metrics)
 
     def feed_of(generation: IndexGeneration) -> BackfillFeed:
         group = backfill_group(settings.group_id, generation.id)
@@ -149,4 +162,5 @@ def store_watch(
         consumer = make_backfill_consumer(settings, group)
         return BackfillFeed(generation, consumer, documents, admission, engine)
 
-    return StoreWatch(registry_reader(settings), dual_writes, Backfills(feed_of))
+    backfills = Backfills(feed_of)
+    return StoreWatch(registry_reader(settings), dual_writes, backfills, metrics=metrics)

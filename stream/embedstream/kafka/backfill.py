@@ -99,6 +99,7 @@ class BackfillFeed:
             drain_timeout_s=engine.drain_timeout_s, consumer=consumer, clock=engine.clock,
         )  # fmt: skip
         self._stop = asyncio.Event()
+        self.read = 0  # records read (the progress metrics' rate)
         self._chunks_per_record = 8.0  # a running estimate: how many records fill the room
 
     @property
@@ -175,6 +176,7 @@ class BackfillFeed:
                 self._consumer.seek(tp, record.offset)
                 await self._idle()
                 break
+            self.read += 1
             items += made
         else:
             highwater = self._consumer.highwater(tp)
@@ -229,6 +231,10 @@ class Backfills:
     @property
     def lag(self) -> int:
         return 0 if self.feed is None else self.feed.lag
+
+    @property
+    def read(self) -> int:
+        return 0 if self.feed is None else self.feed.read
 
     async def follow(self, generation: IndexGeneration | None) -> None:
         current = None if self.feed is None else self.feed.generation

@@ -57,6 +57,9 @@ class DocumentObserver(Protocol):
     def count_chunks(self, chunks: int) -> None:
         """A document version was cut into this many chunks."""
 
+    def count_backfill_document(self, outcome: str) -> None:
+        """The backfill ended a document version (complete, incomplete) or deleted one."""
+
 
 @dataclass(frozen=True, slots=True)
 class DocumentStart:
@@ -322,6 +325,8 @@ class DocumentFlow:
             log.error("final record of document %s not written; it stays unfinished", run.doc_id)
             return
         self._observer.count_document(outcome)
+        if run.backfill:
+            self._observer.count_backfill_document(outcome)
         primary = run.primary or run
         primary.open_runs -= 1
         if primary.open_runs == 0:  # every generation's run of the version has ended
@@ -342,6 +347,8 @@ class DocumentFlow:
             log.error("tombstone of document %s not written; it stays unfinished", run.doc_id)
             return
         self._observer.count_document("deleted")
+        if run.backfill:
+            self._observer.count_backfill_document("deleted")
         self._done(run.doc_id, run, run.state, run.origin.offset)
 
     def _done(

@@ -56,6 +56,9 @@ class ResultObserver(EngineObserver, Protocol):
     def count_source_cache_savings(self, source: str, hits: int, tokens: int) -> None:
         """Cache hits of one source, and the estimated tokens they kept from the provider."""
 
+    def count_generation_tokens(self, generation: str, lane: str, tokens: int) -> None:
+        """Provider tokens of the vectors a call made for one index generation and lane."""
+
 
 class KafkaOutcomes(Outcomes[WorkItem]):
     def __init__(
@@ -145,6 +148,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             job.span.end("result")
             job.finish()
         self._account(finished)
+        self._account_generations(key, finished)
 
     async def _write_rows(self, priority: Priority, rows: list[_Row], now: int) -> None:
         """Encodes the records, then lets the vectors go before waiting for the broker: behind
@@ -188,6 +192,20 @@ class KafkaOutcomes(Outcomes[WorkItem]):
                 source, tokens=tokens[source], estimated=not reported,
                 call_share=count / len(finished),
             )  # fmt: skip
+
+    def _account_generations(self, key: BucketKey, finished: list[tuple[WorkItem, int]]) -> None:
+        """One call's tokens by index generation (its items share a lane and model)."""
+        reported = sum(used for _, used in finished)
+        tokens: dict[str, int] = {}
+        for job, used in finished:
+            chunk = job.chunk
+            if chunk is not None:
+                generation = chunk.document.index_generation
+            else:
+                generation = self.documents.generations.id_of(key.model, key.dimensions)
+            tokens[generation] = tokens.get(generation, 0) + (used if reported else job.tokens)
+        for generation, count in tokens.items():
+            self._observer.count_generation_tokens(generation, key.priority.label, count)
 
     def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:
         """Results served from the embedding cache (no call made, no tokens charged), written
