@@ -80,10 +80,13 @@ async def statuses(settings: Settings) -> list[GenerationStatus]:
         return await Migrations(store, settings.store_index).status()
 
 
-def expected_rows(new: Settings, corpus: dict[str, str]) -> list[tuple[object, ...]]:
+Row = tuple[str, str, int, int, int, int, list[float]]
+
+
+def expected_rows(new: Settings, corpus: dict[str, str]) -> list[Row]:
     """The new generation's chunk rows that the documents topic implies."""
     rules = chunking_rules(new, configured.provider_limits(new))
-    rows = []
+    rows: list[Row] = []
     for doc_id, text in sorted(corpus.items()):
         chunks = chunk_document(text, rules, estimate_tokens)
         for chunk in chunks:
@@ -93,7 +96,7 @@ def expected_rows(new: Settings, corpus: dict[str, str]) -> list[tuple[object, .
     return rows
 
 
-def stored_rows(settings: Settings, generation: str) -> list[tuple[object, ...]]:
+def stored_rows(settings: Settings, generation: str) -> list[Row]:
     table = f'"{settings.store_schema}"."{settings.store_table}_{generation}"'
     with psycopg.connect(settings.store_dsn or "") as connection:
         found = connection.execute(
@@ -188,9 +191,9 @@ async def test_the_running_processor_backfills_a_new_generation_beside_the_live_
         planned_docs = sample(metrics, "embedstream_backfill_planned", {"what": "documents"})
 
     # Row for row and vector for vector: the state the documents topic implies.
-    stored, expected = stored_rows(settings, new_id), expected_rows(new, final)
-    assert [row[:6] for row in stored] == [row[:6] for row in expected]
-    for got, wanted in zip(stored, expected, strict=True):
+    rows, wanted_rows = stored_rows(settings, new_id), expected_rows(new, final)
+    assert [row[:6] for row in rows] == [row[:6] for row in wanted_rows]
+    for got, wanted in zip(rows, wanted_rows, strict=True):
         assert got[6] == pytest.approx(wanted[6], rel=1e-6), got[:3]
     assert backfilled > 0 and planned_docs == len(corpus)
     # The backfill's provider tokens within 5% of the plan.
