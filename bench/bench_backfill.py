@@ -157,7 +157,7 @@ async def migrate(
            "--dimensions", str(OLD_DIMENSIONS), "--cache", "redis", "--cache-url", redis_url,
            "--group-id", prefix + "group", "--metrics-port", str(free_port())]  # fmt: skip
     sink = [sys.executable, "-m", "embedstream.cli", "sink", *common, "--store-model", OLD,
-            "--store-group-id", prefix + "sink"]  # fmt: skip
+            "--store-group-id", prefix + "sink", "--metrics-port", str(free_port())]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'stream'}:{ROOT}"}
     corpus: dict[str, str | None] = {
         f"doc-{d:05}": text_of(rng, f"doc {d}") for d in range(args.docs)
@@ -220,11 +220,18 @@ async def migrate(
                  and c.status == 200]  # fmt: skip
     spent = sum(count_tokens(text) for call in new_calls for text in call.inputs)
     estimated = sum(estimate_tokens(text) for call in new_calls for text in call.inputs)
+    # What the live stream's changes cost the new model (dual-written), not the backfill's.
+    rules = chunking_rules(settings, configured.provider_limits(settings))
+    changed = [t for t in changes.values() if t is not None]
+    dual = sum(c.tokens for t in changed for c in chunk_document(t, rules, estimate_tokens))
+    planned = max(1, int(plan.get("tokens", 1)))
     return {
         "documents": args.docs, "changes": len(changes), "generation": new_id,
         "plan": plan, "new_model_calls": len(new_calls),
         "provider_tokens_new_model": spent, "estimated_tokens_sent": estimated,
-        "estimated_sent_over_plan": round(estimated / max(1, int(plan.get("tokens", 1))), 4),
+        "estimated_sent_over_plan": round(estimated / planned, 4),
+        "changes_estimated": dual,
+        "backfill_sent_over_plan": round((estimated - dual) / planned, 4),
         "backfill_docs_per_s": round(args.docs / elapsed, 1),
         "tables_match": matches(settings, new_id, final),
     }  # fmt: skip
