@@ -26,11 +26,12 @@ from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedstream.app import build_service, default_backend
 from embedstream.app_migrate import call_limits, target_generation
-from embedstream.app_store import build_store_writer, store_config
+from embedstream.app_store import build_store_writer
 from embedstream.kafka.admin import configured_specs, configured_topics, create_topics
 from embedstream.kafka.clients import connection_for
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, load_settings
+from embedstream.stores.configured import store_config
 from embedstream.stores.pgmigrate import GenerationStatus, Migrations
 from embedstream.stores.pgvector import PgVectorStore
 from embedstream.tools.bench.documents import document_records, publish_records

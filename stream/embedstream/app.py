@@ -14,10 +14,13 @@ import logging
 import signal
 from collections.abc import Callable
 
+from embedstream.app_backfill import StoreWatch, store_watch
 from embedstream.core import configured
 from embedstream.core.clock import Clock
-from embedstream.core.generations import GenerationIds
-from embedstream.core.intake import Intake, chunking_rules
+from embedstream.core.generations import GenerationIds, IndexGeneration
+from embedstream.core.intake import Intake, chunking_rules, settings_of
+from embedstream.core.lanes import Priority
+from embedstream.core.migration import DualWrites
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
@@ -31,6 +34,7 @@ from embedstream.engine.registry import RegistryClient
 from embedstream.engine.result_schema import ResultSchemaRegistration
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.attribution import AttributedAdmission, Sources
+from embedstream.kafka.backfill import BackfillDirect, Backfills, SharedEngine
 from embedstream.kafka.changelog import (
     ChunkChangelog,
     ChunkCountsLoader,
@@ -82,8 +86,10 @@ class Service:
         result_schema: ResultSchemaRegistration | None = None,
         online: OnlineServer | None = None,
         metrics: Metrics | None = None,
+        watch: StoreWatch | None = None,
     ) -> None:
         self.processor = processor
+        self.watch = watch  # the store's generations followed (with store_dsn)
         self.metrics = metrics or Metrics()  # what its ops server exposes
         self.health = health
         self.ops_server = ops_server
@@ -118,7 +124,11 @@ class Service:
                 changelog = self.processor.parts.outcomes.documents.changelog
                 if changelog is not None and self.result_schema.changelog_values is not None:
                     changelog.values = self.result_schema.changelog_values
-            await self.processor.run()
+            if self.watch is None:
+                await self.processor.run()
+            else:  # the store's generations first: the first versions read are dual-written
+                await self.watch.refresh()
+                await asyncio.gather(self.processor.run(), self.watch.run(self.processor.stopping))
         finally:
             # The spans still buffered, exported off the loop (a collector in this process
             # would otherwise wait on the loop that waits on it).
@@ -182,7 +192,7 @@ def build_service(
             settings.group_id,
             transactional_producer or (lambda tid: make_transactional_producer(settings, tid)),
         )
-        writer = transactions
+        writer = BackfillDirect(transactions, writer)
     sink = Sink(writer, names, clock)
     changelog = None
     if names.changelog is not None and names.changelog_state is not None:
@@ -191,12 +201,18 @@ def build_service(
         changelog = ChunkChangelog(sink, names.changelog, loader)
     limits = configured.provider_limits(settings)
     generations = GenerationIds(chunking_rules(settings, limits), settings.model)
+
+    def intake_of(generation: IndexGeneration) -> Intake:
+        return Intake(settings_of(settings, generation), limits, token_counter)
+
+    dual_writes = DualWrites(intake_of) if settings.store_dsn else None
     documents = DocumentFlow(
         sink,
         metrics,
         include_text=settings.include_chunk_text,
         generations=generations,
         changelog=changelog,
+        dual_writes=dual_writes,
     )
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)
     cache = build_cache(settings, metrics)
@@ -204,9 +220,16 @@ def build_service(
         log.warning("%s", warning)
     tracer = tracer or build_tracer(settings)  # tests pass one on an in-memory exporter
     callers = Callers()  # the online lane's: they share the engine with the Kafka lanes
+    backfills: list[Backfills] = []  # (made once the engine is)
+
+    def backlog(lane: Priority) -> int:
+        if lane is Priority.BACKFILL:
+            return sum(b.lag for b in backfills)
+        return assignment.lag_of(lane)
+
     engine: Engine[EngineJob] = build_engine(
         settings, backend, CallersBeside(callers, outcomes), clock=clock, observer=metrics,
-        cache=cache, backlog=assignment.lag_of, keep=_still_wanted, tracer=tracer,
+        cache=cache, backlog=backlog, keep=_still_wanted, tracer=tracer,
     )  # fmt: skip
     batcher = engine.batcher
     callers.attach(batcher)
@@ -262,6 +285,20 @@ def build_service(
             return result_schema.outage
         return None if decoders is None else decoders.outage
 
+    watch = None
+    if dual_writes is not None:
+        shared = SharedEngine(
+            batcher, waiting, sink, documents, processor.submit,
+            live_held=lambda: processor.held, provider_usable=lambda: processor.provider_ok,
+            clock=clock, items_limit=settings.buffered_items_limit,
+            max_poll=settings.max_poll_records, drain_timeout_s=settings.drain_timeout_s,
+            commit_interval_s=settings.commit_interval_ms / 1000.0,
+        )  # fmt: skip
+        watch = store_watch(
+            settings, names, dual_writes, shared, intake_of, decoders, metrics.migration
+        )
+        if watch.backfills is not None:
+            backfills.append(watch.backfills)
     health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
     online = None
@@ -270,7 +307,7 @@ def build_service(
             settings, CallerIntake(batcher, cache), engine.governor, batcher, engine.cost,
             clock=clock, token_counter=token_counter, observer=metrics.online, tracer=tracer,
         )  # fmt: skip
-    return Service(processor, health, ops_server, registry, result_schema, online, metrics)
+    return Service(processor, health, ops_server, registry, result_schema, online, metrics, watch)
 
 
 async def run_service(

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from embedstream.app_store import store_config
 from embedstream.core import configured
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.intake import chunking_rules
 from embedstream.core.reembed import BASIS_SAID, CallLimits, ReembedPlan
 from embedstream.settings import Settings
+from embedstream.stores.configured import store_config
 from embedstream.stores.generations import StoredGeneration
 from embedstream.stores.pgmigrate import GenerationStatus, Migrations
 from embedstream.stores.pgvector import PgVectorStore

@@ -12,8 +12,6 @@ import contextlib
 import logging
 import signal
 
-from embedstream.core import configured
-from embedstream.core.intake import chunking_rules
 from embedstream.engine.backend import BatchCall
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.clock import SYSTEM_CLOCK
@@ -38,8 +36,9 @@ from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import Settings
 from embedstream.settings.rules import require_store
 from embedstream.stores.base import SearchHit
+from embedstream.stores.configured import store_config
 from embedstream.stores.generations import StoredGeneration
-from embedstream.stores.pgvector import GenerationMoved, PgStoreConfig, PgVectorStore
+from embedstream.stores.pgvector import GenerationMoved, PgVectorStore
 from embedstream.wire.vectors import Vector, decode_base64
 
 log = logging.getLogger(__name__)
@@ -47,21 +46,6 @@ log = logging.getLogger(__name__)
 HEALTH_INTERVAL_S = 1.0
 PROBE_TIMEOUT_S = 3.0
 SEARCH_ATTEMPTS = 3  # a cutover between embedding the question and reading the rows: again
-
-
-def store_config(settings: Settings) -> PgStoreConfig:
-    require_store(settings)
-    assert settings.store_dsn is not None
-    return PgStoreConfig(
-        dsn=settings.store_dsn,
-        schema=settings.store_schema,
-        table=settings.store_table,
-        dimensions=settings.store_dimensions,
-        model=settings.store_model,
-        chunking=chunking_rules(settings, configured.provider_limits(settings)),
-        index=settings.store_index,
-        connect_timeout_s=settings.connect_timeout_s,
-    )
 
 
 def require_store_model(settings: Settings) -> None:

@@ -20,9 +20,10 @@ import pytest
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedstream.app_migrate import run_migration
-from embedstream.app_store import StoreWriter, build_store_writer, search_store, store_config
+from embedstream.app_store import StoreWriter, build_store_writer, search_store
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
+from embedstream.stores.configured import store_config
 from embedstream.stores.pgmigrate import GenerationStatus, Migrations
 from embedstream.stores.pgvector import PgVectorStore
 from embedstream.testing import eventually

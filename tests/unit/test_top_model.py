@@ -61,14 +61,18 @@ PARSE_CASES: list[tuple[str, Callable[[Snapshot], object], object]] = [
     ("lag high sums partitions", lambda s: s.lag["high"], 15.0),
     ("lag low", lambda s: s.lag["low"], 7.0),
     ("lag retry", lambda s: s.lag["retry"], 3.0),
-    ("lag lanes only", lambda s: sorted(s.lag), ["high", "low", "retry"]),
+    ("lag lanes only", lambda s: sorted(s.lag), ["backfill", "high", "low", "retry"]),
     ("lag seconds is the max", lambda s: s.lag_seconds_max, 4.0),
     (
         "queue depth",
         lambda s: dict(s.queue_depth),
-        {"online": 0.0, "high": 3.0, "low": 4.0, "delayed": 2.0},
+        {"online": 0.0, "high": 3.0, "low": 4.0, "backfill": 0.0, "delayed": 2.0},
     ),
-    ("results by lane", lambda s: dict(s.results), {"online": 0.0, "high": 5.0, "low": 2.0}),
+    (
+        "results by lane",
+        lambda s: dict(s.results),
+        {"online": 0.0, "high": 5.0, "low": 2.0, "backfill": 0.0},
+    ),
     ("results total", lambda s: s.results_total, 7.0),
     (
         "flushes by reason",
@@ -81,7 +85,7 @@ PARSE_CASES: list[tuple[str, Callable[[Snapshot], object], object]] = [
     ("batch bucket le=8", lambda s: s.batch_size.cumulative_at(8.0), 2.0),
     ("batch bucket le=16", lambda s: s.batch_size.cumulative_at(16.0), 3.0),
     ("batch +Inf bucket last", lambda s: s.batch_size.buckets[-1], (math.inf, 3.0)),
-    ("wait lanes", lambda s: sorted(s.item_wait), ["high", "low", "online"]),
+    ("wait lanes", lambda s: sorted(s.item_wait), ["backfill", "high", "low", "online"]),
     ("wait high count", lambda s: s.item_wait["high"].count, 3.0),
     ("wait high le=0.0025", lambda s: s.item_wait["high"].cumulative_at(0.0025), 3.0),
     ("wait low le=0.25", lambda s: s.item_wait["low"].cumulative_at(0.25), 0.0),
@@ -125,7 +129,7 @@ def test_parse(parsed: Snapshot, get: Callable[[Snapshot], object], expected: ob
 
 def test_parse_fresh_metrics() -> None:
     snap = scrape(fresh())
-    assert dict(snap.lag) == {"high": 0.0, "low": 0.0, "retry": 0.0}
+    assert dict(snap.lag) == {"high": 0.0, "low": 0.0, "retry": 0.0, "backfill": 0.0}
     assert snap.results_total == 0
     assert snap.ready is False
     assert snap.batch_size.count == 0
@@ -181,7 +185,7 @@ def test_lag_with_lane_labels_needs_no_topic_naming_convention() -> None:
         'embedstream_consumer_lag{topic="backfill",partition="3",lane="low"} 40\n'
     )
     snap = parse_exposition(text)
-    assert dict(snap.lag) == {"high": 12.0, "low": 40.0, "retry": 0.0}
+    assert dict(snap.lag) == {"high": 12.0, "low": 40.0, "retry": 0.0, "backfill": 0.0}
     assert [(p.topic, p.partition, p.lane) for p in snap.partitions] == [
         ("backfill", 3, "low"),
         ("orders", 0, "high"),

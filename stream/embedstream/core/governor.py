@@ -18,7 +18,7 @@ from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
 from embedstream.core.lanes import Priority
 from embedstream.core.outage import OutageDetector
 from embedstream.core.ratelimit import AnnouncedBudget, RateLimits
-from embedstream.core.reservations import LaneTerms, Reservations
+from embedstream.core.reservations import EVERY_SLOT, LaneTerms, Reservations
 from embedstream.core.targets import LaneTarget
 from embedstream.errors import EmbedStreamError, ProviderWideError, Reason, http_reason
 
@@ -36,13 +36,16 @@ OUTAGE_REASONS = frozenset(
 def default_lanes(
     min_share: float, *, online: LaneTerms | None = None
 ) -> dict[Priority, LaneTerms]:
-    """The lanes' terms: high keeps one slot from low at all times; high and low keep
-    ``min_share`` of the picks they compete for; ``online`` (the HTTP lane, when served)."""
+    """The lanes' terms: high keeps one slot from the lanes below at all times; high and low
+    keep ``min_share`` of the picks they compete for; ``online`` (the HTTP lane, when served).
+    The backfill takes what the others leave: while low is active it keeps every slot from
+    the backfill but the one call of its floor; the backfill has no share of its own."""
     high = LaneTerms(idle_slots=1, reserved_slots=1, min_share=min_share)
     return {
         Priority.ONLINE: online or LaneTerms(),
         Priority.HIGH: high,
-        Priority.LOW: LaneTerms(min_share=min_share),
+        Priority.LOW: LaneTerms(reserved_slots=EVERY_SLOT, min_share=min_share),
+        Priority.BACKFILL: LaneTerms(),
     }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from embedstream.core import configured
 from embedstream.core.chunker import Chunk, ChunkingRules, chunk_document
 from embedstream.core.documents import default_version
+from embedstream.core.generations import IndexGeneration
 from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter
 from embedstream.errors import ConfigError, InvalidEvent, Reason
@@ -129,6 +130,11 @@ class Intake:
             return Admitted(shorter, model, encoding_format, self._count(text), tokens)
         return Rejected("PermanentItemError", problem.reason, problem.message)
 
+    def admit_document(self, event: DocumentEvent) -> AdmittedDocument | Rejected:
+        """One document event already parsed (the same event again, for another index
+        generation: `core/migration.py`)."""
+        return self._admit_document(event)
+
     def _admit_document(self, event: DocumentEvent) -> AdmittedDocument | Rejected:
         if event.dimensions is None and self._dimensions is not None:
             event = dataclasses.replace(event, dimensions=self._dimensions)
@@ -158,6 +164,17 @@ class Intake:
                 return Rejected("PermanentItemError", problem.reason, problem.message)
         version = event.version or default_version(event.text)
         return AdmittedDocument(event, version, model, encoding_format, chunks)
+
+
+def settings_of(settings: Settings, generation: IndexGeneration) -> Settings:
+    """``settings`` as a processor of ``generation`` has them: its model, the dimensions it
+    asks for and its chunk settings."""
+    rules = generation.chunking
+    return dataclasses.replace(
+        settings, model=generation.model, dimensions=generation.dimensions,
+        chunk_max_tokens=rules.max_tokens, chunk_overlap_tokens=rules.overlap_tokens,
+        chunk_min_tokens=rules.min_tokens,
+    )  # fmt: skip
 
 
 def chunking_rules(settings: Settings, limits: ProviderLimits) -> ChunkingRules:

@@ -20,15 +20,19 @@ T = TypeVar("T")
 
 class Priority(IntEnum):
     """The request lanes; the lower value is served first. ONLINE is the HTTP callers' lane
-    (`embedstream.online`), HIGH and LOW the request topics'."""
+    (`embedstream.online`), HIGH and LOW the request topics', BACKFILL a migration's re-embed
+    of the documents topic into a new index generation (`kafka/backfill.py`): it takes what
+    the others leave."""
 
     ONLINE = 0
     HIGH = 1
     LOW = 2
+    BACKFILL = 3
 
     @property
     def label(self) -> str:
-        """The lane's name in metrics labels, headers and the CLI: "online", "high", "low"."""
+        """The lane's name in metrics labels, headers and the CLI: "online", "high", "low",
+        "backfill"."""
         return self.name.lower()
 
 
@@ -39,10 +43,13 @@ class InputLane(StrEnum):
     HIGH = "high"
     LOW = "low"
     RETRY = "retry"
+    BACKFILL = "backfill"  # the documents topic as a migration's backfill reads it
 
     @property
     def priority(self) -> Priority:
         """The lane whose backlog this topic's lag adds to (retries count as bulk work)."""
+        if self is InputLane.BACKFILL:
+            return Priority.BACKFILL
         return Priority.HIGH if self is InputLane.HIGH else Priority.LOW
 
 

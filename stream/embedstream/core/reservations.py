@@ -1,7 +1,8 @@
 """Which lane gets the next call slot, and how much of the budget each lane may take. Pure:
 time and the counts come in.
 
-Lanes are served top-down (`Priority`: online, high, low). One rule, for any number of lanes:
+Lanes are served top-down (`Priority`: online, high, low, backfill). One rule, for any number
+of lanes:
 
 1. No free slot (the in-flight total at the current limit, which AIMD may lower): nothing.
 2. **Reservations.** Each upper lane keeps slots free of every lane below it:
@@ -9,7 +10,9 @@ Lanes are served top-down (`Priority`: online, high, low). One rule, for any num
    ``idle_slots`` otherwise (high keeps one at all times: a high item then waits behind at
    most one low call). A lane may hold ``limit`` minus what the lanes above it keep, but
    never less than its floor: one slot for every lane, and for a lane with a minimum share,
-   ``ceil(min_share * limit)`` slots, short of the last one.
+   ``ceil(min_share * limit)`` slots, short of the last one. An upper lane may keep
+   ``EVERY_SLOT``: while it is active the lanes below it hold their floor only (low does so
+   for the backfill, which has no minimum share: one call at a time, so it always moves on).
 3. **Smaller calls below an active lane.** While an upper lane is active, the calls of the
    lanes below it hold at most its ``lower_call_items`` inputs: the provider (and our event
    loop) spends on a call of thousands of inputs a stretch of work that the upper lane's
@@ -31,6 +34,8 @@ from dataclasses import dataclass
 from embedstream.core.lanes import Priority
 from embedstream.core.targets import LaneTarget
 
+# reserved_slots of a lane that keeps every slot it can from the lanes below it while active.
+EVERY_SLOT = 1 << 30
 # Summing a share such as 0.1 ten times gives 0.9999999999999999; without this slack a lane's
 # turn would slip by one pick now and then.
 _EPSILON = 1e-9

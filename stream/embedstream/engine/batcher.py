@@ -252,11 +252,12 @@ class Batcher(Generic[T]):
                 soonest = decision.seconds if soonest is None else min(soonest, decision.seconds)
         if ready:
             # An upper lane's item never waits for batch-mates while a lower lane's work takes
-            # call slots: it goes now, overtaken by at most the calls the shares allow.
+            # call slots: it goes now, overtaken by at most the calls the shares allow. Not low
+            # behind the backfill: bulk work, its calls fill while the backfill has one slot.
             lowest = max(ready)
             for bucket in sorted(self._buckets.values(), key=_bucket_order):
                 lane = bucket.key.priority
-                if bucket and lane < lowest and lane not in ready:
+                if bucket and lane < lowest and lane not in ready and lane < Priority.LOW:
                     ready[lane] = (bucket, FlushReason.PRIORITY)
         if soonest is not None:
             soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder

@@ -46,7 +46,11 @@ class Admission:
         decoders: SchemaDecoders | None = None,
         max_event_bytes: int = 1_048_576,
         max_document_bytes: int = 1_048_576,
+        lane: InputLane | None = None,
     ) -> None:
+        """``lane``: every record read here feeds that lane (the backfill's, of the documents
+        topic); None: each topic's own lane."""
+        self._lane = lane
         self._intake = intake
         self._topics = topics
         self._decoders = decoders  # None: JSON values
@@ -111,7 +115,9 @@ class Admission:
         # enters now (its retry record's enqueued_at must be a time embedstream reads back).
         timestamp_ms = retry.enqueued_at_ms or _plausible(record.timestamp, now_ms)
         priority = self._priority(record.topic, retry)
-        if mapped is not None and mapped.high_priority is not None and not retry_topic:
+        if self._lane is not None:
+            priority = self._lane.priority
+        elif mapped is not None and mapped.high_priority is not None and not retry_topic:
             priority = Priority.HIGH if mapped.high_priority else Priority.LOW
         if isinstance(verdict, AdmittedDocument):
             origin = Origin(record.topic, record.partition, record.offset)

@@ -88,6 +88,24 @@ def make_consumer(settings: Settings) -> AIOKafkaConsumer:
     )
 
 
+def make_backfill_consumer(settings: Settings, group_id: str) -> AIOKafkaConsumer:
+    """The backfill's member of its own group (kafka/backfill.py): documents, whole."""
+    return consumer_for(
+        connection_for(settings),
+        group_id=group_id,
+        client_id=f"{settings.client_id}-backfill",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        max_poll_records=settings.max_poll_records,
+        max_partition_fetch_bytes=max(1_048_576, settings.max_document_bytes + 1024),
+        max_poll_interval_ms=max(300_000, int(settings.request_timeout_s * 1000 * 4)),
+    )
+
+
 def make_store_consumer(settings: Settings) -> AIOKafkaConsumer:
     """The store writer's group member (its own group): reads the results topic, committed
     records only, a store transaction's worth per fetch."""

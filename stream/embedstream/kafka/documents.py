@@ -11,11 +11,19 @@ with an older one's and a delete never overtakes the version it deletes.
 A failed chunk is retried in memory after its backoff, never through the retry topic: the
 document's offset must stay uncommitted until the chunk ends, and its siblings are never sent
 again.
+
+While the store keeps two index generations (a migration, `core/migration.py`), a version is
+one run per generation, each cut and embedded as that generation's processor would, all in the
+version's lane; a delete is a tombstone per generation. The input offset is done once every
+run's final record is written. The backfill lane's runs (`kafka/backfill.py`) are of the
+generation being filled only, and their outputs say so (``BACKFILL_HEADER``): the store lets
+the live stream's win.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -26,12 +34,13 @@ from embedstream.core.documents import DocumentOrder, DocumentProgress, Incomple
 from embedstream.core.generations import GenerationIds
 from embedstream.core.intake import AdmittedDocument
 from embedstream.core.lanes import Priority
+from embedstream.core.migration import DualWrites
 from embedstream.core.tracing import NULL_SPAN, TRACEPARENT, RequestSpan
 from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
 from embedstream.kafka.sink import OutputUnwritable, Sink
 from embedstream.kafka.work import ChunkOf, Origin, WorkItem
-from embedstream.wire import EmbedRequest
+from embedstream.wire import BACKFILL_HEADER, EmbedRequest, Headers
 from embedstream.wire.document_events import DocumentTombstone
 from embedstream.wire.documents import DocumentComplete, DocumentDeleted, DocumentIncomplete
 
@@ -48,6 +57,9 @@ class DocumentObserver(Protocol):
     def count_chunks(self, chunks: int) -> None:
         """A document version was cut into this many chunks."""
 
+    def count_backfill_document(self, outcome: str) -> None:
+        """The backfill ended a document version (complete, incomplete) or deleted one."""
+
 
 @dataclass(frozen=True, slots=True)
 class DocumentStart:
@@ -59,6 +71,13 @@ class DocumentStart:
     timestamp_ms: int
     source: str = ""  # the input topic (kafka/attribution.py)
     span: RequestSpan = NULL_SPAN  # the document's process span; its chunks' are children
+    # Its generation's id when not the processor's own chunking's (a dual-write's other
+    # generation, the backfill's): None, computed from its model and dimensions.
+    index_generation: str | None = None
+
+    @property
+    def backfill(self) -> bool:
+        return self.priority is Priority.BACKFILL
 
 
 @dataclass(eq=False, slots=True)
@@ -67,6 +86,8 @@ class TombstoneRun:
     origin: Origin
     state: PartitionState
     traceparent: bytes | None = None  # the delete's own, carried on to the tombstone out
+    generations: tuple[str, ...] = ()  # a tombstone out for each (none: the processor's own)
+    backfill: bool = False
 
     @property
     def doc_id(self) -> str:
@@ -74,13 +95,24 @@ class TombstoneRun:
 
 
 class DocumentRun:
-    """One document version in flight, from its first chunk to its final record."""
+    """One document version in flight, from its first chunk to its final record. With a
+    dual-write, the version's run of the processor's own generation is the ``primary``: it
+    stands for the version in the document order and ends it once every run has ended."""
 
-    def __init__(self, flow: DocumentFlow, start: DocumentStart, state: PartitionState) -> None:
+    def __init__(
+        self,
+        flow: DocumentFlow,
+        start: DocumentStart,
+        state: PartitionState,
+        primary: DocumentRun | None = None,
+    ) -> None:
         admitted = start.admitted
         self.flow = flow
         self.start = start
         self.state = state
+        self.primary = primary
+        self.others: list[DocumentRun] = []  # the primary's: the other generations' runs
+        self.open_runs = 1  # the primary's: runs whose final record is not written yet
         self.doc_id = admitted.event.doc_id
         self.key = self.doc_id.encode()
         self.version = admitted.version
@@ -95,8 +127,19 @@ class DocumentRun:
     @property
     def index_generation(self) -> str:
         """The id of this version's generation: its model, the dimensions it asks for."""
+        if self.start.index_generation is not None:
+            return self.start.index_generation
         admitted = self.start.admitted
         return self.flow.generations.id_of(admitted.model, admitted.event.dimensions)
+
+    @property
+    def backfill(self) -> bool:
+        return self.start.backfill
+
+    @property
+    def changelogged(self) -> bool:
+        """The chunk changelog carries the processor's own generation, from the live stream."""
+        return self.primary is None and not self.backfill and self.start.index_generation is None
 
     def work_items(self) -> list[WorkItem]:
         start, event = self.start, self.start.admitted.event
@@ -163,8 +206,10 @@ class DocumentFlow:
         generations: GenerationIds,
         resubmit: Callable[[WorkItem], None] | None = None,
         changelog: ChunkChangelog | None = None,
+        dual_writes: DualWrites | None = None,
     ) -> None:
         self._sink = sink
+        self.dual_writes = dual_writes  # a migration's other generations (None: never any)
         self._observer = observer
         self.include_text = include_text
         self.changelog = changelog
@@ -195,15 +240,39 @@ class DocumentFlow:
     def start(self, start: DocumentStart, state: PartitionState) -> list[WorkItem]:
         """The chunks to submit now; none if an earlier event of its doc_id still runs."""
         run = DocumentRun(self, start, state)
-        self._observer.count_chunks(len(start.admitted.chunks))
+        if self.dual_writes is not None and not start.backfill:
+            for generation, admitted in self.dual_writes.versions(
+                run.index_generation, start.admitted.event
+            ):
+                other = dataclasses.replace(start, admitted=admitted, index_generation=generation)
+                run.others.append(DocumentRun(self, other, state, primary=run))
+            run.open_runs += len(run.others)
+        for each in (run, *run.others):
+            self._observer.count_chunks(len(each.start.admitted.chunks))
         if not order_of(state).admit(run.doc_id, run):
             return []
         return self._begin(run)
 
-    def delete(self, tombstone: DocumentTombstone, record: Record, state: PartitionState) -> None:
+    def delete(
+        self,
+        tombstone: DocumentTombstone,
+        record: Record,
+        state: PartitionState,
+        generation: str | None = None,
+    ) -> None:
+        """A document's tombstone: out for the processor's own generation and, with a
+        migration, the store's others; with ``generation`` (the backfill's), for that one."""
         origin = Origin(record.topic, record.partition, record.offset)
         traceparent = next((v for k, v in record.headers or () if k == TRACEPARENT), None)
-        run = TombstoneRun(tombstone, origin, state, traceparent)
+        if generation is not None:
+            generations: tuple[str, ...] = (generation,)
+        else:
+            own = self.generations.default_id
+            others = () if self.dual_writes is None else self.dual_writes.deletes(own)
+            generations = (own, *others)
+        run = TombstoneRun(
+            tombstone, origin, state, traceparent, generations, backfill=generation is not None
+        )
         if order_of(state).admit(run.doc_id, run):
             self._spawn(self._write_tombstone(run))
 
@@ -219,10 +288,13 @@ class DocumentFlow:
         self._spawn(self._write_final(run))
 
     def _begin(self, run: DocumentRun) -> list[WorkItem]:
-        items = run.work_items()
-        run.state.chunks_held += len(items)
-        if not items:  # an empty text: complete at once, with no chunks
-            self.finished(run)
+        items = []
+        for each in (run, *run.others):
+            made = each.work_items()
+            run.state.chunks_held += len(made)
+            if not made:  # an empty text: complete at once, with no chunks
+                self.finished(each)
+            items += made
         return items
 
     async def _write_final(self, run: DocumentRun) -> None:
@@ -240,33 +312,43 @@ class DocumentFlow:
             )
             outcome = "complete"
         try:
-            if self.changelog is not None:  # before the final record: it ends the version
+            if self.changelog is not None and run.changelogged:  # before the final record
                 if outcome == "complete":
                     await self.changelog.complete(run, final.chunk_count)
                 else:
                     self.changelog.release(run)
             value = self._sink.end_value(record)
             await self._sink.document_record(record.key, value, run.start.origin, run.state,
-                                             run.start.span.traceparent())  # fmt: skip
+                                             run.start.span.traceparent(),
+                                             _lane_headers(run.backfill))  # fmt: skip
         except OutputUnwritable:
             log.error("final record of document %s not written; it stays unfinished", run.doc_id)
             return
-        run.start.span.end(outcome)
         self._observer.count_document(outcome)
-        self._done(run.doc_id, run, run.state, run.start.origin.offset)
+        if run.backfill:
+            self._observer.count_backfill_document(outcome)
+        primary = run.primary or run
+        primary.open_runs -= 1
+        if primary.open_runs == 0:  # every generation's run of the version has ended
+            primary.start.span.end(outcome)
+            self._done(primary.doc_id, primary, primary.state, primary.start.origin.offset)
 
     async def _write_tombstone(self, run: TombstoneRun) -> None:
-        deleted = DocumentDeleted(run.doc_id, self.generations.default_id)
         try:
-            if self.changelog is not None:
+            if self.changelog is not None and not run.backfill:
                 await self.changelog.deleted(run)
-            await self._sink.document_record(
-                deleted.key, None, run.origin, run.state, run.traceparent, deleted.headers()
-            )
+            for generation in run.generations or (self.generations.default_id,):
+                deleted = DocumentDeleted(run.doc_id, generation)
+                await self._sink.document_record(
+                    deleted.key, None, run.origin, run.state, run.traceparent,
+                    deleted.headers() + _lane_headers(run.backfill),
+                )  # fmt: skip
         except OutputUnwritable:
             log.error("tombstone of document %s not written; it stays unfinished", run.doc_id)
             return
         self._observer.count_document("deleted")
+        if run.backfill:
+            self._observer.count_backfill_document("deleted")
         self._done(run.doc_id, run, run.state, run.origin.offset)
 
     def _done(
@@ -291,6 +373,11 @@ class DocumentFlow:
         self._writing.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("document record not written (%r)", task.exception())
+
+
+def _lane_headers(backfill: bool) -> Headers:
+    """The backfill's outputs say so: the store lets the live stream's writes win."""
+    return [(BACKFILL_HEADER, b"1")] if backfill else []
 
 
 def order_of(state: PartitionState) -> DocumentOrder[DocumentRun | TombstoneRun]:

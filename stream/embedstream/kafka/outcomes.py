@@ -56,6 +56,9 @@ class ResultObserver(EngineObserver, Protocol):
     def count_source_cache_savings(self, source: str, hits: int, tokens: int) -> None:
         """Cache hits of one source, and the estimated tokens they kept from the provider."""
 
+    def count_generation_tokens(self, generation: str, lane: str, tokens: int) -> None:
+        """Provider tokens of the vectors a call made for one index generation and lane."""
+
 
 class KafkaOutcomes(Outcomes[WorkItem]):
     def __init__(
@@ -115,18 +118,19 @@ class KafkaOutcomes(Outcomes[WorkItem]):
     ) -> EmbedResult | ChunkResult:
         latency_ms = float(now - item.timestamp_ms)
         request = item.request
-        generation = self.documents.generations.id_of(model, request.dimensions)
         if item.chunk is None:
+            generation = self.documents.generations.id_of(model, request.dimensions)
             return EmbedResult(request.id, model, vector, dimensions, tokens, request.metadata,
                                item.attempts, latency_ms, cached, generation)  # fmt: skip
         run = item.chunk.document
+        generation = run.index_generation  # (a dual-write's other chunking is its own)
         text = item.text if self.documents.include_text else None
         result = ChunkResult(
             run.doc_id, run.version, item.chunk.seq, run.progress.chunk_count,
             (item.chunk.start, item.chunk.end), vector, model, dimensions, tokens, cached,
             run.metadata, item.attempts, latency_ms, text, generation,
         )  # fmt: skip
-        if self.documents.changelog is not None:
+        if self.documents.changelog is not None and run.changelogged:
             self.documents.changelog.keep(run, result)
         return result
 
@@ -144,6 +148,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             job.span.end("result")
             job.finish()
         self._account(finished)
+        self._account_generations(key, finished)
 
     async def _write_rows(self, priority: Priority, rows: list[_Row], now: int) -> None:
         """Encodes the records, then lets the vectors go before waiting for the broker: behind
@@ -187,6 +192,20 @@ class KafkaOutcomes(Outcomes[WorkItem]):
                 source, tokens=tokens[source], estimated=not reported,
                 call_share=count / len(finished),
             )  # fmt: skip
+
+    def _account_generations(self, key: BucketKey, finished: list[tuple[WorkItem, int]]) -> None:
+        """One call's tokens by index generation (its items share a lane and model)."""
+        reported = sum(used for _, used in finished)
+        tokens: dict[str, int] = {}
+        for job, used in finished:
+            chunk = job.chunk
+            if chunk is not None:
+                generation = chunk.document.index_generation
+            else:
+                generation = self.documents.generations.id_of(key.model, key.dimensions)
+            tokens[generation] = tokens.get(generation, 0) + (used if reported else job.tokens)
+        for generation, count in tokens.items():
+            self._observer.count_generation_tokens(generation, key.priority.label, count)
 
     def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:
         """Results served from the embedding cache (no call made, no tokens charged), written
@@ -278,13 +297,12 @@ class KafkaOutcomes(Outcomes[WorkItem]):
 def _rows_by_lane(hits: Sequence[Hit[WorkItem]]) -> list[tuple[Priority, list[_Row]]]:
     """Cache hits as result rows, by lane (high first; lanes without hits left out). A function
     of its own: no local of the caller's keeps the last vector alive while it waits."""
-    lanes = (Priority.HIGH, Priority.LOW)
-    rows: list[list[_Row]] = [[] for _ in lanes]
+    rows: dict[Priority, list[_Row]] = {}
     for h in hits:
-        rows[h.key.priority is Priority.LOW].append(
+        rows.setdefault(h.key.priority, []).append(
             (h.job, h.key.model, h.vector, h.dimensions, 0, True)
         )
-    return [(lane, lane_rows) for lane, lane_rows in zip(lanes, rows, strict=True) if lane_rows]
+    return sorted(rows.items())
 
 
 def _chunk_dead_letter(

@@ -261,7 +261,7 @@ class Processor:
                         break  # held back from this record on: read again after the hold
                     admitted += made
                 p.fetcher.update_lag(state, records[-1].offset + 1)
-            await self._submit(admitted)
+            await self.submit(admitted)
 
     async def _admit(self, state: PartitionState, record: Record) -> list[WorkItem] | None:
         """Track one record; the work it makes now (a request, a document's chunks, nothing);
@@ -296,8 +296,9 @@ class Processor:
             return []
         return [verdict]
 
-    async def _submit(self, items: list[WorkItem]) -> None:
-        """Hand one fetch's work to the engine: cache hits become results now (one look-up for
+    async def submit(self, items: list[WorkItem]) -> None:
+        """Hand one fetch's work to the engine (the backfill's too, `kafka/backfill.py`): cache
+        hits become results now (one look-up for
         the whole fetch), the rest joins the batcher (or waits, if a retry not yet due)."""
         p = self.parts
         if p.cache is None or not items:

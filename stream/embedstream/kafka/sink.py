@@ -26,6 +26,7 @@ from embedstream.kafka.protocols import Producer, RecordBatch
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
 from embedstream.wire import (
+    BACKFILL_HEADER,
     SOURCE_TOPIC,
     TRUNCATED_FROM,
     ChunkResult,
@@ -239,6 +240,8 @@ class Sink:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
         if (traceparent := item.span.traceparent()) is not None:
             headers.append((TRACEPARENT, traceparent))
+        if item.priority is Priority.BACKFILL:  # the store lets the live stream's win
+            headers.append((BACKFILL_HEADER, b"1"))
         values = self.result_values
         if isinstance(result, ChunkResult):
             key = result.key

@@ -203,7 +203,7 @@ class StoreFeed:
     async def _decode(self, record: Record) -> OutputRecord:
         value = record.value
         if self._framed is not None and value is not None and value[:1] == b"\x00":
-            return output_of(record.key, await self._framed.decode(value))
+            return output_of(record.key, await self._framed.decode(value), record.headers)
         return decode_output(record.key, value, record.headers)
 
     async def _apply(self, decoded: Sequence[_Decoded]) -> None:

@@ -27,6 +27,8 @@ TOPIC_KEYS = ("requests_high", "requests_low", "retry", "results", "dead_letters
 # The chunk changelog's topics, declared in topics.toml too (partitions and configs, no name):
 # made only when `topic_changelog` names the changelog; its state topic is that + ".state".
 CHANGELOG_KEYS = ("changelog", "changelog_state")
+# The documents topic, declared there too: made only when `topic_documents` names it.
+DOCUMENTS_KEY = "documents"
 REQUEST_KEYS = ("requests_high", "requests_low")
 # The setting that names each topic (unset: <topic_prefix><name in topics.toml>).
 SETTING_OF_KEY = {
@@ -35,6 +37,7 @@ SETTING_OF_KEY = {
     "retry": "topic_retry",
     "results": "topic_results",
     "dead_letters": "topic_dlq",
+    "documents": "topic_documents",
     "changelog": "topic_changelog",
     "changelog_state": "topic_changelog",
 }
@@ -67,6 +70,7 @@ class TopicNames:
     retry: str
     results: str
     dead_letters: str
+    documents: str | None = None  # the documents topic, when `topic_documents` is set
     changelog: str | None = None  # the chunk changelog, when `topic_changelog` is set
     changelog_state: str | None = None  # the changelog's state topic, with it
 
@@ -86,11 +90,13 @@ class TopicNames:
 
     @property
     def inputs(self) -> list[str]:
-        """Every topic a processor subscribes to."""
-        return [*self.requests, self.retry]
+        """Every topic a processor subscribes to (the documents topic feeds the low lane)."""
+        documents = [] if self.documents is None else [self.documents]
+        return [*self.requests, *documents, self.retry]
 
     def lane_of(self, topic: str) -> InputLane:
-        """The input a subscribed topic feeds (anything else counts as low)."""
+        """The input a subscribed topic feeds (anything else counts as low, the documents
+        topic too)."""
         if topic in self.high:
             return InputLane.HIGH
         return InputLane.RETRY if topic == self.retry else InputLane.LOW
@@ -105,11 +111,21 @@ def load_topic_specs(prefix: str, path: Path | None = None) -> list[TopicSpec]:
 def load_changelog_specs(changelog: str, path: Path | None = None) -> list[TopicSpec]:
     """The chunk changelog named ``changelog`` and its state topic, as topics.toml declares
     them (partitions, configs)."""
+    names = {"changelog": changelog, "changelog_state": changelog + CHANGELOG_STATE_SUFFIX}
+    return _named_specs(names, path)
+
+
+def load_documents_spec(documents: str, path: Path | None = None) -> TopicSpec:
+    """The documents topic named ``documents``, as topics.toml declares it."""
+    return _named_specs({DOCUMENTS_KEY: documents}, path)[0]
+
+
+def _named_specs(names: Mapping[str, str], path: Path | None) -> list[TopicSpec]:
+    """topics.toml's declarations of ``names``' keys (which have no name there), so named."""
     source = path or PACKAGED_TOPICS_FILE
     document = _read(source)
     topics = _table(document.get("topics"), f"{source}: [topics]")
     default_replication = _default_replication(document, str(source))
-    names = {"changelog": changelog, "changelog_state": changelog + CHANGELOG_STATE_SUFFIX}
     specs = []
     for key, name in names.items():
         where = f"{source}: topic '{key}'"
@@ -140,7 +156,7 @@ def configured_topics(settings: Settings, path: Path | None = None) -> TopicName
 
 def topic_settings(
     settings: Settings,
-    keys: Sequence[str] = (*TOPIC_KEYS, *CHANGELOG_KEYS),
+    keys: Sequence[str] = (*TOPIC_KEYS, DOCUMENTS_KEY, *CHANGELOG_KEYS),
     path: Path | None = None,
 ) -> dict[str, str]:
     """The topics of the roles ``keys``, each with the setting that names it: its ``topic_*``
@@ -172,16 +188,21 @@ def configured_specs(settings: Settings, path: Path | None = None) -> list[Topic
             role_of[name] = default.key
             borrowed = bool(named) and default.key in REQUEST_KEYS
             specs.append(dataclasses.replace(default, name=name, borrowed=borrowed))
+    extra: list[tuple[str, TopicSpec]] = []
+    if settings.topic_documents:
+        extra.append(("topic_documents", load_documents_spec(settings.topic_documents, path)))
     if settings.topic_changelog:
-        for spec in load_changelog_specs(settings.topic_changelog, path):
-            if spec.name in role_of:
-                raise ConfigError(
-                    "topic_changelog",
-                    f"{spec.name} is also the {role_of[spec.name].replace('_', ' ')} topic; "
-                    "a topic has one role",
-                )
-            role_of[spec.name] = spec.key
-            specs.append(spec)
+        changelog = load_changelog_specs(settings.topic_changelog, path)
+        extra += [("topic_changelog", spec) for spec in changelog]
+    for setting, spec in extra:
+        if spec.name in role_of:
+            raise ConfigError(
+                setting,
+                f"{spec.name} is also the {role_of[spec.name].replace('_', ' ')} topic; "
+                "a topic has one role",
+            )
+        role_of[spec.name] = spec.key
+        specs.append(spec)
     return specs
 
 
@@ -195,6 +216,7 @@ def _names(specs: Sequence[TopicSpec]) -> TopicNames:
         retry=by_key["retry"][0],
         results=by_key["results"][0],
         dead_letters=by_key["dead_letters"][0],
+        documents=by_key.get(DOCUMENTS_KEY, (None,))[0],
         changelog=by_key.get("changelog", (None,))[0],
         changelog_state=by_key.get("changelog_state", (None,))[0],
     )
@@ -206,7 +228,9 @@ def parse_topic_specs(
     _check_keys(document, allowed={"defaults", "topics"}, where=source)
     default_replication = _default_replication(document, source)
     topics = _table(document.get("topics"), f"{source}: [topics]")
-    _check_keys(topics, allowed={*TOPIC_KEYS, *CHANGELOG_KEYS}, where=f"{source}: [topics]")
+    _check_keys(
+        topics, allowed={*TOPIC_KEYS, DOCUMENTS_KEY, *CHANGELOG_KEYS}, where=f"{source}: [topics]"
+    )
     missing = [key for key in TOPIC_KEYS if key not in topics]
     if missing:
         raise TopicConfigError(f"{source}: [topics] lacks {', '.join(missing)}")

@@ -94,6 +94,7 @@ class Health:
         o, m = self._observed, self._metrics
         m.set_queue_depth("high", o.buffered_in(Priority.HIGH))
         m.set_queue_depth("low", o.buffered_in(Priority.LOW))
+        m.set_queue_depth("backfill", o.buffered_in(Priority.BACKFILL))
         m.set_queue_depth("delayed", o.delayed_count())
         m.set_buffered_items(o.held_items())
         m.set_in_flight_calls(o.in_flight())

@@ -75,6 +75,13 @@ class CoreFields:
     topic_dlq: str | None = setting(
         None, "Dead-letter topic (embedstream's own); unset: topic_prefix + dlq.", _T
     )
+    topic_documents: str | None = setting(
+        None,
+        "Documents topic (compacted, keyed by doc_id): every live document's latest text, read "
+        "by the processors as a low-lane input and by a migration's backfill from the "
+        "beginning. Unset: none (a migration then has no backfill source).",
+        _T,
+    )
     topic_changelog: str | None = setting(
         None,
         "Chunk changelog (compacted): a record per chunk of every complete document version, "

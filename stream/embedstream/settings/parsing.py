@@ -19,7 +19,9 @@ from embedstream.errors import ConfigError
 
 # The request lanes may read several topics; embedstream's own topics are one each.
 REQUEST_TOPIC_SETTINGS = ("topic_requests_high", "topic_requests_low")
-OWN_TOPIC_SETTINGS = ("topic_retry", "topic_results", "topic_dlq", "topic_changelog")
+OWN_TOPIC_SETTINGS = (
+    "topic_retry", "topic_results", "topic_dlq", "topic_documents", "topic_changelog",
+)  # fmt: skip
 # The chunk changelog's state topic: its name with this suffix (kafka/changelog.py).
 CHANGELOG_STATE_SUFFIX = ".state"
 TOPIC_SETTINGS = (*REQUEST_TOPIC_SETTINGS, *OWN_TOPIC_SETTINGS)

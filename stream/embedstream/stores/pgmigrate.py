@@ -207,6 +207,7 @@ class Migrations:
             await self._set_state(active, "old")
             await self._set_state(new, "active")
             await self._session.execute(reg.point_chunks(self._names, self._names.of(new.id)))
+            await self._session.execute(sql.clear_live(self._names.of(new.id)))
         return new, differences
 
     async def rollback(self) -> StoredGeneration:

@@ -113,6 +113,7 @@ def drop_tables(tables: GenerationTables) -> list[str]:
         f"DROP TABLE IF EXISTS {tables.chunks}",
         f"DROP TABLE IF EXISTS {tables.documents}",
         f"DROP TABLE IF EXISTS {tables.requests}",
+        f"DROP TABLE IF EXISTS {tables.live}",
     ]
 
 

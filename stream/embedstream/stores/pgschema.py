@@ -119,6 +119,8 @@ class GenerationTables:
         self.chunks = f'"{schema}"."{base}"'
         self.documents = f'"{schema}"."{base}_docs"'
         self.requests = f'"{schema}"."{base}_reqs"'
+        # While it is being filled: the documents the live stream wrote (stores/plan.py).
+        self.live = f'"{schema}"."{base}_live"'
         self.index = f'"{base}_idx"'
         self.qualified_index = f'"{schema}"."{base}_idx"'
         self.index_name = f"{base}_idx"
@@ -145,7 +147,22 @@ def create_tables(names: GenerationTables, dimensions: int) -> list[str]:
             id text PRIMARY KEY, model text NOT NULL, metadata jsonb, tokens int NOT NULL,
             embedding vector({dimensions}) NOT NULL,
             written_at timestamptz NOT NULL DEFAULT now())""",
+        f"CREATE TABLE IF NOT EXISTS {names.live} (doc_id text PRIMARY KEY)",
     ]
+
+
+def live_marked(names: GenerationTables) -> str:
+    """Which of these documents the live stream has written since the generation started."""
+    return f"SELECT doc_id FROM {names.live} WHERE doc_id = ANY(%s)"
+
+
+def mark_live(names: GenerationTables) -> str:
+    return f"INSERT INTO {names.live} SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"
+
+
+def clear_live(names: GenerationTables) -> str:
+    """At the cutover: the marks are needed only while the backfill writes the generation."""
+    return f"DELETE FROM {names.live}"
 
 
 def create_index(

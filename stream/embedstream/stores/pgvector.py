@@ -51,7 +51,7 @@ from embedstream.stores.generations import (
 )
 from embedstream.stores.pgdriver import PgSession, jsonb, masked_dsn, vector, vector_size
 from embedstream.stores.pgschema import GenerationTables, PgStoreConfig
-from embedstream.stores.plan import BatchPlan, plan_batch
+from embedstream.stores.plan import BatchPlan, live_first, plan_batch
 from embedstream.wire.documents import ChunkResult, OutputRecord, PlainResult
 
 __all__ = ["GenerationMoved", "PgStoreConfig", "PgVectorStore", "masked_dsn"]
@@ -164,7 +164,9 @@ class PgVectorStore:
                         if generation.size is None:
                             continue  # no vector yet to shape its tables: nothing to change
                         await self.make_tables(generation, generation.size)
-                    await self._write(self._names.of(generation.id), plan_batch(accepted))
+                    tables = self._names.of(generation.id)
+                    accepted = await self._live_first(generation, tables, accepted)
+                    await self._write(tables, plan_batch(accepted))
         except BaseException:
             self._staged.clear()  # a rolled-back transaction took its staging tables along
             raise
@@ -303,6 +305,20 @@ class PgVectorStore:
         return sized
 
     # -- writes --------------------------------------------------------------------------
+
+    async def _live_first(
+        self, generation: StoredGeneration, tables: GenerationTables, records: list[OutputRecord]
+    ) -> list[OutputRecord]:
+        """The backfill writes a generation only while it is being filled, and never over the
+        live stream's writes (:func:`embedstream.stores.plan.live_first`)."""
+        if generation.state != "new":
+            return [r for r in records if isinstance(r, PlainResult) or not r.backfill]
+        backfilled = [r.doc_id for r in records if not isinstance(r, PlainResult) and r.backfill]
+        rows = await self.session.fetchall(sql.live_marked(tables), (backfilled,))
+        kept, marks = live_first(records, {row[0] for row in rows})
+        if marks:
+            await self.session.execute(sql.mark_live(tables), (sorted(marks),))
+        return kept
 
     async def _write(self, tables: GenerationTables, plan: BatchPlan) -> None:
         run = self.session.execute

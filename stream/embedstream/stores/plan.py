@@ -25,6 +25,32 @@ from embedstream.wire.documents import (
 ChunkKey = tuple[str, str, int]  # doc_id, version, chunk_seq
 
 
+def live_first(
+    records: Sequence[OutputRecord], marked: set[str]
+) -> tuple[list[OutputRecord], set[str]]:
+    """A generation being filled: the live stream's writes win over the backfill's.
+
+    In order, a record of the live stream (a dual-write) marks its document; a backfill record
+    of a marked document is dropped, so the backfill never overwrites a version the live
+    stream wrote since the migration started, nor brings back a document it deleted (the
+    mark outlives the delete). ``marked``: the documents marked before this batch. Returns the
+    records kept and the documents this batch marks. Versions are strings with no order, so
+    the rule is by origin, not by version: the backfill reads the documents topic in order,
+    and a version it has not reached yet is one the live stream writes too.
+    """
+    kept: list[OutputRecord] = []
+    marks: set[str] = set()
+    for record in records:
+        if isinstance(record, PlainResult):
+            kept.append(record)
+        elif not record.backfill:
+            marks.add(record.doc_id)
+            kept.append(record)
+        elif record.doc_id not in marked and record.doc_id not in marks:
+            kept.append(record)
+    return kept, marks - marked
+
+
 @dataclass(slots=True)
 class _Document:
     reset: bool = False

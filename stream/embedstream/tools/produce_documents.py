@@ -129,9 +129,10 @@ async def produce_messages(
     priority: str,
     producer: Sender | None = None,
 ) -> int:
-    """Publish ``messages`` to the lane's first request topic; the number sent."""
+    """Publish ``messages`` to the lane's first request topic (the documents topic, when
+    ``topic_documents`` names one and the lane is low); the number sent."""
     names = configured_topics(settings)
-    topic = names.requests_high if priority == "high" else names.requests_low
+    topic = names.requests_high if priority == "high" else names.documents or names.requests_low
     sender: Sender = producer if producer is not None else make_producer(settings)
     with kafka_user_errors(settings):
         try:
@@ -163,6 +164,8 @@ async def produce_from_args(ns: argparse.Namespace, settings: Settings, check: C
     from embedstream.kafka.topics import topic_settings
 
     role = "requests_high" if ns.priority == "high" else "requests_low"
+    if ns.priority != "high" and settings.topic_documents:
+        role = "documents"
     if ns.delete is not None:
         messages: AsyncIterable[Message] = each([tombstone(doc_id) for doc_id in ns.delete])
         what = "tombstones"

@@ -35,6 +35,7 @@ from embedstream.wire.events import (
     request_from_doc,
 )
 from embedstream.wire.headers import (
+    BACKFILL_HEADER,
     DOC_CHUNK_SEQ,
     DOC_ID,
     DOC_VERSION,
@@ -78,6 +79,7 @@ from embedstream.wire.vectors import (
 )
 
 __all__ = [
+    "BACKFILL_HEADER",
     "DOC_CHUNK_SEQ",
     "DOC_ID",
     "DOC_VERSION",

@@ -21,6 +21,7 @@ its vector as a float list.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ import orjson
 from embedstream.errors import InvalidEvent, Reason
 from embedstream.wire import result_fields as field
 from embedstream.wire.events import INDEX_GENERATION, MAX_ID_CHARS, EmbedResult
-from embedstream.wire.headers import INDEX_GENERATION_HEADER
+from embedstream.wire.headers import BACKFILL_HEADER, INDEX_GENERATION_HEADER
 from embedstream.wire.json_bytes import record_json
 from embedstream.wire.result_fields import MAX_VERSION_CHARS
 from embedstream.wire.vectors import Vector
@@ -62,6 +63,7 @@ class ChunkResult:
     latency_ms: float
     text: str | None = None  # only when the processor is set to include chunk text
     index_generation: str | None = None
+    backfill: bool = False  # written by the backfill lane: carried in a header, not the value
 
     @property
     def key(self) -> bytes:
@@ -104,6 +106,7 @@ class DocumentComplete:
     chunk_count: int
     metadata: dict[str, Any] | None
     index_generation: str | None = None
+    backfill: bool = False  # written by the backfill lane: carried in a header, not the value
 
     @property
     def key(self) -> bytes:
@@ -133,6 +136,7 @@ class DocumentIncomplete:
     missing: tuple[int, ...]
     metadata: dict[str, Any] | None
     index_generation: str | None = None
+    backfill: bool = False  # written by the backfill lane: carried in a header, not the value
 
     @property
     def key(self) -> bytes:
@@ -159,6 +163,7 @@ class DocumentDeleted:
 
     doc_id: str
     index_generation: str | None = None  # carried in a header: the value is null
+    backfill: bool = False  # written by the backfill lane (a header too)
 
     @property
     def key(self) -> bytes:
@@ -189,9 +194,10 @@ def decode_output(
     headers: Sequence[tuple[str, bytes | None]] | None = None,
 ) -> OutputRecord:
     """Parse and validate one results-topic record (its key, a JSON value and its headers)."""
+    backfill = _from_backfill(headers)
     if value is None:
         generation = field.header_generation(headers)
-        return DocumentDeleted(doc_id=_key_text(key), index_generation=generation)
+        return DocumentDeleted(_key_text(key), generation, backfill)
     try:
         doc = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
@@ -200,12 +206,24 @@ def decode_output(
         raise InvalidEvent(
             Reason.NOT_AN_OBJECT, f"expected a JSON object, got {type(doc).__name__}"
         )
-    return output_of(key, doc)
+    return output_of(key, doc, backfill=backfill)
 
 
-def output_of(key: bytes | None, doc: dict[str, Any]) -> OutputRecord:
+def _from_backfill(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
+    return any(name == BACKFILL_HEADER for name, _ in headers or ())
+
+
+def output_of(
+    key: bytes | None,
+    doc: dict[str, Any],
+    headers: Sequence[tuple[str, bytes | None]] | None = None,
+    *,
+    backfill: bool | None = None,
+) -> OutputRecord:
     """Validate one results-topic record already decoded to its fields (from JSON, or from a
-    registry format by ``wire/formats/results.py``)."""
+    registry format by ``wire/formats/results.py``), and its headers."""
+    if backfill is None:
+        backfill = _from_backfill(headers)
     kind = doc.get("type")
     record: OutputRecord
     if kind is None:
@@ -232,6 +250,8 @@ def output_of(key: bytes | None, doc: dict[str, Any]) -> OutputRecord:
     # something else may have overtaken (or fallen behind) its siblings.
     if key is not None and key != own_key.encode():
         raise InvalidEvent(Reason.KEY_MISMATCH, "the record's key is not its id / doc_id")
+    if backfill and not isinstance(record, PlainResult):
+        record = dataclasses.replace(record, backfill=True)
     return record
 
 

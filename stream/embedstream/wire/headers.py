@@ -34,6 +34,9 @@ DOC_VERSION = HEADER_PREFIX + "doc.version"
 DOC_CHUNK_SEQ = HEADER_PREFIX + "doc.chunk_seq"
 # On a document's tombstone (its value is null): the index generation it deletes from.
 INDEX_GENERATION_HEADER = HEADER_PREFIX + "index_generation"
+# On every output of the backfill lane (a migration filling a new index generation from the
+# documents topic): the store lets the live stream's writes of a document win over these.
+BACKFILL_HEADER = HEADER_PREFIX + "backfill"
 # On a result whose text was cut to the per-input limit: the token estimate before cutting.
 TRUNCATED_FROM = HEADER_PREFIX + "truncated_from_tokens"
 

@@ -1,0 +1,203 @@
+"""A migration filled by the running processor, on Apache Kafka and a real PostgreSQL with
+pgvector: a corpus in the documents topic embedded into the store by one model; `migrate
+start` of another model, other dimensions and other chunks; the processor follows the store
+within a second, re-embeds the documents topic in its backfill lane and dual-writes the edits,
+new documents and deletes that keep coming meanwhile. At the end the new generation's tables
+equal the state the topic implies, row for row and vector for vector, and the provider tokens
+its backfill spent are within 5% of the plan's estimate (cache=redis).
+
+The short form of the issue's test (the README's test command); the full size, with SIGKILLs
+of the processor and of the store writer, is ``bench/bench_backfill.py``."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import uuid
+from collections.abc import Iterator
+
+import orjson
+import psycopg
+import pytest
+from embedsim.server import SimulatorServer
+from embedsim.vectors import expected_vector
+from embedstream import app_backfill
+from embedstream.app_migrate import run_migration
+from embedstream.core import configured
+from embedstream.core.chunker import chunk_document
+from embedstream.core.documents import default_version
+from embedstream.core.intake import chunking_rules
+from embedstream.core.tokens import estimate_tokens
+from embedstream.ops.metrics import Metrics
+from embedstream.settings import Settings
+from embedstream.stores.configured import store_config
+from embedstream.stores.pgmigrate import GenerationStatus, Migrations
+from embedstream.stores.pgvector import PgVectorStore
+from embedstream.testing import eventually
+from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.redis import RedisServer
+
+from tests.integration.helpers import create_all_topics, publish, running_service, settings_for
+from tests.integration.test_model_change import running_writer
+
+pytestmark = pytest.mark.integration
+
+OLD_MODEL, NEW_MODEL, NEW_DIMENSIONS = "text-embedding-3-small", "text-embedding-3-large", 24
+WORDS = [
+    "river",
+    "stone",
+    "lantern",
+    "orchard",
+    "harbor",
+    "meadow",
+    "signal",
+    "copper",
+    "violet",
+    "ember",
+]
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    try:
+        server = start_postgres()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    with server:
+        yield server
+
+
+def text_of(rng: random.Random, doc: int) -> str:
+    sentences = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + "."
+        for _ in range(rng.randint(4, 30))
+    ]
+    return f"Document {doc}. " + " ".join(sentences)
+
+
+async def statuses(settings: Settings) -> list[GenerationStatus]:
+    async with PgVectorStore(store_config(settings), create=False) as store:
+        return await Migrations(store, settings.store_index).status()
+
+
+Row = tuple[str, str, int, int, int, int, list[float]]
+
+
+def expected_rows(new: Settings, corpus: dict[str, str]) -> list[Row]:
+    """The new generation's chunk rows that the documents topic implies."""
+    rules = chunking_rules(new, configured.provider_limits(new))
+    rows: list[Row] = []
+    for doc_id, text in sorted(corpus.items()):
+        chunks = chunk_document(text, rules, estimate_tokens)
+        for chunk in chunks:
+            vector = expected_vector(NEW_MODEL, chunk.text, NEW_DIMENSIONS)
+            rows.append((doc_id, default_version(text), chunk.seq, len(chunks), chunk.start,
+                         chunk.end, vector))  # fmt: skip
+    return rows
+
+
+def stored_rows(settings: Settings, generation: str) -> list[Row]:
+    table = f'"{settings.store_schema}"."{settings.store_table}_{generation}"'
+    with psycopg.connect(settings.store_dsn or "") as connection:
+        found = connection.execute(
+            f"SELECT doc_id, version, chunk_seq, chunk_count, span_start, span_end, "
+            f"embedding::text FROM {table} ORDER BY doc_id, chunk_seq"
+        ).fetchall()
+    return [(*row[:6], orjson.loads(row[6])) for row in found]
+
+
+def live_marks(settings: Settings, generation: str) -> set[str]:
+    table = f'"{settings.store_schema}"."{settings.store_table}_{generation}_live"'
+    with psycopg.connect(settings.store_dsn or "") as connection:
+        return {row[0] for row in connection.execute(f"SELECT doc_id FROM {table}")}
+
+
+def sample(metrics: Metrics, name: str, labels: dict[str, str]) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_the_running_processor_backfills_a_new_generation_beside_the_live_stream(
+    bootstrap: str,
+    unique_prefix: str,
+    simulator: SimulatorServer,
+    postgres: PostgresServer,
+    redis_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    settings = settings_for(
+        bootstrap, unique_prefix, simulator.url, store_dsn=postgres.dsn,
+        store_table=f"bf_{uuid.uuid4().hex[:10]}", store_group_id=unique_prefix + "sink",
+        store_model=OLD_MODEL, dimensions=16, topic_documents=unique_prefix + "documents",
+        chunk_max_tokens=96, chunk_min_tokens=16, chunk_overlap_tokens=0, cache="redis",
+        cache_url=redis_server.url, max_concurrency=4,
+    )  # fmt: skip
+    new = dataclasses.replace(settings, chunk_max_tokens=48)  # other chunks too
+    await create_all_topics(settings)
+    rng = random.Random(31)
+    corpus = {f"doc-{d:03}": text_of(rng, d) for d in range(80)}
+    topic = unique_prefix + "documents"
+
+    def events(docs: dict[str, str]) -> list[tuple[bytes | None, bytes]]:
+        return [(d.encode(), orjson.dumps({"doc_id": d, "text": t})) for d, t in docs.items()]
+
+    async with running_service(settings) as service, running_writer(settings):
+        await publish(bootstrap, topic, events(corpus))
+
+        async def stored() -> bool:
+            found = await statuses(settings)
+            return len(found) == 1 and found[0].complete == len(corpus)
+
+        await eventually(stored, 60, 0.2)
+        said = await run_migration(new, "start", model=NEW_MODEL, dimensions=NEW_DIMENSIONS)
+        new_id = said[0].split()[2]
+        [_, filling] = await statuses(settings)
+        plan = filling.generation.plan
+        assert plan is not None and plan["documents"] == len(corpus)
+
+        # The stream keeps flowing while the backfill runs: edits, new documents, deletes.
+        edits = {d: text_of(rng, 1000 + i) for i, d in enumerate(sorted(corpus)[:10])}
+        added = {f"doc-new-{i}": text_of(rng, 2000 + i) for i in range(5)}
+        deleted = sorted(corpus)[-5:]
+        watch = service.watch
+        assert watch is not None
+
+        async def following() -> bool:
+            filling = watch.dual_writes.generations.filling
+            return filling is not None and filling.id == new_id
+
+        await eventually(following, 10, 0.05)
+        await publish(bootstrap, topic, events(edits) + events(added))
+        await publish(bootstrap, topic, [(d.encode(), None) for d in deleted])  # type: ignore[misc]
+        final = {**corpus, **edits, **added}
+        for d in deleted:
+            del final[d]
+
+        async def caught_up() -> bool:
+            [active, filling] = await statuses(settings)
+            return (
+                active.documents == len(final)
+                and filling.documents == len(final)
+                and filling.lacking == 0
+                and filling.extra == 0
+            )
+
+        await eventually(caught_up, 90, 0.3)
+        metrics = service.metrics
+        backfilled = sample(metrics, "embedstream_backfill_documents_total",
+                            {"outcome": "complete"})  # fmt: skip
+        spent = sample(metrics, "embedstream_generation_tokens_total",
+                       {"index_generation": new_id, "lane": "backfill"})  # fmt: skip
+        planned_docs = sample(metrics, "embedstream_backfill_planned", {"what": "documents"})
+
+    # Row for row and vector for vector: the state the documents topic implies.
+    rows, wanted_rows = stored_rows(settings, new_id), expected_rows(new, final)
+    assert [row[:6] for row in rows] == [row[:6] for row in wanted_rows]
+    for got, wanted in zip(rows, wanted_rows, strict=True):
+        assert got[6] == pytest.approx(wanted[6], rel=1e-6), got[:3]
+    assert backfilled > 0 and planned_docs == len(corpus)
+    # The backfill's provider tokens within 5% of the plan.
+    assert 0 < spent <= 1.05 * plan["tokens"]
+    # Every edit, new document and delete was written to the new generation by the live
+    # stream too (dual-write): the store marked each, so the backfill could not undo it.
+    assert set(edits) | set(added) | set(deleted) <= live_marks(settings, new_id)
