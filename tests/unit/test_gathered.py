@@ -6,13 +6,14 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from embedstream.kafka.gathered import GatheredWrites
+from embedstream.kafka.gathered import GatheredWrites, NotAllWritten
 
 
 class Recorder:
-    def __init__(self, fail: Exception | None = None) -> None:
+    def __init__(self, fail: Exception | None = None, refuse_odd: bool = False) -> None:
         self.batches: list[list[int]] = []
         self.fail = fail
+        self.refuse_odd = refuse_odd  # odd outputs are not written, the others are
         self.release = asyncio.Event()
         self.release.set()
         self.called = asyncio.Event()  # a batch has reached the writer
@@ -23,6 +24,10 @@ class Recorder:
         await self.release.wait()
         if self.fail is not None:
             raise self.fail
+        if self.refuse_odd:
+            odd = {i: OSError(f"{n} refused") for i, n in enumerate(outputs) if n % 2}
+            if odd:
+                raise NotAllWritten(odd)
 
 
 async def test_writes_of_one_turn_are_one_batch_in_order() -> None:
@@ -51,6 +56,15 @@ async def test_a_failed_batch_fails_every_caller_of_it() -> None:
     gathered: GatheredWrites[int] = GatheredWrites(recorder.write_many)
     outcomes = await asyncio.gather(*(gathered.write(n) for n in range(4)), return_exceptions=True)
     assert [type(o) for o in outcomes] == [OSError] * 4
+
+
+async def test_only_the_callers_whose_outputs_were_not_written_fail() -> None:
+    """Failing them all left items whose output was written unfinished: after a restart their
+    retry records were written a second time."""
+    gathered: GatheredWrites[int] = GatheredWrites(Recorder(refuse_odd=True).write_many)
+    outcomes = await asyncio.gather(*(gathered.write(n) for n in range(4)), return_exceptions=True)
+    assert outcomes[0] is None and outcomes[2] is None
+    assert [str(o) for o in outcomes[1::2]] == ["1 refused", "3 refused"]
 
 
 async def test_a_cancelled_caller_leaves_the_others_written() -> None:

@@ -4,12 +4,32 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
+from embedstream.core.chunker import ChunkingRules
+from embedstream.core.generations import GenerationIds
+from embedstream.core.lanes import InputLane, Priority
 from embedstream.engine.clock import SYSTEM_CLOCK
-from embedstream.kafka.sink import ENQUEUE_WAITERS, DirectWriter, Output, OutputUnwritable
-from embedstream.kafka.work import Origin
+from embedstream.errors import Reason, TransientError
+from embedstream.kafka.documents import DocumentFlow
+from embedstream.kafka.outcomes import KafkaOutcomes
+from embedstream.kafka.partitions import PartitionState
+from embedstream.kafka.sink import (
+    ENQUEUE_WAITERS,
+    DirectWriter,
+    Output,
+    OutputsUnwritable,
+    OutputUnwritable,
+    Sink,
+)
+from embedstream.kafka.topics import configured_topics
+from embedstream.kafka.work import Origin, WorkItem
+from embedstream.ops.metrics import Metrics
+from embedstream.settings import load_settings
+from embedstream.testing.clock import FakeClock
 from embedstream.testing.kafka import FakeBatch, FakeCluster, FakeProducer
+from embedstream.wire import EmbedRequest
 
 OUTPUT = Output(Origin("in", 0, 7), "results", b"id", b"{}", [])
 
@@ -139,3 +159,60 @@ async def test_one_writer_at_a_time_joins_a_partitions_queue() -> None:
     await asyncio.gather(*(writer.write_many(outputs) for outputs in calls))
     assert len(cluster.records("results")) == 200
     assert producer.most_joining == ENQUEUE_WAITERS
+
+
+class LeaderlessProducer(FakeProducer):
+    """Partition 1 of every topic has no leader: its batches are refused."""
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> Any:
+        if partition == 1:
+            raise KafkaTimeoutError()
+        return await super().send_batch(batch, topic, partition=partition)
+
+
+async def test_a_partition_given_up_fails_only_the_outputs_bound_for_it() -> None:
+    cluster = FakeCluster({"results": 2})
+    outputs = [Output(Origin("in", 0, i), "results", b"k%d" % i, b"v", []) for i in range(20)]
+    with pytest.raises(OutputsUnwritable) as refused:
+        await writer(LeaderlessProducer(cluster), retry_for_s=0.01).write_many(outputs)
+    written = {r.key for r in cluster.records("results")}
+    assert written and {outputs[p].key for p in refused.value.failures}.isdisjoint(written)
+    assert len(written) + len(refused.value.failures) == 20
+
+
+async def test_retries_written_beside_a_refused_partitions_finish_their_items() -> None:
+    """One turn's retry records, gathered: those the broker took finish their items (their
+    offsets may commit), only those it refused stay unfinished. When every caller failed, an
+    item whose record was written was read again after a restart and its retry written twice."""
+    cluster = FakeCluster({"embed.retry": 2})
+    clock, metrics = FakeClock(), Metrics()
+    sink = Sink(writer(LeaderlessProducer(cluster), retry_for_s=0.01),
+                configured_topics(load_settings(env={})), clock)  # fmt: skip
+    generations = GenerationIds(ChunkingRules(), "m")
+    documents = DocumentFlow(sink, metrics, include_text=False, generations=generations)
+    outcomes = KafkaOutcomes(sink, metrics, documents, clock)
+    finished: list[int] = []
+    state = PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW,
+                           on_progress=lambda: finished.append(1))  # fmt: skip
+    items = [item_at(state, offset) for offset in range(8)]
+    for item in items:
+        state.offsets.track(item.origin.offset)
+    error = TransientError(Reason.TIMEOUT, "no answer")
+    failed = await asyncio.gather(*(outcomes.retry_later(i, error, 1.0) for i in items),
+                                  return_exceptions=True)  # fmt: skip
+    written = {r.key for r in cluster.records("embed.retry")}
+    assert 0 < len(written) < 8
+    assert [outcome is None for outcome in failed] == [
+        item.request.id.encode() in written for item in items
+    ]
+    assert len(finished) == len(written)  # the items of the written ones, no others
+
+
+def item_at(state: PartitionState, offset: int) -> WorkItem:
+    request = EmbedRequest(f"r{offset}", "some text")
+    return WorkItem(
+        id=request.id, text=request.text, tokens=2, request=request,
+        origin=Origin(state.tp.topic, state.tp.partition, offset), raw=b"{}",
+        priority=Priority.LOW, partition=state, timestamp_ms=0, model="m",
+        encoding_format="float",
+    )  # fmt: skip

@@ -6,16 +6,28 @@ each, a 2,048-input call's retries were 2,048 concurrent sends contending for th
 partitions' open batches (see `DirectWriter`). Here the outputs handed over in one turn go
 out together through the writer's `write_many`, and each caller returns once its own batch
 is written; the writer's guarantees (acknowledged, or staged in the partition's
-transaction) are the same as for a lone write.
+transaction) are the same as for a lone write. A `write_many` that wrote some outputs and not
+others says which (`NotAllWritten`): only the callers of those fail. Failing them all left
+items whose retry record was written unfinished, so a restart wrote it again.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+class NotAllWritten(Exception):
+    """Raised by a `write_many` that did not write every output: `failures` holds, by position
+    in the outputs it was given, what each unwritten one's write raised."""
+
+    def __init__(self, failures: Mapping[int, BaseException]) -> None:
+        first = next(iter(failures.values()), None)
+        super().__init__(f"{len(failures)} outputs not written ({first!r})")
+        self.failures = dict(failures)
 
 
 class GatheredWrites(Generic[T]):
@@ -26,7 +38,7 @@ class GatheredWrites(Generic[T]):
 
     async def write(self, output: T) -> None:
         """Returns once `output` is written with the others handed over in this turn; raises
-        what their `write_many` raised."""
+        what their `write_many` raised about this one."""
         loop = asyncio.get_running_loop()
         if not self._pending:
             loop.call_soon(self._flush)  # after every caller already scheduled in this turn
@@ -57,11 +69,21 @@ class GatheredWrites(Generic[T]):
             for _, done in pending:
                 done.cancel()
             raise
+        except NotAllWritten as exc:  # only the callers of the unwritten ones fail
+            for position, (_, done) in enumerate(pending):
+                _settle(done, exc.failures.get(position))
         except Exception as exc:  # each caller gets what a lone write would have raised
             for _, done in pending:
-                if not done.done():  # its caller may have been cancelled meanwhile
-                    done.set_exception(exc)
+                _settle(done, exc)
         else:
             for _, done in pending:
-                if not done.done():
-                    done.set_result(None)
+                _settle(done, None)
+
+
+def _settle(done: asyncio.Future[None], failure: BaseException | None) -> None:
+    if done.done():  # its caller was cancelled meanwhile
+        return
+    if failure is None:
+        done.set_result(None)
+    else:
+        done.set_exception(failure)

@@ -21,7 +21,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import Priority
 from embedstream.core.tracing import TRACEPARENT
-from embedstream.kafka.gathered import GatheredWrites
+from embedstream.kafka.gathered import GatheredWrites, NotAllWritten
 from embedstream.kafka.protocols import Producer, RecordBatch
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
@@ -71,6 +71,10 @@ class Writer(Protocol):
 class OutputUnwritable(Exception):
     """The broker did not take an output for `WRITE_RETRY_S`: the item stays unfinished (its
     offset uncommitted), so it is redone later rather than lost."""
+
+
+class OutputsUnwritable(OutputUnwritable, NotAllWritten):
+    """Some outputs of a `write_many` were not written (see `failures`); the others were."""
 
 
 WRITE_RETRY_S = 300.0
@@ -124,9 +128,11 @@ class DirectWriter:
         await self._retrying(output.topic, lambda: self._send_one(output))
 
     async def write_many(self, outputs: Sequence[Output]) -> None:
-        by_partition: dict[tuple[bool, str, int], list[Output]] = {}
+        """Raises `OutputsUnwritable` naming the outputs not written when a partition's batch
+        was given up; the other partitions' outputs are written."""
+        by_partition: dict[tuple[bool, str, int], list[int]] = {}  # positions in `outputs`
         partitions_of: dict[str, list[int]] = {}  # a call's outputs share a topic or two
-        for output in outputs:
+        for position, output in enumerate(outputs):
             partitions = partitions_of.get(output.topic)
             if partitions is None:
                 found = await self._producer.partitions_for(output.topic)
@@ -136,19 +142,30 @@ class DirectWriter:
                 partition = self._partitioner(output.key, partitions, partitions)
             queue = (output.high and self._high_producer is not self._producer, output.topic,
                      partition)  # fmt: skip
-            by_partition.setdefault(queue, []).append(output)
-        await asyncio.gather(
-            *(self._write_partition(q, group) for q, group in by_partition.items())
-        )
+            by_partition.setdefault(queue, []).append(position)
+        failures: dict[int, BaseException] = {}
+        for given_up in await asyncio.gather(
+            *(self._write_partition(q, positions, outputs) for q, positions in by_partition.items())
+        ):
+            failures.update(given_up)
+        if failures:
+            raise OutputsUnwritable(failures)
 
-    async def _write_partition(self, queue: tuple[bool, str, int], outputs: list[Output]) -> None:
-        """One partition's outputs (of one producer), as few batches as fit, one after another.
-        Each batch is retried on its own: resending outputs the broker already took would
-        duplicate them."""
+    async def _write_partition(
+        self, queue: tuple[bool, str, int], positions: list[int], outputs: Sequence[Output]
+    ) -> dict[int, BaseException]:
+        """One partition's outputs (of one producer), as few batches as fit, one after another;
+        the positions of those given up, and why. Each batch is retried on its own: resending
+        outputs the broker already took would duplicate them."""
+        mine = [outputs[p] for p in positions]
         start = 0
-        while start < len(outputs):
-            send = functools.partial(self._send_batch, queue, outputs, start)
-            start += await self._retrying(queue[1], send)
+        while start < len(mine):
+            send = functools.partial(self._send_batch, queue, mine, start)
+            try:
+                start += await self._retrying(queue[1], send)
+            except OutputUnwritable as exc:  # the batches before this one are written
+                return dict.fromkeys(positions[start:], exc)
+        return {}
 
     async def _send_batch(
         self, queue: tuple[bool, str, int], outputs: list[Output], start: int
