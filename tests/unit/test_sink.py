@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -9,7 +10,9 @@ from aiokafka.errors import KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
 from embedstream.core.chunker import ChunkingRules
 from embedstream.core.generations import GenerationIds
-from embedstream.core.lanes import InputLane, Priority
+from embedstream.core.lanes import BucketKey, InputLane, Pending, Priority
+from embedstream.core.policy import BatchLimits, FlushReason
+from embedstream.engine.batcher import Batcher
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.errors import Reason, TransientError
 from embedstream.kafka.documents import DocumentFlow
@@ -24,7 +27,8 @@ from embedstream.kafka.sink import (
     Sink,
 )
 from embedstream.kafka.topics import configured_topics
-from embedstream.kafka.work import Origin, WorkItem
+from embedstream.kafka.waiting import WaitingRetries
+from embedstream.kafka.work import EngineJob, Origin, WorkItem
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing.clock import FakeClock
@@ -206,6 +210,36 @@ async def test_retries_written_beside_a_refused_partitions_finish_their_items() 
         item.request.id.encode() in written for item in items
     ]
     assert len(finished) == len(written)  # the items of the written ones, no others
+
+
+async def test_a_handoff_finishes_the_held_retries_written_back_beside_refused_ones() -> None:
+    """A revoke hands held retries back to the retry topic, then commits: one record the
+    broker refused skipped the finishing of all (and the revoke's commit with it)."""
+    cluster = FakeCluster({"embed.retry": 2})
+    clock = FakeClock()
+    sink = Sink(writer(LeaderlessProducer(cluster), retry_for_s=0.01),
+                configured_topics(load_settings(env={})), clock)  # fmt: skip
+    finished: list[int] = []
+    state = PartitionState(TopicPartition("embed.retry", 0), InputLane.RETRY,
+                           on_progress=lambda: finished.append(1))  # fmt: skip
+    waiting = WaitingRetries(Batcher(LIMITS, nothing_dispatched), clock)
+    for offset in range(8):
+        item = item_at(state, offset)
+        item.not_before_ms = clock.wall_ms() + 60_000
+        state.offsets.track(offset)
+        waiting.hold_or_submit(item)
+    await waiting.hand_back({state.tp}, sink)
+    written = {r.key for r in cluster.records("embed.retry")}
+    assert 0 < len(written) < 8 and len(finished) == len(written) and len(waiting) == 0
+
+
+LIMITS = BatchLimits(max_items=8, max_tokens=1000, max_wait_s=0.1, scale_factor=10)
+
+
+async def nothing_dispatched(
+    key: BucketKey, batch: Sequence[Pending[EngineJob]], why: FlushReason
+) -> None:
+    raise AssertionError("held retries are not sent")
 
 
 def item_at(state: PartitionState, offset: int) -> WorkItem:

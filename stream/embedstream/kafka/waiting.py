@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from aiokafka import TopicPartition
 
 from embedstream.core.clock import Clock
 from embedstream.core.delayed import DelayQueue
 from embedstream.engine.batcher import Batcher
-from embedstream.kafka.sink import Sink
+from embedstream.kafka.sink import OutputUnwritable, Sink
 from embedstream.kafka.work import EngineJob, WorkItem
+
+log = logging.getLogger(__name__)
 
 
 class WaitingRetries:
@@ -69,7 +72,8 @@ class WaitingRetries:
         self._queue.keep_where(lambda item: item.current)
 
     async def hand_back(self, partitions: set[TopicPartition], sink: Sink) -> None:
-        """Write the items read from `partitions` back to the retry topic, then finish them."""
+        """Write the items read from `partitions` back to the retry topic, and finish those
+        written."""
 
         def read_from(item: WorkItem) -> bool:
             return item.partition.tp in partitions
@@ -82,8 +86,19 @@ class WaitingRetries:
         items = [item for item in items if item.chunk is None]
         if not items:
             return
-        await asyncio.gather(
-            *(sink.retry(i, i.not_before_ms, i.first_error or "requeued") for i in items)
+        written = await asyncio.gather(
+            *(sink.retry(i, i.not_before_ms, i.first_error or "requeued") for i in items),
+            return_exceptions=True,
         )
-        for item in items:
-            item.finish()
+        # Those written are finished, so the revoke commits past them; a record the broker did
+        # not take leaves its item unfinished (the next owner reads it again), and only it.
+        for item, outcome in zip(items, written, strict=True):
+            if outcome is None:
+                item.finish()
+        unwritten = [outcome for outcome in written if outcome is not None]
+        for outcome in unwritten:
+            if not isinstance(outcome, OutputUnwritable):
+                raise outcome
+        if unwritten:
+            log.error("%d held retries not written back (%r); they stay unfinished",
+                      len(unwritten), unwritten[0])  # fmt: skip
