@@ -178,10 +178,11 @@ async def test_flaky_items_end_with_one_result_after_three_attempts(
 async def test_always_failing_items_make_max_attempts_calls_then_one_dead_letter(
     bootstrap: str, unique_prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Each failing item is called max_attempts times. On a loaded machine the healthy
-    traffic's successes can be answered after three of these failures, which then look like
-    an outage: the call is held and sent again without spending an attempt (by design, see
-    core/outage.py), so each such hold may add one call per text; without one, none may."""
+    """Each failing item is called max_attempts times. A failure waits for the answers of the
+    calls in flight to tell whether the provider serves others; on a loaded machine none may
+    be in flight, and the failure then looks like an outage: the call is held and sent again
+    without spending an attempt (by design, see core/outage.py), so each such hold may add
+    one call per text; without one, none may."""
     caplog.set_level(logging.INFO, logger="embedstream.engine.calls")
     config = SimulatorConfig(
         base_ms=2, fail_texts_containing="BROKEN", fail_times=1000, record_calls=True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -90,10 +91,66 @@ async def poison_beside_healthy_traffic(clock: Clock, caplog: pytest.LogCaptureF
         stop.set()
         await asyncio.gather(feeder, watcher)
         await asyncio.gather(*requests)  # every healthy request answered
-    assert provider.poison_calls >= 3  # its attempts, and any re-sends of a held call
+    assert provider.poison_calls == 3  # one call an attempt: none sent again unspent
     assert gate_closed == 0  # nobody else was held
     downs = [r for r in caplog.records if r.getMessage().startswith("provider down")]
     assert downs == []  # and the provider never looked down
+
+
+class PoisonsBesideSlowAnswers:
+    """Any call with a poison text fails at once (500); the others take ANSWER_S."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    async def embed(self, call: BatchCall) -> BatchOutcome:
+        texts = list(call.texts)
+        names = [t for t in texts if isinstance(t, str)]
+        self.calls.update(names)
+        if any(t.startswith("poison") for t in names):
+            raise TransientError(http_reason(500), "internal server error")
+        await asyncio.sleep(ANSWER_S)
+        return BatchOutcome([vector_for(t) for t in texts], 1, len(texts), ANSWER_S)
+
+    async def close(self) -> None:
+        return None
+
+
+def test_every_call_of_a_failing_text_spends_an_attempt() -> None:
+    """Its repeat failure comes before the healthy calls sent since its first one are answered:
+    held and sent again on a timer, it was called up to 8 times for 3 attempts. The answers of
+    the calls in flight decide instead, so each of its calls is one of its attempts."""
+    provider = PoisonsBesideSlowAnswers()
+    failed: list[object] = []
+    in_virtual_time(lambda clock: poisons_beside_healthy_traffic(clock, provider, failed))
+    assert len(failed) == 3 and all(isinstance(f, EmbedStreamError) for f in failed)
+    assert {t: n for t, n in provider.calls.items() if t.startswith("poison")} == {
+        f"poison {n}": 3 for n in range(3)
+    }
+
+
+async def poisons_beside_healthy_traffic(
+    clock: Clock, provider: PoisonsBesideSlowAnswers, failed: list[object]
+) -> None:
+    async with BatchingClient(
+        provider, max_attempts=3, max_batch_size=1, max_concurrency=8, max_wait_ms=1,
+        retry_backoff_base_ms=50, retry_backoff_cap_ms=100, clock=clock,
+    ) as client:  # fmt: skip
+        stop = asyncio.Event()
+
+        async def healthy() -> None:
+            requests: list[asyncio.Future[object]] = []
+            while not stop.is_set():
+                requests.append(asyncio.ensure_future(client.embed(f"healthy {len(requests)}")))
+                await asyncio.sleep(0.05)
+            await asyncio.gather(*requests)
+
+        feeder = asyncio.create_task(healthy())
+        await asyncio.sleep(0.5)  # healthy calls are being answered
+        poisons = [client.embed(f"poison {n}") for n in range(3)]
+        failed += await asyncio.gather(*poisons, return_exceptions=True)
+        stop.set()
+        await feeder
 
 
 class GoesDown:

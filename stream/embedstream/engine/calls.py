@@ -11,8 +11,10 @@ both send every batch through :class:`BatchCaller`, so they share every rule:
   `retry-after`, a refused key or unknown model holds it with backoff, and so does an
   outage-like failure (connection, timeout, 5xx) while no other call succeeds. Only failures
   the provider's other calls do not share count as attempts, so an outage dead-letters nothing.
-  Such a hold closes the gate for everyone only once the provider looks down
-  (`core/outage.py`); before that it holds its own batch alone;
+  Whether they share it is judged by the answers of the calls in flight, not by sending the
+  batch again: each call a job is in then spends an attempt, except a hold's probe while
+  nothing else can tell. Such a hold closes the gate for everyone only once the provider looks
+  down (`core/outage.py`); before that it holds its own batch alone;
 - a transient failure is retried after a backoff, up to `max_attempts`; then, or for a
   permanent failure, the job is dead-lettered;
 - with an embedding cache, the vectors of a successful call are stored in it once their
@@ -101,11 +103,14 @@ class BatchCaller(Generic[J]):
         self._cache = cache
         self._tracer = tracer  # one client span per call, linked to its requests' spans
         self._abandon = asyncio.Event()
-        self._last_success_ms: int | None = None  # when the last call that succeeded was sent
+        self._last_success_ms: int | None = None  # when the last call answered was sent
+        self._unanswered: list[int] = []  # when each call in flight was sent
+        self._answered = asyncio.Event()  # set (and replaced) at each call's answer
 
     def abandon_holds(self) -> None:
         """Stop waiting out rate limits and outages: held batches end with `abandoned`."""
         self._abandon.set()
+        self._answered.set()  # a verdict waiting for answers stops waiting too
 
     async def dispatch(
         self, key: BucketKey, batch: Sequence[Pending[J]], reason: FlushReason
@@ -138,7 +143,7 @@ class BatchCaller(Generic[J]):
             started = time.perf_counter()
             sent_ms = self._clock_ms()
             try:
-                outcome = await self._embed(call)
+                outcome = await self._send(call, sent_ms)
             except EmbedStreamError as exc:
                 span.end(error=exc.reason)
                 self._observer.observe_call(time.perf_counter() - started, ok=False)
@@ -146,12 +151,12 @@ class BatchCaller(Generic[J]):
                 self._governor.on_failure(exc)
                 if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
                     raise
-                now = self._clock_ms()
-                held = [p for p in batch if self._says_nothing_about(p.payload, exc, now)]
-                if len(held) < len(batch):
-                    counted = [
-                        p for p in batch if not self._says_nothing_about(p.payload, exc, now)
-                    ]
+                verdict = await self._verdict(batch, exc)
+                if verdict is None:
+                    self._outcomes.abandoned([p.payload for p in batch])
+                    return
+                counted, held = verdict
+                if counted:
                     await self._failed(key, counted, exc)
                 if not held:
                     return
@@ -163,10 +168,6 @@ class BatchCaller(Generic[J]):
                 reason = "held"  # the same batch again, after a rate limit or an outage
                 continue
             span.end(input_tokens=outcome.total_tokens)
-            # When it was sent, not answered: a call the provider accepted before a job's
-            # failure and answered after it (a stopping server finishes what it accepted)
-            # says nothing about the provider serving anyone since.
-            self._last_success_ms = max(self._last_success_ms or sent_ms, sent_ms)
             if self._cost is not None:
                 tokens = sum(p.tokens for p in batch)
                 self._cost.observe(
@@ -194,22 +195,69 @@ class BatchCaller(Generic[J]):
                 f"{type(exc).__name__} raised by the embedding backend (see the processor log)",
             ) from exc
 
-    def _says_nothing_about(self, job: J, exc: EmbedStreamError, now_ms: int) -> bool:
-        """True for a failure the provider's other calls share: it costs the job no attempt.
+    async def _send(self, call: BatchCall, sent_ms: int) -> BatchOutcome:
+        """The call, counted in flight until answered: its answer may settle the verdict on
+        other calls' failures (`_verdict`)."""
+        self._unanswered.append(sent_ms)
+        try:
+            outcome = await self._embed(call)
+        except PermanentItemError:
+            self._served(sent_ms)  # an answer about its inputs: the provider is there
+            raise
+        else:
+            self._served(sent_ms)
+            return outcome
+        finally:
+            self._unanswered.remove(sent_ms)
+            answered, self._answered = self._answered, asyncio.Event()
+            answered.set()
 
-        Rate limits and refusals of everyone always are. An outage-like failure (connection,
-        timeout, 5xx) is shared unless the provider served someone meanwhile: since the job
-        first failed, or, for a first failure, within the last RECENT_SUCCESS_MS.
+    async def _verdict(
+        self, batch: Sequence[Pending[J]], exc: EmbedStreamError
+    ) -> tuple[list[Pending[J]], list[Pending[J]]] | None:
+        """The jobs a failure counts against (an attempt each), and those it says nothing
+        about (held, no attempt spent); None if holds were abandoned meanwhile.
+
+        Rate limits and refusals of everyone say nothing about a job. An outage-like failure
+        (connection, timeout, 5xx) counts once the provider is seen serving someone since the
+        job first failed (for a first failure, within the last RECENT_SUCCESS_MS). While calls
+        are in flight, their answers decide: sending the batch again on a timer before they
+        came made calls that spent no attempt (under load, 4-5 calls of a failing text for 3
+        attempts). With nothing in flight, or the provider down, the job is held.
         """
         if isinstance(exc, ProviderWideError) or exc.reason == Reason.RATE_LIMITED:
-            return True
+            return [], list(batch)
         if not (exc.retriable and exc.reason in OUTAGE_REASONS):
-            return False
-        if self._last_success_ms is None:
-            return True
+            return list(batch), []
+        now = self._clock_ms()
+        since = [self._evidence_since(p.payload, now) for p in batch]
+        while (
+            self._unanswered
+            and not self._governor.provider_down
+            and not all(self._served_after(s) for s in since)
+        ):
+            if self._abandon.is_set():
+                return None
+            await self._answered.wait()
+        served = [self._served_after(s) for s in since]
+        counted = [p for p, yes in zip(batch, served, strict=True) if yes]
+        held = [p for p, yes in zip(batch, served, strict=True) if not yes]
+        return counted, held
+
+    def _evidence_since(self, job: J, now_ms: int) -> int:
+        """A call sent after this time and answered shows the provider serving others."""
         if job.first_failure_ms is not None:
-            return self._last_success_ms <= job.first_failure_ms  # sent before it failed
-        return now_ms - self._last_success_ms > RECENT_SUCCESS_MS
+            return job.first_failure_ms
+        return now_ms - RECENT_SUCCESS_MS
+
+    def _served(self, sent_ms: int) -> None:
+        # When it was sent, not answered: a call the provider accepted before a job's failure
+        # and answered after it (a stopping server finishes what it accepted) says nothing
+        # about the provider serving anyone since.
+        self._last_success_ms = max(self._last_success_ms or sent_ms, sent_ms)
+
+    def _served_after(self, since_ms: int) -> bool:
+        return self._last_success_ms is not None and self._last_success_ms > since_ms
 
     async def _hold_back(self, exc: EmbedStreamError, times: int, size: int) -> bool:
         """Wait until the provider may be called again; False if abandoned meanwhile."""
