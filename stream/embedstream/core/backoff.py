@@ -14,6 +14,9 @@ class Backoff:
 
     def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
         """Delay before attempt ``attempt + 1``; never shorter than the provider's retry-after."""
-        step = min(self.cap_s, self.base_s * 2 ** max(attempt - 1, 0))
+        # The exponent stops growing once the cap is reached: a batch held a thousand times
+        # (a long outage) overflowed the float and failed its dispatch.
+        doublings = min(max(attempt - 1, 0), 64)
+        step = min(self.cap_s, self.base_s * 2.0**doublings)
         drawn: float = step * (1.0 - self.jitter * rng.random())
         return max(drawn, retry_after or 0.0)
