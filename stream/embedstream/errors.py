@@ -109,6 +109,11 @@ def http_reason(status: int) -> str:
 SPLITTABLE_REASONS = frozenset(
     {Reason.REJECTED, Reason.TIMEOUT, Reason.MALFORMED_RESPONSE, Reason.INTERNAL_ERROR}
 )
+# Server errors a provider may answer for a whole call because of one input: split only once
+# the batch fails a second time, and only while other calls succeed (engine/calls.py): these
+# are also outage-like (core/governor.py), and splitting would multiply the calls sent to a
+# provider that is down.
+SERVER_ERROR_REASONS = frozenset(http_reason(status) for status in (500, 502, 503, 504))
 
 
 class EmbedStreamError(Exception):

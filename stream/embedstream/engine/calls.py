@@ -6,15 +6,20 @@ both send every batch through :class:`BatchCaller`, so they share every rule:
 - a job whose deadline has passed is dead-lettered without a call;
 - identical texts in a batch are sent once and the vector fanned out;
 - a batch the provider rejects as a whole (400, timeout, malformed response) is split in halves
-  until the bad jobs are isolated, so one bad job never fails its batch-mates;
+  until the bad jobs are isolated, so one bad job never fails its batch-mates; so is a batch
+  failing with a server error (500, 502, 503, 504) a second time while other calls succeed (a
+  job of it failed before, or is on its last attempt), and a job is dead-lettered for a server
+  error only once it failed alone. A split's calls spend no attempts: they are part of the
+  one its batch was sent for. An input the provider failed alone is sent alone next time;
 - failures everyone shares spend no attempts: a rate limit holds the batch until
   `retry-after`, a refused key or unknown model holds it with backoff, and so does an
   outage-like failure (connection, timeout, 5xx) while no other call succeeds. Only failures
   the provider's other calls do not share count as attempts, so an outage dead-letters nothing.
   Whether they share it is judged by the answers of the calls in flight, not by sending the
-  batch again: each call a job is in then spends an attempt, except a hold's probe while
-  nothing else can tell. Such a hold closes the gate for everyone only once the provider looks
-  down (`core/outage.py`); before that it holds its own batch alone;
+  batch again: a batch is sent again without spending an attempt only as a hold's probe,
+  while nothing else can tell (after a 5xx, half of it: `_probe`). Such a hold closes the gate
+  for everyone only once the provider looks down (`core/outage.py`); before that it holds its
+  own batch alone;
 - a transient failure is retried after a backoff, up to `max_attempts`; then, or for a
   permanent failure, the job is dead-lettered;
 - with an embedding cache, the vectors of a successful call are stored in it once their
@@ -41,8 +46,10 @@ from embedstream.core.policy import FlushReason
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.cache import EmbeddingCache
+from embedstream.engine.evidence import FailingInputs, ServiceEvidence
 from embedstream.engine.jobs import Embedded, J, Outcomes
 from embedstream.errors import (
+    SERVER_ERROR_REASONS,
     SPLITTABLE_REASONS,
     EmbedStreamError,
     PermanentItemError,
@@ -67,6 +74,27 @@ def _shared_user(batch: Sequence[Pending[J]]) -> str | None:
     if first is None or any(p.payload.user != first for p in batch):
         return None
     return first
+
+
+def _probe(
+    held: list[Pending[J]], waiting: list[list[Pending[J]]], exc: EmbedStreamError
+) -> tuple[list[Pending[J]], list[list[Pending[J]]]]:
+    """What a held batch sends after its hold, and the pieces that wait for it. After a server
+    error, half of what just failed: while every call fails (an outage, or a burst whose every
+    call holds an input the provider fails), a poison-free half answers, which a whole batch
+    never does; a lone input that failed again waits behind the other pieces, which are not
+    held back by it. One call a hold either way: a provider that is down gets no more."""
+    if exc.reason not in SERVER_ERROR_REASONS:
+        return _joined([held, *waiting]), []
+    if len(held) > 1:
+        middle = len(held) // 2
+        return held[:middle], [held[middle:], *waiting]
+    pieces = [*waiting, held]
+    return pieces[0], pieces[1:]
+
+
+def _joined(pieces: Sequence[Sequence[Pending[J]]]) -> list[Pending[J]]:
+    return [p for piece in pieces for p in piece]
 
 
 def wall_clock_ms() -> int:
@@ -103,14 +131,13 @@ class BatchCaller(Generic[J]):
         self._cache = cache
         self._tracer = tracer  # one client span per call, linked to its requests' spans
         self._abandon = asyncio.Event()
-        self._last_success_ms: int | None = None  # when the last call answered was sent
-        self._unanswered: list[int] = []  # when each call in flight was sent
-        self._answered = asyncio.Event()  # set (and replaced) at each call's answer
+        self._evidence = ServiceEvidence(clock_ms)  # whether the provider serves others meanwhile
+        self._failing = FailingInputs()  # inputs the provider failed alone (server errors)
 
     def abandon_holds(self) -> None:
         """Stop waiting out rate limits and outages: held batches end with `abandoned`."""
         self._abandon.set()
-        self._answered.set()  # a verdict waiting for answers stops waiting too
+        self._evidence.stop()  # a verdict waiting for answers stops waiting too
 
     async def dispatch(
         self, key: BucketKey, batch: Sequence[Pending[J]], reason: FlushReason
@@ -128,11 +155,26 @@ class BatchCaller(Generic[J]):
             else:
                 job.attempts += 1
                 live.append(pending)
-        if live:
+        failing = self._failing
+        alone = [p for p in live if p.payload.input in failing] if failing else []
+        if alone and len(live) > 1:  # without batch-mates, whom they would fail too
+            others = [p for p in live if p.payload.input not in failing]
+            calls = [self._call(key, [p], reason) for p in alone]
+            await asyncio.gather(*calls, *([self._call(key, others, reason)] if others else []))
+        elif live:
             await self._call(key, live, reason)
 
-    async def _call(self, key: BucketKey, batch: Sequence[Pending[J]], reason: str) -> None:
+    async def _call(
+        self,
+        key: BucketKey,
+        batch: Sequence[Pending[J]],
+        reason: str,
+        split_from_ms: int | None = None,
+    ) -> None:
+        """`split_from_ms`: the batch is a part of a split to isolate a bad job, begun when
+        the call of the whole was sent then."""
         held_back = 0  # consecutive shared failures of this batch
+        waiting: list[list[Pending[J]]] = []  # held pieces, sent after a probe answers
         while True:
             distinct, mapping = unique_texts([p.payload.input for p in batch])
             call = BatchCall.for_bucket(key, distinct, user=_shared_user(batch))
@@ -143,7 +185,7 @@ class BatchCaller(Generic[J]):
             started = time.perf_counter()
             sent_ms = self._clock_ms()
             try:
-                outcome = await self._send(call, sent_ms)
+                outcome = await self._evidence.call(self._embed(call), sent_ms)
             except EmbedStreamError as exc:
                 span.end(error=exc.reason)
                 self._observer.observe_call(time.perf_counter() - started, ok=False)
@@ -151,21 +193,25 @@ class BatchCaller(Generic[J]):
                 self._governor.on_failure(exc)
                 if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
                     raise
-                verdict = await self._verdict(batch, exc)
+                verdict = await self._verdict(batch, exc, split_from_ms or sent_ms, split_from_ms)
                 if verdict is None:
-                    self._outcomes.abandoned([p.payload for p in batch])
+                    self._outcomes.abandoned([p.payload for p in _joined([batch, *waiting])])
                     return
                 counted, held = verdict
                 if counted:
-                    await self._failed(key, counted, exc)
+                    await self._failed(key, counted, exc, split_from_ms or sent_ms, split_from_ms)
                 if not held:
-                    return
-                batch = held
+                    if not waiting:
+                        return
+                    # The provider answers about inputs again: the rest at once.
+                    batch, waiting, held_back, reason = _joined(waiting), [], 0, "held"
+                    continue
                 held_back += 1
-                if not await self._hold_back(exc, held_back, len(batch)):
-                    self._outcomes.abandoned([p.payload for p in batch])
+                if not await self._hold_back(exc, held_back, len(_joined([held, *waiting]))):
+                    self._outcomes.abandoned([p.payload for p in _joined([held, *waiting])])
                     return
-                reason = "held"  # the same batch again, after a rate limit or an outage
+                batch, waiting = _probe(held, waiting, exc)
+                reason = "held"  # the batch (or a probe of it) again, after a hold
                 continue
             span.end(input_tokens=outcome.total_tokens)
             if self._cost is not None:
@@ -178,7 +224,9 @@ class BatchCaller(Generic[J]):
             await self._succeeded(key, batch, mapping, outcome)
             if self._cache is not None:
                 await self._cache.store(key, distinct, outcome.vectors)
-            return
+            if not waiting:
+                return
+            batch, waiting, held_back, reason = _joined(waiting), [], 0, "held"  # the rest
 
     async def _embed(self, call: BatchCall) -> BatchOutcome:
         try:
@@ -195,25 +243,12 @@ class BatchCaller(Generic[J]):
                 f"{type(exc).__name__} raised by the embedding backend (see the processor log)",
             ) from exc
 
-    async def _send(self, call: BatchCall, sent_ms: int) -> BatchOutcome:
-        """The call, counted in flight until answered: its answer may settle the verdict on
-        other calls' failures (`_verdict`)."""
-        self._unanswered.append(sent_ms)
-        try:
-            outcome = await self._embed(call)
-        except PermanentItemError:
-            self._served(sent_ms)  # an answer about its inputs: the provider is there
-            raise
-        else:
-            self._served(sent_ms)
-            return outcome
-        finally:
-            self._unanswered.remove(sent_ms)
-            answered, self._answered = self._answered, asyncio.Event()
-            answered.set()
-
     async def _verdict(
-        self, batch: Sequence[Pending[J]], exc: EmbedStreamError
+        self,
+        batch: Sequence[Pending[J]],
+        exc: EmbedStreamError,
+        sent_ms: int,
+        split_from_ms: int | None,
     ) -> tuple[list[Pending[J]], list[Pending[J]]] | None:
         """The jobs a failure counts against (an attempt each), and those it says nothing
         about (held, no attempt spent); None if holds were abandoned meanwhile.
@@ -224,6 +259,11 @@ class BatchCaller(Generic[J]):
         are in flight, their answers decide: sending the batch again on a timer before they
         came made calls that spent no attempt (under load, 4-5 calls of a failing text for 3
         attempts). With nothing in flight, or the provider down, the job is held.
+
+        A batch to split (`_to_split`) needs more: an answer since its call (a part of a
+        split: since the whole's) was sent, `sent_ms`. Then the provider serves others now,
+        not just a second ago: one going down is not sent a split's calls. Until then the
+        batch is held.
         """
         if isinstance(exc, ProviderWideError) or exc.reason == Reason.RATE_LIMITED:
             return [], list(batch)
@@ -231,15 +271,20 @@ class BatchCaller(Generic[J]):
             return list(batch), []
         now = self._clock_ms()
         since = [self._evidence_since(p.payload, now) for p in batch]
-        while (
-            self._unanswered
-            and not self._governor.provider_down
-            and not all(self._served_after(s) for s in since)
-        ):
-            if self._abandon.is_set():
-                return None
-            await self._answered.wait()
-        served = [self._served_after(s) for s in since]
+        evidence = self._evidence
+        to_split = self._to_split(batch, exc, split_from_ms is not None)
+
+        def fresh() -> bool:
+            return not to_split or evidence.answered_since(sent_ms)
+
+        def told() -> bool:
+            return fresh() and all(map(evidence.served_after, since))
+
+        if not await evidence.wait_for_answers(told, lambda: self._governor.provider_down):
+            return None
+        if not fresh():
+            return [], list(batch)
+        served = [evidence.served_after(s) for s in since]
         counted = [p for p, yes in zip(batch, served, strict=True) if yes]
         held = [p for p, yes in zip(batch, served, strict=True) if not yes]
         return counted, held
@@ -249,15 +294,6 @@ class BatchCaller(Generic[J]):
         if job.first_failure_ms is not None:
             return job.first_failure_ms
         return now_ms - RECENT_SUCCESS_MS
-
-    def _served(self, sent_ms: int) -> None:
-        # When it was sent, not answered: a call the provider accepted before a job's failure
-        # and answered after it (a stopping server finishes what it accepted) says nothing
-        # about the provider serving anyone since.
-        self._last_success_ms = max(self._last_success_ms or sent_ms, sent_ms)
-
-    def _served_after(self, since_ms: int) -> bool:
-        return self._last_success_ms is not None and self._last_success_ms > since_ms
 
     async def _hold_back(self, exc: EmbedStreamError, times: int, size: int) -> bool:
         """Wait until the provider may be called again; False if abandoned meanwhile."""
@@ -285,16 +321,41 @@ class BatchCaller(Generic[J]):
         return not self._abandon.is_set()
 
     async def _failed(
-        self, key: BucketKey, batch: Sequence[Pending[J]], exc: EmbedStreamError
+        self,
+        key: BucketKey,
+        batch: Sequence[Pending[J]],
+        exc: EmbedStreamError,
+        sent_ms: int,
+        split_from_ms: int | None,
     ) -> None:
-        if len(batch) > 1 and exc.reason in SPLITTABLE_REASONS:
+        if len(batch) > 1 and (
+            exc.reason in SPLITTABLE_REASONS
+            or self._to_split(batch, exc, split_from_ms is not None)
+        ):
             middle = len(batch) // 2
             halves = (batch[:middle], batch[middle:])
-            await asyncio.gather(*(self._call(key, half, "split") for half in halves))
+            await asyncio.gather(*(self._call(key, half, "split", sent_ms) for half in halves))
             return
+        if len(batch) == 1 and exc.reason in SERVER_ERROR_REASONS:
+            self._failing.failed_alone(batch[0].payload.input)
         # One line a failed call, not one an item (a call of hundreds filled the log at INFO).
         log.info("a call of %d inputs failed (%s): %s", len(batch), exc.reason, exc)
         await asyncio.gather(*(self._job_failed(p.payload, exc) for p in batch))
+
+    def _to_split(self, batch: Sequence[Pending[J]], exc: EmbedStreamError, split: bool) -> bool:
+        """A server error is split only once its batch fails a second time: a job of it failed
+        before (a retry: its first failure may have been a blip, never split for) or would
+        be dead-lettered now, which it must not be for its batch-mates' fault; then on down
+        to the jobs that fail alone. Unsplit, each of a poison input's batch-mates spent
+        attempts with it (10 such among 2,000 good requests: up to 5, one good dead-lettered)."""
+        return (
+            len(batch) > 1
+            and exc.reason in SERVER_ERROR_REASONS
+            and (split or any(self._known_failing(p.payload) for p in batch))
+        )
+
+    def _known_failing(self, job: J) -> bool:
+        return job.first_failure_ms is not None or job.attempts >= self._max_attempts
 
     async def _job_failed(self, job: J, exc: EmbedStreamError) -> None:
         if not exc.retriable or job.attempts >= self._max_attempts:
@@ -328,4 +389,7 @@ class BatchCaller(Generic[J]):
             )
             for p, index in zip(batch, mapping, strict=True)
         ]
+        if self._failing:
+            for p in batch:
+                self._failing.succeeded(p.payload.input)
         await self._outcomes.succeeded(key, done, outcome.dimensions)
