@@ -9,7 +9,6 @@ signals.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from embedstream.core.migration import DualWrites
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
+from embedstream.engine.bounded import bounded, in_daemon_thread
 from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache, undersized_warning
 from embedstream.engine.callers import CallerIntake, CallerRequest, Callers, CallersBeside
@@ -131,17 +131,19 @@ class Service:
                 await asyncio.gather(self.processor.run(), self.watch.run(self.processor.stopping))
         finally:
             # The spans still buffered, exported off the loop (a collector in this process
-            # would otherwise wait on the loop that waits on it).
-            await asyncio.to_thread(self.processor.parts.tracer.close)
+            # would otherwise wait on the loop that waits on it). Each step has a deadline,
+            # from the time the processor's closes share (engine/bounded.py).
+            step_s = self.processor.closing.step_s
+            export = in_daemon_thread(self.processor.parts.tracer.close)
+            await bounded(export, step_s(), "exporting the last spans")
             health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await health_task
+            await bounded(health_task, step_s(), "the health loop's end")
             if self.online is not None:  # the drain answered its callers; close it
-                await self.online.stop()
+                await bounded(self.online.stop(), step_s(), "the online listener's stop")
             if self.ops_server is not None:
-                await self.ops_server.stop()
+                await bounded(self.ops_server.stop(), step_s(), "the ops server's stop")
             if self.registry is not None:
-                await self.registry.close()
+                await bounded(self.registry.close(), step_s(), "the registry client's close")
 
     async def _health(self) -> None:
         # Probing the broker through a producer that has not bootstrapped yet fails (and
@@ -338,7 +340,8 @@ async def run_service(
     try:
         await service.run()
     finally:
-        await backend.close()
+        closing_s = service.processor.closing.step_s()
+        await bounded(backend.close(), closing_s, "the provider client's close")
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
                 loop.remove_signal_handler(sig)

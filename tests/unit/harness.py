@@ -12,8 +12,10 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 from embedstream.app import Service, build_service
+from embedstream.core.clock import Clock
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
+from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.kafka.admin import topic_names
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
@@ -130,6 +132,7 @@ async def running(
     tracer: Tracer | None = None,
     metrics: Metrics | None = None,
     high_producer: FakeProducer | None = None,
+    clock: Clock = SYSTEM_CLOCK,
     **settings: Any,
 ) -> AsyncIterator[Harness]:
     """A processor on the fakes; with `transactional` (by transactional id), exactly-once;
@@ -152,6 +155,7 @@ async def running(
         metrics=metrics,
         high_producer=high_producer,
         state_reader=cluster.read_to_end,  # the chunk changelog's state (topic_changelog)
+        clock=clock,
     )
     task = asyncio.create_task(service.run())
     await asyncio.wait_for(service.processor.assigned.wait(), 5)

@@ -8,6 +8,7 @@ gave its partitions up in a loop, a commit loop that died on a broken producer).
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import orjson
@@ -196,7 +197,7 @@ async def test_a_partition_assigned_while_stopping_gets_no_producer() -> None:
     async with running(backend, cluster=cluster, transactional=producers) as h:
         await eventually(lambda: len(producers.made) > 0)
         made = len(producers.made)
-        h.service.processor.parts.handoff.stopping()
+        h.service.processor.parts.handoff.stopping(drain_by=math.inf)
         await asyncio.wait_for(h.consumer.revoke({LOW}), 1)
         await asyncio.wait_for(h.consumer.assign({LOW}), 1)
         await settled()  # a fence started at the assignment would have made its producer

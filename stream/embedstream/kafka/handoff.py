@@ -27,6 +27,7 @@ from embedstream.core.changelog import ChunkCounts
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import InputLane
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.bounded import bounded
 from embedstream.kafka.changelog import ChunkCountsLoader
 from embedstream.kafka.clients import request_rejoin
 from embedstream.kafka.commits import OffsetCommitter
@@ -73,6 +74,7 @@ class Handoff:
         self.assigned = asyncio.Event()  # set at the first assignment
         self.joined = False
         self._stopping = False
+        self._stop_by: float | None = None  # (monotonic) the shutdown's drain deadline
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.joined = True
@@ -150,9 +152,12 @@ class Handoff:
             if state is not None:
                 state.handing_off = True
         try:
-            await self._waiting.hand_back(revoked, self._sink)
-            self._batcher.hurry()
             deadline = self._monotonic() + self._drain_timeout_s
+            if self._stop_by is not None:  # no later than the shutdown's own drain
+                deadline = min(deadline, self._stop_by)
+            hand_back = self._waiting.hand_back(revoked, self._sink)
+            await bounded(hand_back, deadline - self._monotonic(), "writing held retries back")
+            self._batcher.hurry()
             while self._assignment.pending_in(revoked) and self._monotonic() < deadline:
                 self._assignment.progress.clear()
                 with contextlib.suppress(TimeoutError):
@@ -189,10 +194,13 @@ class Handoff:
         if self._transactions is not None:
             await self._transactions.release(tp)
 
-    def stopping(self) -> None:
-        """Shutdown has begun: partitions assigned from now on are not fenced in (a producer
-        started then was cut off by close() and left a connection unclosed), nor read."""
+    def stopping(self, drain_by: float) -> None:
+        """Shutdown has begun, to be drained by `drain_by` (monotonic): partitions assigned
+        from now on are not fenced in (a producer started then was cut off by close() and
+        left a connection unclosed), nor read; a revoke from now on (the consumer's close
+        waits for one in progress) waits no longer for its work than the shutdown's drain."""
         self._stopping = True
+        self._stop_by = drain_by
 
     async def close(self) -> None:
         """At shutdown: stop taking partitions on."""
@@ -201,13 +209,15 @@ class Handoff:
 
     async def _stop_fencing(self, tps: set[TopicPartition]) -> None:
         current = asyncio.current_task()
+        stopped = []
         for tp in tps:
             task = self._fencing.get(tp)
             if task is not None and task is not current:
                 del self._fencing[tp]
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                stopped.append(task)
+        if stopped:  # together: each may stop a producer, a few seconds when a broker is out
+            await asyncio.gather(*stopped, return_exceptions=True)
 
 
 class Listener(ConsumerRebalanceListener):  # type: ignore[misc]

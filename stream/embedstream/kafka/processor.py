@@ -23,6 +23,7 @@ from embedstream.core.offsets import PartitionOffsets
 from embedstream.core.policy import BatchLimits
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.bounded import CANCEL_GRACE_S, Budget, bounded
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.clock import SYSTEM_CLOCK
@@ -50,6 +51,12 @@ ABANDON_GRACE_S = 2.0
 # The last commit at shutdown (and a periodic one still running then) gets this long; what it
 # does not commit is read again by the next owner.
 FINAL_COMMIT_TIMEOUT_S = 5.0
+# After the drain, the commits and every client's close (the service's too) share this long:
+# aiokafka's close waits for a rebalance in progress, or to flush to a broker that is down. A
+# step that takes longer is left behind, logged; each gets at least CLOSE_STEP_MIN_S whatever
+# the others took. A stop ends within drain_timeout_s and about 15 s.
+CLOSE_BUDGET_S = 10.0
+CLOSE_STEP_MIN_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,8 @@ class Processor:
         self.limits: BatchLimits = parts.batcher.limits
         self._stopping = asyncio.Event()
         self._abort = asyncio.Event()  # a second stop: no more draining
+        # What the closing steps share once drained (the service's own closes included).
+        self.closing = Budget(CLOSE_BUDGET_S, CLOSE_STEP_MIN_S)
         # Set once the producer is connected: a broker probe through it means something.
         self.clients_started = asyncio.Event()
 
@@ -166,7 +175,8 @@ class Processor:
         await p.producer.stop()
 
     async def run(self) -> None:
-        """Consume until `stop()`, then drain, commit and close every client."""
+        """Consume until `stop()`, then drain, commit and close every client: within
+        `drain_timeout_s` and CLOSE_BUDGET_S (a step that would take longer is left)."""
         p = self.parts
         await p.producer.start()
         try:
@@ -175,8 +185,10 @@ class Processor:
             await self._run_started()
         finally:
             if p.high_producer is not None:
-                await p.high_producer.stop()
-            await p.producer.stop()
+                await bounded(
+                    p.high_producer.stop(), self.closing.step_s(), "the high producer's stop"
+                )
+            await bounded(p.producer.stop(), self.closing.step_s(), "the producer's stop")
 
     async def _run_started(self) -> None:
         p = self.parts
@@ -188,13 +200,16 @@ class Processor:
                     await p.consumer.start()
                 await self._run_loops()
             finally:
-                await p.consumer.stop()  # also after a failed start: no unclosed client
+                # Also after a failed start: no unclosed client. aiokafka's waits for a
+                # rebalance in progress (a JoinGroup the broker holds, our revoke listener).
+                await bounded(p.consumer.stop(), self.closing.step_s(), "the consumer's stop")
         finally:
-            await p.handoff.close()
+            await bounded(p.handoff.close(), self.closing.step_s(), "fencing partitions in")
             if p.transactions is not None:
-                await p.transactions.close()
+                stop = p.transactions.close()
+                await bounded(stop, self.closing.step_s(), "the transactional producers' stop")
             if p.cache is not None:
-                await p.cache.close()
+                await bounded(p.cache.close(), self.closing.step_s(), "the cache's close")
 
     async def _run_loops(self) -> None:
         p = self.parts
@@ -205,28 +220,33 @@ class Processor:
         try:
             await self._fetch_until_stopped()
         finally:
-            p.handoff.stopping()
-            await _cancel(waiting_task)
-            await p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.sink)
-            await self._drain(batcher_task)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + p.settings.drain_timeout_s
+            p.handoff.stopping(p.clock.monotonic() + p.settings.drain_timeout_s)
+            waiting_task.cancel()
+            await bounded(waiting_task, CANCEL_GRACE_S, "the held retries' end")
+            # Part of the drain: a broker that takes no write holds the rest back no longer.
+            hand_back = p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.sink)
+            await bounded(hand_back, p.settings.drain_timeout_s, "writing held retries back")
+            await self._drain(batcher_task, deadline)
+            self.closing.start()
             stop_commits.set()  # let a commit in progress finish rather than cut it short
-            if not await _within(commit_task, FINAL_COMMIT_TIMEOUT_S, self._abort):
-                await _cancel(commit_task)
-            try:
-                await asyncio.wait_for(self._commit_all(), FINAL_COMMIT_TIMEOUT_S)
-            except TimeoutError:
-                log.warning("final commit not done within %.0fs; the next owner re-reads the "
-                            "rest", FINAL_COMMIT_TIMEOUT_S)  # fmt: skip
+            commit_s = min(FINAL_COMMIT_TIMEOUT_S, self.closing.step_s())
+            if not await _within(commit_task, commit_s, self._abort):
+                commit_task.cancel()
+                await bounded(commit_task, CANCEL_GRACE_S, "the periodic commit's end")
+            commit_s = min(FINAL_COMMIT_TIMEOUT_S, self.closing.step_s())
+            if not await bounded(self._commit_all(), commit_s, "the final commit"):
+                log.warning("the next owner re-reads what the final commit did not commit")
 
-    async def _drain(self, batcher_task: asyncio.Task[None]) -> None:
-        """Finish what was handed to the engine and write its outcomes, within
-        `drain_timeout_s` (or until a second stop); what is still unfinished then is simply
-        not committed (read again on restart)."""
+    async def _drain(self, batcher_task: asyncio.Task[None], deadline: float) -> None:
+        """Finish what was handed to the engine and write its outcomes, by `deadline` (or
+        until a second stop); what is still unfinished then is simply not committed (read
+        again on restart)."""
         p = self.parts
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + p.settings.drain_timeout_s
         p.batcher.drain()
-        finished = await _within(batcher_task, p.settings.drain_timeout_s, self._abort)
+        finished = await _within(batcher_task, max(0.0, deadline - loop.time()), self._abort)
         if finished:
             flush = asyncio.ensure_future(p.outcomes.flush())
             finished = await _within(flush, max(0.0, deadline - loop.time()), self._abort)
@@ -237,8 +257,8 @@ class Processor:
             if not await _within(batcher_task, ABANDON_GRACE_S, self._abort):
                 p.batcher.abandon()
             p.outcomes.cancel_writes()
-        await batcher_task
-        await p.outcomes.flush()
+        await bounded(batcher_task, CANCEL_GRACE_S, "the engine's end")
+        await bounded(p.outcomes.flush(), CANCEL_GRACE_S, "the outcome writes' end")
 
     async def _fetch_until_stopped(self) -> None:
         p = self.parts
@@ -344,9 +364,3 @@ async def _within(task: asyncio.Future[Any], seconds: float, abort: asyncio.Even
     finally:
         aborted.cancel()
     return task.done()
-
-
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
