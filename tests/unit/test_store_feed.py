@@ -15,15 +15,18 @@ import pytest
 from aiokafka import TopicPartition
 from embedstream.app_store import build_store_writer
 from embedstream.core.backoff import Backoff
+from embedstream.engine.bounded import CANCEL_GRACE_S
 from embedstream.kafka.admin import topic_names
+from embedstream.kafka.consumption import STOP_TIMEOUT_S
 from embedstream.kafka.sink import DirectWriter, Sink
-from embedstream.kafka.store_feed import StoreFeed
+from embedstream.kafka.store_feed import FETCH_TIMEOUT_MS, StoreFeed
 from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import load_settings
 from embedstream.stores.base import Rejected
 from embedstream.testing import FakeClock, eventually, settled
 from embedstream.testing.kafka import FakeCluster, FakeConsumer, FakeProducer
 from embedstream.testing.stores import MemoryStore
+from embedstream.testing.virtual_loop import VirtualLoop
 from embedstream.wire import ChunkResult, DocumentComplete, OutputRecord, PlainResult, headers_dict
 from embedstream.wire.headers import ERROR_REASON, SOURCE_OFFSET
 
@@ -318,3 +321,33 @@ def test_the_store_writer_exposes_its_names_and_the_shared_ones() -> None:
     shared = {"embedstream_consumer_lag", "embedstream_ready", "embedstream_dead_letters_total"}
     assert exposed == STORE_METRIC_NAMES | shared
     assert shared <= PROCESSOR_METRIC_NAMES and exposed <= METRIC_NAMES
+
+
+def test_the_feed_stops_within_a_bound_though_the_consumer_never_closes() -> None:
+    """aiokafka's stop waits for a rebalance in progress: the writer's exit did too."""
+
+    async def stopped() -> float:
+        cluster = FakeCluster({NAMES.results: 1, NAMES.dead_letters: 1})
+        consumer = FakeConsumer(cluster)
+        consumer.stop = never  # type: ignore[method-assign]
+        writer = DirectWriter(FakeProducer(cluster), FakeClock())
+        feed = StoreFeed(consumer, MemoryStore(), Sink(writer, NAMES, FakeClock()),
+                         NAMES.results, StoreMetrics())  # fmt: skip
+        task = asyncio.create_task(feed.run())
+        await eventually(feed.joined.is_set)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        feed.stop()
+        await asyncio.wait_for(task, 3600)
+        return loop.time() - began
+
+    loop = VirtualLoop()
+    try:
+        took = loop.run_until_complete(stopped())
+    finally:
+        loop.close()
+    assert took <= STOP_TIMEOUT_S + CANCEL_GRACE_S + FETCH_TIMEOUT_MS / 1000
+
+
+async def never(*args: Any, **kwargs: Any) -> Any:
+    await asyncio.Event().wait()

@@ -35,8 +35,9 @@ from embedstream.core.lanes import InputLane
 from embedstream.engine.batcher import Batcher
 from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.commits import OffsetCommitter
+from embedstream.kafka.consumption import consume
 from embedstream.kafka.documents import DocumentFlow, DocumentStart
-from embedstream.kafka.handoff import Handoff, Listener
+from embedstream.kafka.handoff import Handoff
 from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Record
 from embedstream.kafka.sink import Output, Sink, Writer
@@ -113,9 +114,10 @@ class BackfillFeed:
     async def run(self) -> None:
         """Read, admit and submit until `stop()`; then finish what was read (within
         drain_timeout_s), commit it and leave the group."""
-        self._consumer.subscribe([self.topic], listener=Listener(self.handoff))
+        await consume(self._consumer, [self.topic], self.handoff, self._consume)
+
+    async def _consume(self) -> None:
         try:
-            await self._consumer.start()
             log.info("backfill of generation %s from %s started", self.generation.id, self.topic)
             commits = asyncio.create_task(self._commit_periodically())
             try:
@@ -127,7 +129,6 @@ class BackfillFeed:
                     await commits
         finally:
             await self.handoff.close()
-            await self._consumer.stop()
 
     def _room(self) -> int:
         """Chunks the backfill may still take on: its share, within what the live lanes left."""

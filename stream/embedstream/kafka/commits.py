@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Protocol
 
 from aiokafka import TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from embedstream.core.offsets import PartitionOffsets
+from embedstream.kafka.consumption import OffsetCommitting, commit_offsets
 from embedstream.kafka.transactions import Fenced, PartitionTransactions
 
 log = logging.getLogger(__name__)
-
-
-class OffsetCommitting(Protocol):
-    """What the committer asks of the consumer (at-least-once)."""
-
-    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None: ...
 
 
 class OffsetCommitter:
@@ -59,13 +53,8 @@ class OffsetCommitter:
             return set()
         if self._transactions is not None:
             return await self._commit_in_transactions(self._transactions, due)
-        try:
-            await self._consumer.commit(due)
-        except (CommitFailedError, IllegalStateError, KafkaError) as exc:
-            # A rebalance is under way; the next owner re-reads from the last good commit.
-            log.warning("commit of %d partitions failed (%s); will retry", len(due), exc)
-            return set()
-        self._mark(due)
+        if await commit_offsets(self._consumer, due):
+            self._mark(due)
         return set()
 
     async def _commit_in_transactions(

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 
 from embedstream.core.changelog import ChunkCounts
 from embedstream.core.clock import Clock
@@ -218,17 +218,6 @@ class Handoff:
                 stopped.append(task)
         if stopped:  # together: each may stop a producer, a few seconds when a broker is out
             await asyncio.gather(*stopped, return_exceptions=True)
-
-
-class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, handoff: Handoff) -> None:
-        self._handoff = handoff
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self._handoff.on_revoked(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self._handoff.on_assigned(set(assigned))
 
 
 def _revoked(job: EngineJob) -> bool:

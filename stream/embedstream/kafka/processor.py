@@ -29,9 +29,10 @@ from embedstream.engine.calls import BatchCaller
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.commits import OffsetCommitter
+from embedstream.kafka.consumption import consume
 from embedstream.kafka.documents import DocumentStart
 from embedstream.kafka.fetcher import Fetcher
-from embedstream.kafka.handoff import Handoff, Listener
+from embedstream.kafka.handoff import Handoff
 from embedstream.kafka.outcomes import KafkaOutcomes
 from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Producer, Record
@@ -194,15 +195,11 @@ class Processor:
         p = self.parts
         self.clients_started.set()
         try:
-            p.consumer.subscribe(p.topics, listener=Listener(p.handoff))
-            try:
-                with topics_must_exist(p.settings, p.topics):
-                    await p.consumer.start()
-                await self._run_loops()
-            finally:
-                # Also after a failed start: no unclosed client. aiokafka's waits for a
-                # rebalance in progress (a JoinGroup the broker holds, our revoke listener).
-                await bounded(p.consumer.stop(), self.closing.step_s(), "the consumer's stop")
+            await consume(
+                p.consumer, p.topics, p.handoff, self._run_loops,
+                stop_within_s=self.closing.step_s,
+                starting=lambda: topics_must_exist(p.settings, p.topics),
+            )  # fmt: skip
         finally:
             await bounded(p.handoff.close(), self.closing.step_s(), "fencing partitions in")
             if p.transactions is not None:

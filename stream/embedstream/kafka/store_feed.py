@@ -27,11 +27,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka import TopicPartition
 
 from embedstream.core.backoff import Backoff
 from embedstream.errors import InvalidEvent, Reason, RegistryUnavailable, StoreError
+from embedstream.kafka.consumption import commit_offsets, consume
 from embedstream.kafka.protocols import Consumer, Record
 from embedstream.kafka.sink import Sink
 from embedstream.wire import Failure
@@ -142,8 +142,9 @@ class StoreFeed:
         self._stopping.set()
 
     async def run(self) -> None:
-        self._consumer.subscribe([self._topic], listener=_Listener(self))
-        await self._consumer.start()
+        await consume(self._consumer, [self._topic], self, self._feed)
+
+    async def _feed(self) -> None:
         try:
             await self._open_store()
             while not self._stopping.is_set():
@@ -154,7 +155,6 @@ class StoreFeed:
                     await self._handle(fetched)
         finally:
             await self._store.close()
-            await self._consumer.stop()
 
     async def _open_store(self) -> None:
         attempt = 0
@@ -286,12 +286,9 @@ class StoreFeed:
         for r in records:
             tp = TopicPartition(r.topic, r.partition)
             ends[tp] = max(ends.get(tp, 0), r.offset + 1)
-        try:
-            await self._consumer.commit(ends)
-        except KafkaError as exc:
-            # Written but not committed: replayed (into the same rows) by whoever reads these
-            # partitions next; a later commit of this member covers them too.
-            log.warning("offset commit failed (%r); the batch will be replayed", exc)
+        # Not committed, a batch written is replayed (into the same rows) by whoever reads
+        # these partitions next; a later commit of this member covers it too.
+        if not await commit_offsets(self._consumer, ends):
             return
         self._next.update(ends)
         self.batches_committed += 1
@@ -308,7 +305,7 @@ class StoreFeed:
 
     # -- rebalances -----------------------------------------------------------------------
 
-    async def revoked(self, partitions: set[TopicPartition]) -> None:
+    async def on_revoked(self, partitions: set[TopicPartition]) -> None:
         self._revoking = True
         try:
             async with self._busy:  # the batch in hand is committed (or given up) first
@@ -318,7 +315,7 @@ class StoreFeed:
         finally:
             self._revoking = False
 
-    async def assigned(self, partitions: set[TopicPartition]) -> None:
+    async def on_assigned(self, partitions: set[TopicPartition]) -> None:
         self._assigned |= partitions
         for tp in partitions:
             committed = await self._consumer.committed(tp)
@@ -328,16 +325,3 @@ class StoreFeed:
     @property
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
-
-
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka checks the class
-    """The rebalance listener aiokafka calls; it delegates to the feed."""
-
-    def __init__(self, feed: StoreFeed) -> None:
-        self._feed = feed
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self._feed.revoked(set(revoked))
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self._feed.assigned(set(assigned))
