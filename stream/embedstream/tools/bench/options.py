@@ -34,6 +34,8 @@ BENCH_SETTINGS = (
     "scale_factor",
     "min_low_share",
     "high_target_ms",
+    "online_target_ms",
+    "cache",
     "high_results_producer",
     "max_concurrency",
     "concurrency_mode",
