@@ -20,6 +20,8 @@ from embedstream.kafka.clients import admin_for
 
 from tests.e2e.chaos import ProcessorProcess
 
+SAMPLER_STOP_S = 10.0
+
 
 class Sampling:
     """A sampling loop that runs for the duration of an `async with` block."""
@@ -36,8 +38,9 @@ class Sampling:
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Bounded: a sampler's own clean-up (an admin client's close) once held a churn
+            # test's teardown past its time bound after every check had passed.
+            await asyncio.wait({self._task}, timeout=SAMPLER_STOP_S)
 
 
 class RssMonitor(Sampling):
@@ -174,4 +177,4 @@ class CommitWatcher(Sampling):
         finally:
             if admin is not None:
                 with contextlib.suppress(Exception):
-                    await admin.close()
+                    await asyncio.wait_for(admin.close(), SAMPLER_STOP_S)
