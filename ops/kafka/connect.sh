@@ -23,41 +23,15 @@ readonly POM="$SCRIPT_DIR/connect/pom.xml"
 readonly LOG4J_CONFIG="$SCRIPT_DIR/connect/log4j2.properties"
 readonly CACHE="${EMBEDSTREAM_CONNECT_CACHE:-$HOME/.cache/embedstream/connect-$CONNECT_VERSION}"
 readonly LIBS="$CACHE/libs"
-# The marker holds the pom's checksum, so editing the pom triggers a re-fetch.
-readonly FETCH_MARKER="$CACHE/fetched.sha256"
 readonly JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 readonly HEAP="${EMBEDSTREAM_CONNECT_HEAP:-512m}"
 
 die() { echo "connect.sh: $*" >&2; exit 1; }
 
-pom_checksum() { sha256sum "$POM" | cut -d' ' -f1; }
+# shellcheck source=ops/kafka/jars.sh
+source "$(dirname "${BASH_SOURCE[0]}")/jars.sh"
 
-is_fetched() { [[ -f "$FETCH_MARKER" && "$(cat "$FETCH_MARKER")" == "$(pom_checksum)" ]]; }
-
-fetch() {
-  if is_fetched; then return 0; fi
-  mkdir -p "$CACHE"
-  # Serialise concurrent fetches (parallel test workers sharing a cache).
-  fetch_locked 8>"$CACHE/.fetch.lock"
-}
-
-fetch_locked() {
-  flock 8
-  if is_fetched; then return 0; fi
-  command -v mvn >/dev/null || die "mvn not on PATH; needed once to fetch the Kafka Connect jars"
-  echo "connect.sh: fetching Kafka Connect $CONNECT_VERSION and the Debezium JDBC sink into $LIBS" >&2
-  # Copy into a scratch dir and swap it in, so a failed download never looks complete.
-  rm -rf "$LIBS.partial"
-  local mvn_output
-  if ! mvn_output="$(mvn -q -B -f "$POM" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$LIBS.partial" 2>&1)"; then
-    echo "$mvn_output" >&2
-    die "maven could not fetch the Kafka Connect jars"
-  fi
-  rm -rf "$LIBS"
-  mv "$LIBS.partial" "$LIBS"
-  pom_checksum >"$FETCH_MARKER"
-}
+fetch() { fetch_jars "$POM" "$LIBS" "Kafka Connect $CONNECT_VERSION and Debezium JDBC sink"; }
 
 standalone() {
   (($# >= 2)) || die "usage: connect.sh standalone WORKER.properties CONNECTOR..."
@@ -71,6 +45,6 @@ standalone() {
 case "${1:-}" in
   fetch) fetch ;;
   standalone) shift; standalone "$@" ;;
-  classpath) is_fetched || die "not fetched; run: connect.sh fetch"; echo "$LIBS/*" ;;
+  classpath) _jars_fetched "$POM" "$LIBS" || die "not fetched; run: connect.sh fetch"; echo "$LIBS/*" ;;
   *) echo "usage: $0 {fetch|standalone WORKER CONNECTOR...|classpath}" >&2; exit 2 ;;
 esac

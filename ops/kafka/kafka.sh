@@ -37,8 +37,6 @@ readonly POM="$SCRIPT_DIR/pom.xml"
 readonly LOG4J_CONFIG="$SCRIPT_DIR/log4j2.yaml"
 readonly CACHE="${EMBEDSTREAM_KAFKA_CACHE:-$HOME/.cache/embedstream/kafka-$KAFKA_VERSION}"
 readonly LIBS="$CACHE/libs"
-# The marker holds the pom's checksum, so editing the pom triggers a re-fetch.
-readonly FETCH_MARKER="$CACHE/fetched.sha256"
 readonly PORT="${EMBEDSTREAM_KAFKA_PORT:-39092}"
 readonly CONTROLLER_PORT="${EMBEDSTREAM_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}"
 # A fixed per-port default (not mktemp) so stop/status/log find it without state files.
@@ -59,36 +57,10 @@ readonly STOP_TIMEOUT_S=30
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 
-pom_checksum() { sha256sum "$POM" | cut -d' ' -f1; }
+# shellcheck source=ops/kafka/jars.sh
+source "$(dirname "${BASH_SOURCE[0]}")/jars.sh"
 
-is_fetched() { [[ -f "$FETCH_MARKER" && "$(cat "$FETCH_MARKER")" == "$(pom_checksum)" ]]; }
-
-fetch() {
-  if is_fetched; then return 0; fi
-  mkdir -p "$CACHE"
-  # Serialise concurrent fetches (parallel CI jobs sharing a cache); the lock
-  # fd closes when fetch_locked returns.
-  fetch_locked 8>"$CACHE/.fetch.lock"
-}
-
-fetch_locked() {
-  flock 8
-  if is_fetched; then return 0; fi
-  command -v mvn >/dev/null || die "mvn not on PATH; needed once to fetch the Kafka jars"
-  echo "kafka.sh: fetching Apache Kafka $KAFKA_VERSION jars into $LIBS" >&2
-  # Copy into a scratch dir and swap it in, so a failed download never looks complete.
-  rm -rf "$LIBS.partial"
-  # Output is shown only on failure: even with -q, Debian's Maven prints ANSI resets.
-  local mvn_output
-  if ! mvn_output="$(mvn -q -B -f "$POM" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$LIBS.partial" 2>&1)"; then
-    echo "$mvn_output" >&2
-    die "maven could not fetch the Kafka jars"
-  fi
-  rm -rf "$LIBS"
-  mv "$LIBS.partial" "$LIBS"
-  pom_checksum >"$FETCH_MARKER"
-}
+fetch() { fetch_jars "$POM" "$LIBS" "Apache Kafka $KAFKA_VERSION"; }
 
 # True if pid is our live broker: its command line names our properties file, so
 # a reused pid or a zombie (empty command line) does not count.
