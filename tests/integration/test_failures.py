@@ -182,7 +182,9 @@ async def test_always_failing_items_make_max_attempts_calls_then_one_dead_letter
     calls in flight to tell whether the provider serves others; on a loaded machine none may
     be in flight, and the failure then looks like an outage: the call is held and sent again
     without spending an attempt (by design, see core/outage.py), so each such hold may add
-    one call per text; without one, none may."""
+    one call per text; without one, none may. Each text goes alone (max_batch_size=1): retries
+    batched together would be split to isolate their poison, and each level of that split is a
+    call that spends no attempt (test_poison_bisection.py bounds those calls)."""
     caplog.set_level(logging.INFO, logger="embedstream.engine.calls")
     config = SimulatorConfig(
         base_ms=2, fail_texts_containing="BROKEN", fail_times=1000, record_calls=True
@@ -190,7 +192,7 @@ async def test_always_failing_items_make_max_attempts_calls_then_one_dead_letter
     async with SimulatorServer(config) as simulator:
         settings = settings_for(
             bootstrap, unique_prefix, simulator.url, retry_backoff_base_ms=100,
-            retry_backoff_cap_ms=400, max_attempts=3,
+            retry_backoff_cap_ms=400, max_attempts=3, max_batch_size=1,
         )  # fmt: skip
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
