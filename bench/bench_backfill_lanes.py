@@ -1,0 +1,350 @@
+"""The live lanes' tails during a migration's backfill (issue 31's benchmark): online callers
+(HTTP, the processor's own `POST /v1/embeddings`) and high events (Kafka) at Poisson times,
+with a backfill running in the processor's lowest lane and without one, arms interleaved
+in one run on one broker and one provider.
+
+    python bench/bench_backfill_lanes.py --bootstrap 127.0.0.1:39092 [--docs 3000]
+
+A corpus goes to the documents topic and is embedded into PostgreSQL (pgserver) by a
+processor (`embedstream run`, the online lane on) and a store writer (`embedstream sink`), as a
+user runs them, against the simulator in this process (L(b) = 40 ms + 0.02 ms/token, 8 calls
+at once: the bench's provider). That first fill is plain ingestion (the low lane) and gives
+its documents per second. Then each round runs both arms: *with* starts a migration
+(`migrate start`, a new model; each round other dimensions, so each backfill is a new
+generation read from the corpus's start), waits for its first complete document, measures
+for ``--seconds``, then cancels it and waits until the processor has let go of it; *without*
+measures the same traffic alone. The cache is off: each backfill pays for what it embeds.
+
+High latency: from an event's scheduled publication to its result read back from the results
+topic by this process. Online latency: from a request's scheduled time to its answer. Prints
+a table and one JSON object (the rows, the medians per arm, their ratios).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+import zlib
+from pathlib import Path
+
+import aiohttp
+import orjson
+from embedsim.config import SimulatorConfig
+from embedsim.server import SimulatorServer
+from embedstream.kafka.admin import configured_specs, create_topics
+from embedstream.kafka.clients import connection_for, make_reader, partitions_of, producer_for
+from embedstream.kafka.topics import configured_topics
+from embedstream.settings import Settings, load_settings
+from embedstream.stores.configured import store_config
+from embedstream.stores.pgmigrate import GenerationStatus, Migrations
+from embedstream.stores.pgvector import PgVectorStore
+from embedstream.tools.bench.documents import publish_records
+from embedstream.tools.bench.kafka_online import OnlineCallers
+from embedstream.tools.bench.workload import make_texts, poisson_arrivals
+from embedstream.tools.embedded import free_port
+from embedstream.tools.local_postgres import start_postgres
+
+ROOT = Path(__file__).parents[1]
+OLD, NEW, OLD_DIMENSIONS = "text-embedding-3-small", "text-embedding-3-large", 32
+LET_GO_S = 7.0  # a cancelled generation: the processors read the registry every 5 s
+SETTLE_S = 5.0  # after a window, for the answers of what was sent in it
+WORDS = ["river", "stone", "lantern", "orchard", "harbor", "meadow", "signal", "copper"]
+
+
+def text_of(rng: random.Random, doc: str) -> str:
+    sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 16))) + "."
+                 for _ in range(rng.randint(10, 60))]  # fmt: skip
+    return f"{doc}. " + " ".join(sentences)
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.0f}"
+
+
+class Results:
+    """Reads the results topic from its end: when each high event's result arrived."""
+
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self._reader = make_reader(connection_for(settings), fetch_max_wait_ms=10)
+        self._topic = topic
+        self.arrived: dict[str, float] = {}
+
+    async def run(self, ready: asyncio.Event) -> None:
+        await self._reader.start()
+        try:
+            partitions = await partitions_of(self._reader, self._topic)
+            self._reader.assign(partitions)
+            await self._reader.seek_to_end(*partitions)
+            ready.set()
+            loop = asyncio.get_running_loop()
+            while True:
+                batches = await self._reader.getmany(timeout_ms=50)
+                now = loop.time()
+                for records in batches.values():
+                    for record in records:
+                        key = (record.key or b"").decode()
+                        if key.startswith("hb-"):
+                            self.arrived.setdefault(key, now)
+        finally:
+            await self._reader.stop()
+
+
+async def high_traffic(
+    settings: Settings, topic: str, rate: float, seconds: float, tag: str
+) -> dict[str, float]:
+    """High events at Poisson times; each id's scheduled time."""
+    producer = producer_for(connection_for(settings), linger_ms=0)
+    await producer.start()
+    loop = asyncio.get_running_loop()
+    start = loop.time() + 0.05
+    scheduled: dict[str, float] = {}
+    seed = zlib.crc32(tag.encode())
+    arrivals = poisson_arrivals(rate, seconds, seed=seed)
+    texts = make_texts(len(arrivals), seed=seed)
+    try:
+        for i, offset in enumerate(arrivals):
+            due = start + offset
+            if due > loop.time():
+                await asyncio.sleep(due - loop.time())
+            rid = f"hb-{tag}-{i}"
+            scheduled[rid] = due
+            value = orjson.dumps({"id": rid, "text": f"{tag} {texts[i]}"})
+            await producer.send(topic, value, key=rid.encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return scheduled
+
+
+async def statuses(settings: Settings) -> list[GenerationStatus]:
+    async with PgVectorStore(store_config(settings), create=False) as store:
+        return await Migrations(store, settings.store_index).status()
+
+
+async def until(check: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        await asyncio.sleep(0.5)
+
+
+async def cli(env: dict[str, str], *args: str) -> str:
+    done = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "embedstream.cli", *args, env=env, stdout=asyncio.subprocess.PIPE
+    )
+    said, _ = await done.communicate()
+    if done.returncode != 0:
+        raise RuntimeError(f"embedstream {' '.join(args[:2])} failed ({done.returncode})")
+    return said.decode()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:39092")
+    parser.add_argument("--docs", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--high-rate", type=float, default=20.0)
+    parser.add_argument("--online-rate", type=float, default=10.0)
+    args = parser.parse_args()
+    simulator = SimulatorConfig(base_ms=40.0, per_token_ms=0.02, capacity=8)
+    with start_postgres() as postgres:
+        async with SimulatorServer(simulator) as sim:
+            report = await measure(args, postgres.dsn, sim.url)
+    print(json.dumps(report, indent=2))
+
+
+async def measure(args: argparse.Namespace, dsn: str, provider_url: str) -> dict[str, object]:
+    prefix = f"bl{uuid.uuid4().hex[:8]}."
+    table = f"bl_{uuid.uuid4().hex[:8]}"
+    documents = prefix + "documents"
+    settings = load_settings(env={}, overrides={
+        "bootstrap_servers": args.bootstrap, "topic_prefix": prefix, "store_dsn": dsn,
+        "store_table": table, "topic_documents": documents,
+    })  # fmt: skip
+    await create_topics(connection_for(settings), configured_specs(settings))
+    http_port = free_port()
+    common = [
+        "--bootstrap-servers",
+        args.bootstrap,
+        "--topic-prefix",
+        prefix,
+        "--store-dsn",
+        dsn,
+        "--store-table",
+        table,
+        "--topic-documents",
+        documents,
+    ]
+    run = [
+        "run",
+        *common,
+        "--base-url",
+        provider_url,
+        "--dimensions",
+        str(OLD_DIMENSIONS),
+        "--cache",
+        "off",
+        "--max-concurrency",
+        "8",
+        "--http-port",
+        str(http_port),
+        "--group-id",
+        prefix + "group",
+        "--metrics-port",
+        str(free_port()),
+    ]
+    sink = ["sink", *common, "--store-model", OLD, "--store-group-id", prefix + "sink",
+            "--metrics-port", str(free_port())]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'stream'}:{ROOT}"}
+    rng = random.Random(31)
+    corpus = {f"doc-{d:05}": text_of(rng, f"doc {d}") for d in range(args.docs)}
+    records = [(d.encode(), orjson.dumps({"doc_id": d, "text": t})) for d, t in corpus.items()]
+    cli_argv = [sys.executable, "-m", "embedstream.cli"]
+    processes = [await asyncio.create_subprocess_exec(*cli_argv, *a, env=env) for a in (run, sink)]
+    results = Results(settings, configured_topics(settings).results)
+    ready = asyncio.Event()
+    reading = asyncio.create_task(results.run(ready))
+    try:
+        await ready.wait()
+        began = time.monotonic()
+        await publish_records(settings, documents, records)
+
+        async def first_done() -> bool:
+            with contextlib.suppress(Exception):
+                found = await statuses(settings)
+                return len(found) == 1 and found[0].complete == args.docs
+            return False
+
+        await until(first_done, 1800, "the first generation")
+        ingest_docs_per_s = args.docs / (time.monotonic() - began)
+        print(f"plain ingestion: {ingest_docs_per_s:.1f} documents/s", file=sys.stderr)
+        migrate = ["migrate", "--store-dsn", dsn, "--store-table", table]
+        rows: list[dict[str, object]] = []
+        for round_ in range(args.rounds):
+            arms = ("without", "with") if round_ % 2 == 0 else ("with", "without")
+            for arm in arms:
+                dimensions = 48 + 8 * round_
+                row = await one_arm(args, settings, env, migrate, results, arm, round_,
+                                    dimensions, http_port)  # fmt: skip
+                rows.append(row)
+                print(row_line(row), file=sys.stderr)
+    finally:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        for process in processes:
+            process.terminate()
+            await process.wait()
+    return summary(args, ingest_docs_per_s, rows)
+
+
+async def one_arm(
+    args: argparse.Namespace, settings: Settings, env: dict[str, str], migrate: list[str],
+    results: Results, arm: str, round_: int, dimensions: int, http_port: int,
+) -> dict[str, object]:  # fmt: skip
+    done_before = 0
+    if arm == "with":
+        await cli(env, *migrate, "start", "--model", NEW, "--dimensions", str(dimensions))
+
+        async def backfilling() -> bool:
+            found = await statuses(settings)
+            return len(found) == 2 and found[1].complete > 0
+
+        await until(backfilling, 120, "the backfill's first document")
+        done_before = (await statuses(settings))[1].complete
+    tag = f"r{round_}{arm}"
+    url = f"http://127.0.0.1:{http_port}/v1/embeddings"
+    callers = OnlineCallers(url, settings.model, args.online_rate, args.seconds)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with aiohttp.ClientSession() as session:
+        calling = asyncio.create_task(callers.run(session, started + 0.05))
+        high_topic = configured_topics(settings).requests_high
+        scheduled = await high_traffic(settings, high_topic, args.high_rate, args.seconds, tag)
+        await calling
+        window = loop.time() - started
+        done_after = (await statuses(settings))[1].complete if arm == "with" else 0
+        await callers.settle(SETTLE_S)
+    deadline = loop.time() + SETTLE_S
+    while loop.time() < deadline and not set(scheduled) <= set(results.arrived):  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+    high = [results.arrived[r] - t for r, t in scheduled.items() if r in results.arrived]
+    backfilled = done_after - done_before
+    finished = False
+    if arm == "with":
+        finished = (await statuses(settings))[1].complete >= args.docs
+        await cli(env, *migrate, "cancel")
+        await asyncio.sleep(LET_GO_S)
+    return {
+        "round": round_, "arm": arm,
+        "high_sent": len(scheduled), "high_answered": len(high),
+        "high_p50_s": quantile(high, 0.5), "high_p99_s": quantile(high, 0.99),
+        "online_sent": callers.sent, "online_failed": callers.failed,
+        "online_p50_s": quantile(callers.latencies_s, 0.5),
+        "online_p99_s": quantile(callers.latencies_s, 0.99),
+        "backfill_docs_per_s": round(backfilled / window, 1) if arm == "with" else None,
+        "backfill_finished_early": finished,
+    }  # fmt: skip
+
+
+def row_line(row: dict[str, object]) -> str:
+    def sec(key: str) -> str:
+        value = row[key]
+        return ms(value if isinstance(value, float) else None)
+
+    return (
+        f"round {row['round']} {row['arm']:>7}: high P50/P99 {sec('high_p50_s')}/"
+        f"{sec('high_p99_s')} ms ({row['high_answered']}/{row['high_sent']}), online "
+        f"P50/P99 {sec('online_p50_s')}/{sec('online_p99_s')} ms ({row['online_sent']} sent, "
+        f"{row['online_failed']} failed), backfill {row['backfill_docs_per_s']} docs/s"
+    )
+
+
+def summary(
+    args: argparse.Namespace, ingest_docs_per_s: float, rows: list[dict[str, object]]
+) -> dict[str, object]:
+    medians: dict[str, dict[str, float]] = {}
+    for arm in ("without", "with"):
+        mine = [r for r in rows if r["arm"] == arm]
+        figures: dict[str, float] = {}
+        for key in ("high_p50_s", "high_p99_s", "online_p50_s", "online_p99_s"):
+            values = [v for r in mine if isinstance(v := r[key], float)]
+            if values:
+                figures[key] = statistics.median(values)
+        if arm == "with":
+            rates = [v for r in mine if isinstance(v := r["backfill_docs_per_s"], float)]
+            figures["backfill_docs_per_s"] = statistics.median(rates) if rates else 0.0
+        medians[arm] = figures
+    ratios = {
+        key: round(medians["with"][key] / medians["without"][key], 2)
+        for key in ("high_p99_s", "online_p99_s")
+        if medians["without"].get(key) and key in medians["with"]
+    }
+    backfill = medians["with"].get("backfill_docs_per_s", 0.0)
+    return {
+        "docs": args.docs, "seconds": args.seconds, "high_rate": args.high_rate,
+        "online_rate": args.online_rate, "plain_ingestion_docs_per_s": round(ingest_docs_per_s, 1),
+        "backfill_over_ingestion": round(backfill / ingest_docs_per_s, 2),
+        "rows": rows, "medians": medians, "with_over_without": ratios,
+    }  # fmt: skip
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
