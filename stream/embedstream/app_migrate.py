@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from embedstream.core import configured
+from embedstream.core.backfill_source import Unsourced, unsourced
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.intake import chunking_rules
 from embedstream.core.reembed import BASIS_SAID, CallLimits, ReembedPlan
+from embedstream.errors import EmbedStreamError
+from embedstream.kafka.held_documents import held_documents
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.generations import StoredGeneration
@@ -82,7 +85,8 @@ async def run_migration(
                 *plan_lines(plan, settings),
             ]
         if action == "status":
-            return status_lines(await migrations.status())
+            found = await migrations.status()
+            return status_lines(found, await source_lines(settings, migrations, found))
         if action == "cutover":
             new, missing = await migrations.cutover(allow_missing=allow_missing)
             lines = [
@@ -121,7 +125,9 @@ def plan_lines(plan: ReembedPlan, settings: Settings) -> list[str]:
     ]
 
 
-def status_lines(found: Sequence[GenerationStatus]) -> list[str]:
+def status_lines(found: Sequence[GenerationStatus], source: Sequence[str] = ()) -> list[str]:
+    """Each generation's lines; ``source`` (what the backfill's source lacks) goes under the
+    new generation's."""
     lines = []
     for s in found:
         g = s.generation
@@ -140,4 +146,45 @@ def status_lines(found: Sequence[GenerationStatus]) -> list[str]:
             f"chunks {s.chunks:,}; plain results {s.requests:,}; tokens {s.tokens:,}{planned}; "
             f"vector index {s.index}"
         )
+        if g.state == "new":
+            lines.extend(source)
     return lines
+
+
+async def source_lines(
+    settings: Settings, migrations: Migrations, found: Sequence[GenerationStatus]
+) -> list[str]:
+    """What the backfill's source lacks of the new generation's lacking documents (nothing
+    to say without a new generation lacking any): the documents topic read to its end now."""
+    new = next((s for s in found if s.generation.state == "new" and s.lacking), None)
+    if new is None or not new.lacking:
+        return []
+    topic = settings.topic_documents
+    if topic is None:
+        return source_said(new.lacking, None, None)
+    try:
+        held = await held_documents(settings, topic)
+    except EmbedStreamError as exc:
+        return source_said(new.lacking, topic, str(exc))
+    return source_said(new.lacking, topic, unsourced(await migrations.lacking_documents(), held))
+
+
+def source_said(lacking: int, topic: str | None, found: Unsourced | str | None) -> list[str]:
+    """The lines on the backfill's source: none (``topic`` unset), not read (``found`` the
+    reason), or the lacking documents it does not hold."""
+    pad = "          "
+    if topic is None:
+        return [
+            f"{pad}backfill source: none (topic_documents is not set): its {lacking:,} lacking "
+            "documents come only from the live stream (a new version, or a delete)"
+        ]
+    if isinstance(found, str) or found is None:
+        return [f"{pad}backfill source: could not read the documents topic {topic}: {found}"]
+    if not found.count:
+        return [f"{pad}backfill source: the documents topic {topic} holds every lacking document"]
+    more = ", ..." if found.count > len(found.first) else ""
+    return [
+        f"{pad}backfill source: the documents topic {topic} lacks {found.count:,} of the "
+        f"{found.lacking:,} lacking ({', '.join(found.first)}{more}): never backfilled; publish "
+        "them with `embedstream produce --documents`, or cut over with --allow-missing"
+    ]

@@ -50,7 +50,7 @@ async def create_all_topics(settings: Settings) -> None:
 
 
 async def publish(
-    bootstrap: KafkaTarget, topic: str, records: Sequence[tuple[bytes | None, bytes]]
+    bootstrap: KafkaTarget, topic: str, records: Sequence[tuple[bytes | None, bytes | None]]
 ) -> None:
     producer = producer_for(bootstrap, acks="all", linger_ms=5)
     await producer.start()

@@ -26,14 +26,15 @@ SERVE_SETTINGS = tuple(
 COMMON_SETTINGS = CONNECTION_SETTINGS
 # The one-shot client commands also take the log level: DEBUG shows tracebacks and every line.
 CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
-# `migrate`: the store, the chunking and the provider's limits (what a plan counts with); the
-# model of the generation it goes to is the command's --model, not the processors' setting.
+# `migrate`: the store, the chunking and the provider's limits (what a plan counts with), and
+# the broker (status reads the documents topic, the backfill's source); the model of the
+# generation it goes to is the command's --model, not the processors' setting.
 MIGRATE_SETTINGS = tuple(
     name
     for name in FIELDS
     if spec(name).group in (Group.STORE, Group.DOCUMENTS, Group.BATCHING, Group.LIMITS)
     or (spec(name).group is Group.PROVIDER and name not in ("model", "dimensions"))
-    or name in ("log_level", "log_format", "connect_timeout_s")
+    or name in ("log_level", "log_format", *CONNECTION_SETTINGS)
 )
 # produce --format: where the schema is registered, and which fields key the records.
 REGISTRY_CLIENT_SETTINGS = ("schema_registry_url", "id_field", "doc_id_field")

@@ -184,6 +184,17 @@ class Migrations:
                 )
         return found
 
+    async def lacking_documents(self) -> list[str]:
+        """Every document the new generation lacks, in doc_id order (none without a new
+        generation with vectors)."""
+        async with self._session.transaction("read the documents lacking"):
+            registry = await self._store.load()
+            new, active = registry.in_state("new"), registry.active
+            if new is None or new.size is None or active is None or active.size is None:
+                return []
+            lacking = reg.lacking_documents(self._names.of(active.id), self._names.of(new.id))
+            return [row[0] async for row in self._session.stream(f"{lacking} ORDER BY 1")]
+
     async def cutover(self, *, allow_missing: bool) -> tuple[StoredGeneration, Differences]:
         """The new generation becomes the active one; returns it and the documents it lacked
         (only with ``allow_missing``: otherwise they refuse the cutover)."""
@@ -306,7 +317,8 @@ class Migrations:
 def _refuse_lacking(new: StoredGeneration, differences: Differences, allow_missing: bool) -> None:
     if differences and not allow_missing:
         raise MigrationRefused(
-            f"generation {new.id} lacks {differences.said()}: wait for it to catch up, "
+            f"generation {new.id} lacks {differences.said()}: wait for it to catch up "
+            "(`embedstream migrate status` says which of them the backfill's source lacks), "
             "or cut over with --allow-missing"
         )
 

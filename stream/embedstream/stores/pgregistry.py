@@ -150,16 +150,21 @@ def missing_documents(active: GenerationTables, other: GenerationTables) -> str:
     complete there where the active generation is (a version whose chunks failed for good in
     both counts as caught up); then documents ``other`` has and the active one does not
     (deleted since). Their counts, and the first ``%s`` of each, in doc_id order."""
-    lacking = f"""SELECT a.doc_id FROM {active.documents} a
-        LEFT JOIN {other.documents} b ON b.doc_id = a.doc_id
-        WHERE b.latest_version IS DISTINCT FROM a.latest_version
-            OR (a.complete_version = a.latest_version
-                AND b.complete_version IS DISTINCT FROM a.latest_version)"""
+    lacking = lacking_documents(active, other)
     extra = f"""SELECT b.doc_id FROM {other.documents} b
         WHERE NOT EXISTS (SELECT 1 FROM {active.documents} a WHERE a.doc_id = b.doc_id)"""
     return f"""SELECT (SELECT count(*) FROM ({lacking}) l), (SELECT count(*) FROM ({extra}) e),
         ARRAY(SELECT doc_id FROM ({lacking}) l ORDER BY doc_id LIMIT %s),
         ARRAY(SELECT doc_id FROM ({extra}) e ORDER BY doc_id LIMIT %s)"""
+
+
+def lacking_documents(active: GenerationTables, other: GenerationTables) -> str:
+    """The doc_ids ``other`` lacks (see :func:`missing_documents`), in no order."""
+    return f"""SELECT a.doc_id FROM {active.documents} a
+        LEFT JOIN {other.documents} b ON b.doc_id = a.doc_id
+        WHERE b.latest_version IS DISTINCT FROM a.latest_version
+            OR (a.complete_version = a.latest_version
+                AND b.complete_version IS DISTINCT FROM a.latest_version)"""
 
 
 def current_chunks(tables: GenerationTables, *, with_text: bool) -> str:
