@@ -168,7 +168,7 @@ async def test_the_running_processor_backfills_a_new_generation_beside_the_live_
 
         await eventually(following, 10, 0.05)
         await publish(bootstrap, topic, events(edits) + events(added))
-        await publish(bootstrap, topic, [(d.encode(), None) for d in deleted])  # type: ignore[misc]
+        await publish(bootstrap, topic, [(d.encode(), None) for d in deleted])
         final = {**corpus, **edits, **added}
         for d in deleted:
             del final[d]
