@@ -1,0 +1,76 @@
+"""Which document versions a backfill need not embed: those its generation already holds.
+
+Pure. Before the backfill lane embeds the document versions of one poll, it asks the store,
+once, what the generation being filled holds of those documents (:class:`Held`): the version
+each holds complete, and which ones the live stream has written (the store drops every
+backfill record of those, `stores/plan.py`). A version the generation holds complete, or a
+document the live stream wrote, is skipped: its offset is done at once and no provider call is
+paid for it. This is how a restarted backfill (SIGKILL, a rebalance) resumes without paying
+again for what it embedded before its commit, whatever the cache.
+
+Only a version held at that same version is skipped: an older one, or none, is embedded. A
+delete is never skipped (it costs no call, and its place in the order matters). Nor is a
+version of a document this backfill has already written something for since it started: an
+earlier version or delete it sent may reach the store after the store answered, and would
+then be the last word for a version skipped in its favour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class SkipReason(StrEnum):
+    """Why the backfill did not embed a document version (the metric's label)."""
+
+    COMPLETE = "complete"  # the generation holds this very version complete
+    LIVE = "live"  # the live stream wrote the document to the generation: it wins
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a generation being filled holds of some documents (the store's one answer)."""
+
+    complete: Mapping[str, str] = field(default_factory=dict)  # doc_id: its complete version
+    live: AbstractSet[str] = frozenset()  # doc_ids the live stream wrote to it
+
+
+@dataclass(frozen=True, slots=True)
+class ReadVersion:
+    """A document event the backfill read: a version, or a delete (``version`` None)."""
+
+    doc_id: str
+    version: str | None
+
+
+def skips(
+    reads: Sequence[ReadVersion], held: Held, written: AbstractSet[str]
+) -> list[SkipReason | None]:
+    """For each read, in read order, why it is skipped, or None: it is embedded (deleted).
+
+    ``written``: the doc_ids this backfill has written something for before this poll."""
+    sent: set[str] = set()  # this poll's, in order
+    decided: list[SkipReason | None] = []
+    for read in reads:
+        reason: SkipReason | None = None
+        if read.version is not None and read.doc_id in held.live:
+            reason = SkipReason.LIVE  # every backfill record of it is dropped: any order
+        elif (
+            read.version is not None
+            and read.doc_id not in written
+            and read.doc_id not in sent
+            and held.complete.get(read.doc_id) == read.version
+        ):
+            reason = SkipReason.COMPLETE
+        if reason is None:
+            sent.add(read.doc_id)
+        decided.append(reason)
+    return decided
+
+
+def sent(reads: Iterable[ReadVersion], decided: Iterable[SkipReason | None]) -> set[str]:
+    """The doc_ids of the reads not skipped: what the backfill now has written for."""
+    return {read.doc_id for read, reason in zip(reads, decided, strict=True) if reason is None}
