@@ -5,7 +5,8 @@ With ``store_dsn`` set, a processor reads the store's registry of index generati
 and every ``WATCH_INTERVAL_S`` after: while the store keeps two generations, every document
 version and delete of the live stream is written for both; while one is being filled (a
 ``new`` one, `embedstream migrate start`), the backfill lane re-embeds the documents topic for
-it. Nothing to restart: a migration started, cut over or cancelled is followed within seconds.
+it, asking the store before each poll's documents which it holds already (`stores/pgheld.py`).
+Nothing to restart: a migration started, cut over or cancelled is followed within seconds.
 A store that cannot be read keeps the processor as it was (and says so in the log).
 """
 
@@ -30,6 +31,7 @@ from embedstream.ops.migration_metrics import MigrationMetrics
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.generations import Registry
+from embedstream.stores.pgheld import HeldDocuments
 from embedstream.stores.pgvector import PgVectorStore
 
 log = logging.getLogger(__name__)
@@ -160,7 +162,9 @@ def store_watch(
             max_document_bytes=settings.max_document_bytes, lane=InputLane.BACKFILL,
         )  # fmt: skip
         consumer = make_backfill_consumer(settings, group)
-        return BackfillFeed(generation, consumer, documents, admission, engine)
+        holdings = HeldDocuments(store_config(settings), generation.id)
+        return BackfillFeed(generation, consumer, documents, admission, engine,
+                            holdings=holdings, count_skipped=metrics.count_skipped)  # fmt: skip
 
     backfills = Backfills(feed_of)
     return StoreWatch(registry_reader(settings), dual_writes, backfills, metrics=metrics)

@@ -11,6 +11,13 @@ call path, cache and outcomes as the live lanes, the same budget, of which the b
 what the others leave (`core/reservations.py`). Its outputs carry ``embedstream.backfill``:
 the store never lets them overwrite what the live stream wrote to that generation meanwhile.
 
+Before it embeds the document versions of a poll, it asks the store once which of them the
+generation already holds complete at that version, or the live stream wrote
+(`core/backfill_skips.py`): those are not embedded, their offsets done at once. So a restarted
+backfill pays nothing again for what it embedded before its last commit, whatever the cache.
+A store that cannot be read (within ``HELD_TIMEOUT_S``) holds nothing: everything is embedded,
+as without the question.
+
 Offsets commit as for the live lanes: a document's once its final record is written. Memory:
 the backfill holds at most a quarter of ``buffered_items_limit`` and never more than the live
 lanes leave of it; it fetches only when it has room.
@@ -24,15 +31,17 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from embedstream.core.backfill_skips import Held, ReadVersion, SkipReason, sent, skips
 from embedstream.core.clock import Clock
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.lanes import InputLane
 from embedstream.engine.batcher import Batcher
+from embedstream.errors import EmbedStreamError
 from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.consumption import consume
@@ -52,6 +61,7 @@ FETCH_TIMEOUT_MS = 100
 IDLE_WAIT_S = 0.1  # no room (or the provider out): look again this often
 HELD_SHARE = 4  # the backfill holds at most buffered_items_limit / HELD_SHARE chunks
 HOLD_BACK_S = 1.0  # the schema registry out: read the record again after this
+HELD_TIMEOUT_S = 5.0  # the store's answer of what it holds: embed everything without it
 
 
 def backfill_group(group_id: str, generation_id: str) -> str:
@@ -77,6 +87,24 @@ class SharedEngine:
     commit_interval_s: float
 
 
+class StoreHoldings(Protocol):
+    """What the generation being filled holds of some documents (`stores/pgheld.py`)."""
+
+    async def held(self, doc_ids: Sequence[str]) -> Held: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A record read and tracked; its verdict: a document's version or delete, or None (a
+    record the backfill has nothing to do with)."""
+
+    state: PartitionState
+    record: Record
+    verdict: DocumentStart | DocumentTombstone | None
+
+
 class BackfillFeed:
     """The documents topic into one generation's backfill; ``run`` until stopped."""
 
@@ -87,7 +115,12 @@ class BackfillFeed:
         topic: str,
         admission: Admission,
         engine: SharedEngine,
+        *,
+        holdings: StoreHoldings | None = None,
+        count_skipped: Callable[[SkipReason], None] = lambda _reason: None,
     ) -> None:
+        """``holdings``: the store's answers (None: nothing is ever held); ``count_skipped``:
+        a document version not embedded, by why."""
         self.generation = generation
         self.topic = topic
         self._consumer = consumer
@@ -102,6 +135,10 @@ class BackfillFeed:
         self._stop = asyncio.Event()
         self.read = 0  # records read (the progress metrics' rate)
         self._chunks_per_record = 8.0  # a running estimate: how many records fill the room
+        self._holdings = holdings
+        self._count_skipped = count_skipped
+        self._written: set[str] = set()  # doc_ids embedded or deleted since it started
+        self._unheld = False  # the store could not say what it holds (said once)
 
     @property
     def lag(self) -> int:
@@ -129,6 +166,8 @@ class BackfillFeed:
                     await commits
         finally:
             await self.handoff.close()
+            if self._holdings is not None:
+                await self._holdings.close()
 
     def _room(self) -> int:
         """Chunks the backfill may still take on: its share, within what the live lanes left."""
@@ -153,16 +192,16 @@ class BackfillFeed:
                 continue
             if got is None:
                 return
-            admitted: list[WorkItem] = []
+            reads: list[_Read] = []
             for tp, batch in got.items():
-                admitted += await self._admit_all(tp, batch)
-            await e.submit(admitted)
+                reads += await self._read_all(tp, batch)
+            await e.submit(await self._start(reads))
 
     async def _idle(self) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), IDLE_WAIT_S)
 
-    async def _admit_all(self, tp: TopicPartition, records: Sequence[Record]) -> list[WorkItem]:
+    async def _read_all(self, tp: TopicPartition, records: Sequence[Record]) -> list[_Read]:
         if not records:
             return []
         state = self.assignment.get(tp)
@@ -170,24 +209,23 @@ class BackfillFeed:
             if state is None and tp in self._consumer.assignment():
                 self._consumer.seek(tp, records[0].offset)  # not tracked yet: read again
             return []
-        items: list[WorkItem] = []
+        reads: list[_Read] = []
         for record in records:
-            made = await self._admit(state, record)
-            if made is None:  # held back: this record and the rest are read again
+            read = await self._admit(state, record)
+            if read is None:  # held back: this record and the rest are read again
                 self._consumer.seek(tp, record.offset)
                 await self._idle()
                 break
             self.read += 1
-            items += made
+            reads.append(read)
         else:
             highwater = self._consumer.highwater(tp)
             if highwater is not None:
                 state.lag = max(0, highwater - (records[-1].offset + 1))
-        return items
+        return reads
 
-    async def _admit(self, state: PartitionState, record: Record) -> list[WorkItem] | None:
-        """The chunks a record makes for the generation, none for a delete or a record the
-        backfill has nothing to do with; None: held back (the schema registry is out)."""
+    async def _admit(self, state: PartitionState, record: Record) -> _Read | None:
+        """The record admitted and tracked; None: held back (the schema registry is out)."""
         admission, now = self._admission, self._engine.clock.wall_ms()
         if admission.framed:
             verdict = await admission.admit_framed(record, state, now)
@@ -196,19 +234,59 @@ class BackfillFeed:
         else:
             verdict = admission.admit(record, state, now)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
-        documents = self._engine.documents
-        if isinstance(verdict, DocumentStart):
-            start = dataclasses.replace(verdict, index_generation=self.generation.id)
-            items = documents.start(start, state)
-            chunks = len(verdict.admitted.chunks)
-            self._chunks_per_record += (chunks - self._chunks_per_record) / 16
-            return items
-        if isinstance(verdict, DocumentTombstone):
-            documents.delete(verdict, record, state, generation=self.generation.id)
-            return []
-        # A plain request, or a record the live lanes dead-letter: not the backfill's.
-        state.complete(record.offset)
-        return []
+        if isinstance(verdict, DocumentStart | DocumentTombstone):
+            return _Read(state, record, verdict)
+        return _Read(state, record, None)  # a plain request, a record the live lanes dead-letter
+
+    async def _start(self, reads: Sequence[_Read]) -> list[WorkItem]:
+        """The chunks of a poll's reads, in read order, but for the versions the generation
+        already holds: those, and records not the backfill's, are done at once."""
+        versions = [
+            ReadVersion(r.verdict.doc_id, None)
+            if isinstance(r.verdict, DocumentTombstone)
+            else ReadVersion(r.verdict.admitted.event.doc_id, r.verdict.admitted.version)
+            for r in reads
+            if r.verdict is not None
+        ]
+        asked = [v.doc_id for v in versions if v.version is not None]
+        decided = skips(versions, await self._held(asked), self._written)
+        self._written |= sent(versions, decided)
+        reasons = iter(decided)
+        documents, items = self._engine.documents, []
+        for read in reads:
+            state, record, verdict = read.state, read.record, read.verdict
+            skipped = None if verdict is None else next(reasons)
+            if not state.live:
+                continue  # revoked meanwhile: its next owner reads it again
+            if verdict is None or skipped is not None:
+                if skipped is not None:
+                    self._count_skipped(skipped)
+                state.complete(record.offset)
+            elif isinstance(verdict, DocumentTombstone):
+                documents.delete(verdict, record, state, generation=self.generation.id)
+            else:
+                start = dataclasses.replace(verdict, index_generation=self.generation.id)
+                items += documents.start(start, state)
+                chunks = len(verdict.admitted.chunks)
+                self._chunks_per_record += (chunks - self._chunks_per_record) / 16
+        return items
+
+    async def _held(self, doc_ids: Sequence[str]) -> Held:
+        """The store's answer; nothing held if it cannot be read in time (said once)."""
+        if self._holdings is None or not doc_ids:
+            return Held()
+        try:
+            held = await asyncio.wait_for(self._holdings.held(doc_ids), HELD_TIMEOUT_S)
+        except (EmbedStreamError, OSError, TimeoutError) as exc:
+            if not self._unheld:
+                log.warning("cannot ask the store what generation %s holds (%r); the backfill "
+                            "embeds every document it reads", self.generation.id, exc)  # fmt: skip
+            self._unheld = True
+            return Held()
+        if self._unheld:
+            log.info("the store says again what generation %s holds", self.generation.id)
+        self._unheld = False
+        return held
 
     async def _commit_periodically(self) -> None:
         while True:

@@ -1,7 +1,7 @@
 """Prometheus metrics of a migration, on the processor's registry: the provider tokens of
 every index generation it writes (by lane), and the backfill's progress against the plan that
-`embedstream migrate start` made (documents done, records of the documents topic left, the
-time left at the rate of the last minute)."""
+`embedstream migrate start` made (documents done, documents it found already held, records of
+the documents topic left, the time left at the rate of the last minute)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from embedstream.core.backfill_skips import SkipReason
+
 MIGRATION_METRIC_NAMES: frozenset[str] = frozenset(
     {
         "embedstream_generation_tokens_total",
         "embedstream_backfill_documents_total",
+        "embedstream_backfill_skipped_total",
         "embedstream_backfill_planned",
         "embedstream_backfill_records_left",
         "embedstream_backfill_seconds_left",
@@ -38,6 +41,13 @@ class MigrationMetrics:
             ["outcome"],
             registry=registry,
         )
+        self._skipped = Counter(
+            "embedstream_backfill_skipped",
+            "Document versions the backfill did not embed: the new generation held them "
+            "complete at that version, or the live stream wrote the document.",
+            ["reason"],
+            registry=registry,
+        )
         self._planned = Gauge(
             "embedstream_backfill_planned",
             "The plan of the generation being filled (`migrate start`): documents, tokens; "
@@ -61,6 +71,8 @@ class MigrationMetrics:
             self._planned.labels(what)
         for outcome in ("complete", "incomplete", "deleted"):
             self._documents.labels(outcome)
+        for reason in SkipReason:
+            self._skipped.labels(reason.value)
         self._samples: deque[tuple[float, int]] = deque()  # (time, records read) of the window
         self._read = 0
 
@@ -69,6 +81,9 @@ class MigrationMetrics:
 
     def count_document(self, outcome: str) -> None:
         self._documents.labels(outcome).inc()
+
+    def count_skipped(self, reason: SkipReason) -> None:
+        self._skipped.labels(reason.value).inc()
 
     def set_plan(self, documents: int, tokens: int) -> None:
         self._planned.labels("documents").set(documents)

@@ -156,6 +156,16 @@ def live_marked(names: GenerationTables) -> str:
     return f"SELECT doc_id FROM {names.live} WHERE doc_id = ANY(%s)"
 
 
+def held_documents(names: GenerationTables) -> str:
+    """Of these documents, those the generation holds complete (and at which version) or the
+    live stream marked: what a backfill need not embed again (`core/backfill_skips.py`)."""
+    return f"""SELECT f.doc_id, d.complete_version, l.doc_id IS NOT NULL
+        FROM unnest(%s::text[]) AS f(doc_id)
+        LEFT JOIN {names.documents} d ON d.doc_id = f.doc_id
+        LEFT JOIN {names.live} l ON l.doc_id = f.doc_id
+        WHERE d.complete_version IS NOT NULL OR l.doc_id IS NOT NULL"""
+
+
 def mark_live(names: GenerationTables) -> str:
     return f"INSERT INTO {names.live} SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING"
 
