@@ -4,7 +4,9 @@ start` of another model, other dimensions and other chunks; the processor follow
 within a second, re-embeds the documents topic in its backfill lane and dual-writes the edits,
 new documents and deletes that keep coming meanwhile. At the end the new generation's tables
 equal the state the topic implies, row for row and vector for vector, and the provider tokens
-its backfill spent are within 5% of the plan's estimate (cache=redis).
+its backfill spent are within 5% of the plan's estimate (cache=redis). A backfill read again
+from the start over the filled generation (its group rewound, the default memory cache) pays
+only for what the generation lacks: an older version held, an edit's versions in order.
 
 The short form of the issue's test (the README's test command); the full size, with SIGKILLs
 of the processor and of the store writer, is ``bench/bench_backfill.py``."""
@@ -19,6 +21,8 @@ from collections.abc import Iterator
 import orjson
 import psycopg
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from embedsim.config import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedsim.vectors import expected_vector
 from embedstream import app_backfill
@@ -28,6 +32,7 @@ from embedstream.core.chunker import chunk_document
 from embedstream.core.documents import default_version
 from embedstream.core.intake import chunking_rules
 from embedstream.core.tokens import estimate_tokens
+from embedstream.kafka.backfill import backfill_group
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
@@ -201,3 +206,130 @@ async def test_the_running_processor_backfills_a_new_generation_beside_the_live_
     # Every edit, new document and delete was written to the new generation by the live
     # stream too (dual-write): the store marked each, so the backfill could not undo it.
     assert set(edits) | set(added) | set(deleted) <= live_marks(settings, new_id)
+
+
+async def rewind(settings: Settings, group: str, topic: str) -> None:
+    """The backfill group's commit back to the start (a fresh backfill over a filled one)."""
+    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers)
+    await producer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in await producer.partitions_for(topic)]
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        await consumer.commit(dict.fromkeys(tps, 0))
+    finally:
+        await consumer.stop()
+
+
+def chunk_texts(new: Settings, text: str) -> set[str]:
+    rules = chunking_rules(new, configured.provider_limits(new))
+    return {chunk.text for chunk in chunk_document(text, rules, estimate_tokens)}
+
+
+async def test_a_backfill_read_again_pays_only_for_what_the_new_generation_lacks(
+    bootstrap: str,
+    unique_prefix: str,
+    postgres: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    async with SimulatorServer(SimulatorConfig(base_ms=1, record_calls=True)) as simulator:
+        # The default memory cache: a new processor starts with none.
+        settings = settings_for(
+            bootstrap, unique_prefix, simulator.url, store_dsn=postgres.dsn,
+            store_table=f"bfr_{uuid.uuid4().hex[:10]}", store_group_id=unique_prefix + "sink",
+            store_model=OLD_MODEL, dimensions=16, topic_documents=unique_prefix + "documents",
+            chunk_max_tokens=96, chunk_min_tokens=16, chunk_overlap_tokens=0,
+        )  # fmt: skip
+        new = dataclasses.replace(settings, chunk_max_tokens=48)
+        await create_all_topics(settings)
+        rng = random.Random(32)
+        corpus = {f"doc-{d:03}": text_of(rng, d) for d in range(30)}
+        edited, held_older, live = "doc-001", "doc-002", "doc-003"
+        first_text = corpus[edited]
+        corpus[edited] = text_of(rng, 1001)  # edited before the migration: two versions
+        topic = unique_prefix + "documents"
+
+        def event(doc_id: str, text: str) -> tuple[bytes, bytes]:
+            return doc_id.encode(), orjson.dumps({"doc_id": doc_id, "text": text})
+
+        async with running_writer(settings):
+            async with running_service(settings) as service:
+                await publish(bootstrap, topic, [event(edited, first_text)])
+                await publish(bootstrap, topic, [event(d, t) for d, t in corpus.items()])
+
+                async def stored() -> bool:
+                    found = await statuses(settings)
+                    return len(found) == 1 and found[0].complete == len(corpus)
+
+                await eventually(stored, 60, 0.2)
+                said = await run_migration(new, "start", model=NEW_MODEL,
+                                           dimensions=NEW_DIMENSIONS)  # fmt: skip
+                new_id = said[0].split()[2]
+                watch = service.watch
+                assert watch is not None
+
+                async def following() -> bool:
+                    filling = watch.dual_writes.generations.filling
+                    return filling is not None and filling.id == new_id
+
+                await eventually(following, 10, 0.05)
+                corpus[live] = text_of(rng, 1003)  # the live stream writes it: marked
+                await publish(bootstrap, topic, [event(live, corpus[live])])
+
+                async def filled() -> bool:
+                    [_, filling] = await statuses(settings)
+                    return filling.complete == len(corpus) and filling.lacking == 0
+
+                await eventually(filled, 90, 0.3)
+            # No processor: the backfill group starts over, and the new generation holds an
+            # older version of one document than the topic's (as if the backfill had not
+            # reached its edit).
+            await rewind(settings, backfill_group(settings.group_id, new_id), topic)
+            docs = f'"{settings.store_schema}"."{settings.store_table}_{new_id}_docs"'
+            with psycopg.connect(settings.store_dsn or "") as connection:
+                connection.execute(
+                    f"UPDATE {docs} SET complete_version = 'older' WHERE doc_id = %s",
+                    (held_older,),
+                )
+            simulator.calls.clear()
+            async with running_service(settings) as service:
+                metrics = service.metrics
+
+                def skipped(reason: str) -> float:
+                    return sample(metrics, "embedstream_backfill_skipped_total",
+                                  {"reason": reason})  # fmt: skip
+
+                def ended() -> float:
+                    return sample(metrics, "embedstream_backfill_documents_total",
+                                  {"outcome": "complete"})  # fmt: skip
+
+                async def reread() -> bool:  # every record of the topic embedded or skipped
+                    done = ended() + skipped("complete") + skipped("live")
+                    return done == len(corpus) + 2
+
+                await eventually(reread, 60, 0.2)
+
+                def as_the_topic_says() -> bool:  # the edit's last version wins
+                    rows, wanted = stored_rows(settings, new_id), expected_rows(new, corpus)
+                    return [row[:6] for row in rows] == [row[:6] for row in wanted]
+
+                await eventually(as_the_topic_says, 30, 0.2)
+                counts = ended(), skipped("complete"), skipped("live")
+
+    sent = {text for call in simulator.calls if call.fields.get("model") == NEW_MODEL
+            for text in call.inputs}  # fmt: skip
+    paid_for = chunk_texts(new, first_text) | chunk_texts(new, corpus[edited])
+    paid_for |= chunk_texts(new, corpus[held_older])
+    # Nothing else was paid again: the rest the new generation held at that very version.
+    assert sent and sent <= paid_for
+    assert chunk_texts(new, corpus[edited]) <= sent and chunk_texts(new, corpus[held_older]) <= sent
+    # Embedded: the edited document's two versions, the one held at an older version; skipped:
+    # the others, and both versions of the document the live stream wrote.
+    assert counts == (3, len(corpus) - 3, 2)
