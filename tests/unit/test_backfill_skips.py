@@ -1,9 +1,17 @@
-"""The backfill's rule of which document versions its generation already holds (pure)."""
+"""The backfill's rule of which document versions its generation already holds (pure), and
+the store's answers it decides from (none when the store cannot say in time)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Sequence
+
 import pytest
 from embedstream.core.backfill_skips import Held, ReadVersion, SkipReason, sent, skips
+from embedstream.errors import Reason, StoreError
+from embedstream.kafka.backfill_held import StoreAnswers
+from embedstream.testing.virtual_loop import VirtualLoop
 
 COMPLETE, LIVE = SkipReason.COMPLETE, SkipReason.LIVE
 
@@ -65,3 +73,54 @@ def test_what_was_sent_is_what_was_not_skipped() -> None:
     read = reads("a@v1", "b@v1", "c@", "d@v2")
     decided = skips(read, Held({"a": "v1"}, frozenset({"d"})), frozenset())
     assert sent(read, decided) == {"b", "c"}
+
+
+class FlakyStore:
+    """Answers from a list: a Held, an error to raise, or None to never answer."""
+
+    def __init__(self, *answers: Held | Exception | None) -> None:
+        self.answers = list(answers)
+        self.asked: list[list[str]] = []
+        self.closed = False
+
+    async def held(self, doc_ids: Sequence[str]) -> Held:
+        self.asked.append(list(doc_ids))
+        answer = self.answers.pop(0)
+        if answer is None:
+            await asyncio.Event().wait()  # hangs: only the timeout ends it
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, Held)
+        return answer
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def test_a_store_that_cannot_answer_holds_nothing_and_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    known = Held({"a": "v1"})
+    down = StoreError(Reason.STORE_UNAVAILABLE, "cannot connect", retriable=True)
+    store = FlakyStore(known, down, OSError("reset"), None, known)
+    answers = StoreAnswers(store, "0b663aff", timeout_s=5.0)
+
+    async def ask() -> list[Held]:
+        got = [await answers.held(["a"]) for _ in range(5)]
+        assert await answers.held([]) == Held()  # nothing to ask
+        await answers.close()
+        return got
+
+    loop = VirtualLoop()  # the hang's timeout passes in virtual time
+    with caplog.at_level(logging.INFO, logger="embedstream.kafka.backfill_held"):
+        got = loop.run_until_complete(ask())
+    loop.close()
+    # An error, a broken connection, no answer in time: nothing held, everything embedded.
+    assert got == [known, Held(), Held(), Held(), known]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "cannot ask the store" in said[0] and "again" in said[1]
+    assert len(store.asked) == 5 and store.closed
+
+
+async def test_without_a_store_nothing_is_held() -> None:
+    assert await StoreAnswers(None, "0b663aff").held(["a"]) == Held()

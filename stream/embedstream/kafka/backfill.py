@@ -15,7 +15,7 @@ Before it embeds the document versions of a poll, it asks the store once which o
 generation already holds complete at that version, or the live stream wrote
 (`core/backfill_skips.py`): those are not embedded, their offsets done at once. So a restarted
 backfill pays nothing again for what it embedded before its last commit, whatever the cache.
-A store that cannot be read (within ``HELD_TIMEOUT_S``) holds nothing: everything is embedded,
+A store that cannot answer in time (`kafka/backfill_held.py`) holds nothing: everything is embedded,
 as without the question.
 
 Offsets commit as for the live lanes: a document's once its final record is written. Memory:
@@ -31,18 +31,18 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from embedstream.core.backfill_skips import Held, ReadVersion, SkipReason, sent, skips
+from embedstream.core.backfill_skips import ReadVersion, SkipReason, sent, skips
 from embedstream.core.clock import Clock
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.lanes import InputLane
 from embedstream.engine.batcher import Batcher
-from embedstream.errors import EmbedStreamError
 from embedstream.kafka.admission import Admission, HeldBack
+from embedstream.kafka.backfill_held import StoreAnswers, StoreHoldings
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.consumption import consume
 from embedstream.kafka.documents import DocumentFlow, DocumentStart
@@ -61,7 +61,6 @@ FETCH_TIMEOUT_MS = 100
 IDLE_WAIT_S = 0.1  # no room (or the provider out): look again this often
 HELD_SHARE = 4  # the backfill holds at most buffered_items_limit / HELD_SHARE chunks
 HOLD_BACK_S = 1.0  # the schema registry out: read the record again after this
-HELD_TIMEOUT_S = 5.0  # the store's answer of what it holds: embed everything without it
 
 
 def backfill_group(group_id: str, generation_id: str) -> str:
@@ -85,14 +84,6 @@ class SharedEngine:
     max_poll: int
     drain_timeout_s: float
     commit_interval_s: float
-
-
-class StoreHoldings(Protocol):
-    """What the generation being filled holds of some documents (`stores/pgheld.py`)."""
-
-    async def held(self, doc_ids: Sequence[str]) -> Held: ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +126,9 @@ class BackfillFeed:
         self._stop = asyncio.Event()
         self.read = 0  # records read (the progress metrics' rate)
         self._chunks_per_record = 8.0  # a running estimate: how many records fill the room
-        self._holdings = holdings
+        self._holdings = StoreAnswers(holdings, generation.id)
         self._count_skipped = count_skipped
         self._written: set[str] = set()  # doc_ids embedded or deleted since it started
-        self._unheld = False  # the store could not say what it holds (said once)
 
     @property
     def lag(self) -> int:
@@ -166,8 +156,7 @@ class BackfillFeed:
                     await commits
         finally:
             await self.handoff.close()
-            if self._holdings is not None:
-                await self._holdings.close()
+            await self._holdings.close()
 
     def _room(self) -> int:
         """Chunks the backfill may still take on: its share, within what the live lanes left."""
@@ -249,7 +238,7 @@ class BackfillFeed:
             if r.verdict is not None
         ]
         asked = [v.doc_id for v in versions if v.version is not None]
-        decided = skips(versions, await self._held(asked), self._written)
+        decided = skips(versions, await self._holdings.held(asked), self._written)
         self._written |= sent(versions, decided)
         reasons = iter(decided)
         documents, items = self._engine.documents, []
@@ -270,23 +259,6 @@ class BackfillFeed:
                 chunks = len(verdict.admitted.chunks)
                 self._chunks_per_record += (chunks - self._chunks_per_record) / 16
         return items
-
-    async def _held(self, doc_ids: Sequence[str]) -> Held:
-        """The store's answer; nothing held if it cannot be read in time (said once)."""
-        if self._holdings is None or not doc_ids:
-            return Held()
-        try:
-            held = await asyncio.wait_for(self._holdings.held(doc_ids), HELD_TIMEOUT_S)
-        except (EmbedStreamError, OSError, TimeoutError) as exc:
-            if not self._unheld:
-                log.warning("cannot ask the store what generation %s holds (%r); the backfill "
-                            "embeds every document it reads", self.generation.id, exc)  # fmt: skip
-            self._unheld = True
-            return Held()
-        if self._unheld:
-            log.info("the store says again what generation %s holds", self.generation.id)
-        self._unheld = False
-        return held
 
     async def _commit_periodically(self) -> None:
         while True:
