@@ -31,7 +31,7 @@ from embedstream.ops.migration_metrics import MigrationMetrics
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.generations import Registry
-from embedstream.stores.pgheld import HeldDocuments
+from embedstream.stores.pgheld import GenerationHoldings
 from embedstream.stores.pgvector import PgVectorStore
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ def store_watch(
             max_document_bytes=settings.max_document_bytes, lane=InputLane.BACKFILL,
         )  # fmt: skip
         consumer = make_backfill_consumer(settings, group)
-        holdings = HeldDocuments(store_config(settings), generation.id)
+        holdings = GenerationHoldings(store_config(settings), generation.id)
         return BackfillFeed(generation, consumer, documents, admission, engine,
                             holdings=holdings, count_skipped=metrics.count_skipped)  # fmt: skip
 

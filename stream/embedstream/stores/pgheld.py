@@ -17,7 +17,7 @@ from embedstream.stores.pgdriver import PgSession
 from embedstream.stores.pgschema import PgStoreConfig
 
 
-class HeldDocuments:
+class GenerationHoldings:
     """Asks one generation which of some documents it holds complete, or the live stream wrote."""
 
     def __init__(self, config: PgStoreConfig, generation_id: str) -> None:
