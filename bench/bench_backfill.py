@@ -6,13 +6,15 @@ store writer are each SIGKILLed mid-backfill and started again. At the end the n
 generation's tables are compared with the state the documents topic implies, row for row and
 vector for vector, and the provider tokens spent for the new model with the plan's estimate.
 
-    python bench/bench_backfill.py --bootstrap 127.0.0.1:39092 [--docs 1000]
+    python bench/bench_backfill.py --bootstrap 127.0.0.1:39092 [--docs 1000] [--cache memory]
 
 Processes as a user runs them (`embedstream run`, `embedstream sink`), the simulator and a
-`redis-server` (cache=redis: what a killed processor had embedded is not paid again) in this
-process, PostgreSQL from the pgserver wheel. Prints one JSON object: the plan, the provider
-tokens of the new model (the backfill's and the dual-written edits', an upper bound of the
-backfill's), their ratio, the backfill's documents per second, and whether the tables match.
+`redis-server` (cache=redis, the default) in this process, PostgreSQL from the pgserver wheel.
+What a killed processor had embedded is not paid again either way: with ``--cache memory``
+the restarted backfill skips the documents the new generation holds already
+(`core/backfill_skips.py`). Prints one JSON object: the plan, the provider tokens of the new
+model (the backfill's and the dual-written edits', an upper bound of the backfill's), their
+ratio, the backfill's documents per second, and whether the tables match.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ async def main() -> None:
     parser.add_argument("--bootstrap", default="127.0.0.1:39092")
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=31)
+    parser.add_argument("--cache", choices=("redis", "memory"), default="redis")
     args = parser.parse_args()
     prefix = f"bf{uuid.uuid4().hex[:8]}."
     rng = random.Random(args.seed)
@@ -154,8 +157,10 @@ async def migrate(
               "--store-dsn", dsn, "--store-table", table,
               "--topic-documents", prefix + "documents"]  # fmt: skip
     run = [sys.executable, "-m", "embedstream.cli", "run", *common, "--base-url", sim.url,
-           "--dimensions", str(OLD_DIMENSIONS), "--cache", "redis", "--cache-url", redis_url,
+           "--dimensions", str(OLD_DIMENSIONS), "--cache", args.cache,
            "--group-id", prefix + "group", "--metrics-port", str(free_port())]  # fmt: skip
+    if args.cache == "redis":
+        run += ["--cache-url", redis_url]
     sink = [sys.executable, "-m", "embedstream.cli", "sink", *common, "--store-model", OLD,
             "--store-group-id", prefix + "sink", "--metrics-port", str(free_port())]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'stream'}:{ROOT}"}
@@ -227,6 +232,7 @@ async def migrate(
     planned = max(1, int(plan.get("tokens", 1)))
     return {
         "documents": args.docs, "changes": len(changes), "generation": new_id,
+        "cache": args.cache,
         "plan": plan, "new_model_calls": len(new_calls),
         "provider_tokens_new_model": spent, "estimated_tokens_sent": estimated,
         "estimated_sent_over_plan": round(estimated / planned, 4),
