@@ -128,7 +128,8 @@ class BackfillFeed:
         self._chunks_per_record = 8.0  # a running estimate: how many records fill the room
         self._holdings = StoreAnswers(holdings, generation.id)
         self._count_skipped = count_skipped
-        self._written: set[str] = set()  # doc_ids embedded or deleted since it started
+        # doc_ids embedded or deleted since it started (one string per document it sent)
+        self._written: set[str] = set()
 
     @property
     def lag(self) -> int:
