@@ -8,7 +8,14 @@ import logging
 from collections.abc import Sequence
 
 import pytest
-from embedstream.core.backfill_skips import Held, ReadVersion, SkipReason, sent, skips
+from embedstream.core.backfill_skips import (
+    Held,
+    ReadVersion,
+    SentDocuments,
+    SkipReason,
+    sent,
+    skips,
+)
 from embedstream.errors import Reason, StoreError
 from embedstream.kafka.backfill_held import StoreAnswers
 from embedstream.testing.virtual_loop import VirtualLoop
@@ -124,3 +131,14 @@ def test_a_store_that_cannot_answer_holds_nothing_and_is_said_once(
 
 async def test_without_a_store_nothing_is_held() -> None:
     assert await StoreAnswers(None, "0b663aff").held(["a"]) == Held()
+
+
+def test_past_its_bound_every_document_counts_as_sent_and_nothing_held_is_skipped() -> None:
+    written = SentDocuments(limit=3)
+    assert not written.add_all(["a", "b", "c"]) and "a" in written and "z" not in written
+    held = Held({"z": "v1"})
+    assert skips(reads("z@v1"), held, written) == [COMPLETE]
+    assert written.add_all(["d"])  # the fourth fills it: the ids are dropped
+    assert len(written) == 0 and "z" in written and not written.add_all(["e"])
+    assert skips(reads("z@v1"), held, written) == [None]  # embedded again: safe, bounded
+    assert skips(reads("y@v2"), Held({}, frozenset({"y"})), written) == [LIVE]  # live: any order

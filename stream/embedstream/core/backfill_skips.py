@@ -17,7 +17,7 @@ then be the last word for a version skipped in its favour.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -47,7 +47,7 @@ class ReadVersion:
 
 
 def skips(
-    reads: Sequence[ReadVersion], held: Held, written: AbstractSet[str]
+    reads: Sequence[ReadVersion], held: Held, written: Container[str]
 ) -> list[SkipReason | None]:
     """For each read, in read order, why it is skipped, or None: it is embedded (deleted).
 
@@ -74,3 +74,34 @@ def skips(
 def sent(reads: Iterable[ReadVersion], decided: Iterable[SkipReason | None]) -> set[str]:
     """The doc_ids of the reads not skipped: what the backfill now has written for."""
     return {read.doc_id for read, reason in zip(reads, decided, strict=True) if reason is None}
+
+
+class SentDocuments:
+    """The doc_ids a backfill has sent something for since it started, at most ``limit``.
+
+    Past the limit it forgets them and holds every document as sent: no held version is
+    skipped for the rest of the pass (each is embedded, as before skips existed). Skips pay
+    off right after a restart, when the set is empty; the bound keeps a pass over a corpus of
+    millions from holding one string per document."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._ids: set[str] = set()
+        self.full = False
+
+    def __contains__(self, doc_id: object) -> bool:
+        return self.full or doc_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add_all(self, doc_ids: Iterable[str]) -> bool:
+        """Note these; True when this filled it (from now on every document counts as sent)."""
+        if self.full:
+            return False
+        self._ids.update(doc_ids)
+        if len(self._ids) > self._limit:
+            self.full = True
+            self._ids = set()
+            return True
+        return False

@@ -36,7 +36,7 @@ from typing import TypeVar
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from embedstream.core.backfill_skips import ReadVersion, SkipReason, sent, skips
+from embedstream.core.backfill_skips import ReadVersion, SentDocuments, SkipReason, sent, skips
 from embedstream.core.clock import Clock
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.lanes import InputLane
@@ -61,6 +61,7 @@ FETCH_TIMEOUT_MS = 100
 IDLE_WAIT_S = 0.1  # no room (or the provider out): look again this often
 HELD_SHARE = 4  # the backfill holds at most buffered_items_limit / HELD_SHARE chunks
 HOLD_BACK_S = 1.0  # the schema registry out: read the record again after this
+SENT_KEPT = 200_000  # doc_ids remembered per pass (core/backfill_skips.SentDocuments)
 
 
 def backfill_group(group_id: str, generation_id: str) -> str:
@@ -128,8 +129,8 @@ class BackfillFeed:
         self._chunks_per_record = 8.0  # a running estimate: how many records fill the room
         self._holdings = StoreAnswers(holdings, generation.id)
         self._count_skipped = count_skipped
-        # doc_ids embedded or deleted since it started (one string per document it sent)
-        self._written: set[str] = set()
+        # doc_ids embedded or deleted since it started, up to SENT_KEPT
+        self._written = SentDocuments(SENT_KEPT)
 
     @property
     def lag(self) -> int:
@@ -240,7 +241,10 @@ class BackfillFeed:
         ]
         asked = [v.doc_id for v in versions if v.version is not None]
         decided = skips(versions, await self._holdings.held(asked), self._written)
-        self._written |= sent(versions, decided)
+        if self._written.add_all(sent(versions, decided)):
+            log.info("backfill of %s: over %d documents sent; versions the generation holds "
+                     "are embedded again for the rest of this pass", self.generation.id,
+                     SENT_KEPT)  # fmt: skip
         reasons = iter(decided)
         documents, items = self._engine.documents, []
         for read in reads:

@@ -78,7 +78,7 @@ class PgSession:
                 self._dsn, autocommit=True, connect_timeout=self._timeout
             )
             try:
-                await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                await _create_vector_extension(conn)
                 await register_vector_async(conn)
                 set_json_dumps(orjson.dumps, conn)
             except BaseException:
@@ -184,3 +184,10 @@ def _scrub(text: str, dsn: str) -> str:
     if password:
         text = text.replace(str(password), "***")
     return scrub_url(text)
+
+
+async def _create_vector_extension(conn: psycopg.AsyncConnection[Any]) -> None:
+    """``CREATE EXTENSION IF NOT EXISTS`` is not safe against a second connection doing the
+    same at once (PostgreSQL answers the loser with a unique violation): that one has it."""
+    with contextlib.suppress(psycopg.errors.UniqueViolation):
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
