@@ -167,20 +167,12 @@ def build_service(
     transactional_producer: Callable[[str], TransactionalProducer] | None = None,
     clock: Clock = SYSTEM_CLOCK,
     tracer: Tracer | None = None,
-    high_producer: Producer | None = None,
     state_reader: StateReader | None = None,
 ) -> Service:
-    """Every part of one processor. `consumer`, `producer`, `high_producer` (the high lane's
-    outputs, at-least-once with `high_results_producer`) and `transactional_producer` (by
+    """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
     transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
     pass the in-memory fakes of `embedstream.testing.kafka`. Every part reads time from
-    `clock`. A `producer` given without a `high_producer` writes the high lane's outputs too.
-    `state_reader` reads the chunk changelog's state topic (with `topic_changelog`)."""
-    # Exactly-once: a partition's outputs go in its transaction, whatever their lane.
-    if settings.delivery == "exactly_once" or not settings.high_results_producer:
-        high_producer = None
-    elif high_producer is None and producer is None:
-        high_producer = make_producer(settings)
+    `clock`. `state_reader` reads the chunk changelog's state topic (with `topic_changelog`)."""
     metrics = metrics or Metrics()
     backend = backend or default_backend(settings)
     names = configured_topics(settings)  # ConfigError if a topic has two roles
@@ -188,7 +180,7 @@ def build_service(
     producer = producer or make_producer(settings)
     assignment = Assignment(names.lane_of)
     transactions: PartitionTransactions | None = None
-    writer: Writer = DirectWriter(producer, clock, high_producer=high_producer)
+    writer: Writer = DirectWriter(producer, clock)
     if settings.delivery == "exactly_once":
         transactions = PartitionTransactions(
             settings.group_id,
@@ -257,7 +249,6 @@ def build_service(
             topics=names.inputs,
             consumer=consumer,
             producer=producer,
-            high_producer=high_producer,
             assignment=assignment,
             fetcher=Fetcher(consumer, assignment, settings),
             admission=admission,

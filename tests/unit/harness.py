@@ -131,12 +131,10 @@ async def running(
     transactional: Callable[[str], FakeTransactionalProducer] | None = None,
     tracer: Tracer | None = None,
     metrics: Metrics | None = None,
-    high_producer: FakeProducer | None = None,
     clock: Clock = SYSTEM_CLOCK,
     **settings: Any,
 ) -> AsyncIterator[Harness]:
-    """A processor on the fakes; with `transactional` (by transactional id), exactly-once;
-    with `high_producer`, the high lane's outputs go through it (high_results_producer)."""
+    """A processor on the fakes; with `transactional` (by transactional id), exactly-once."""
     cluster = cluster or fake_cluster()
     if transactional is not None:
         settings["delivery"] = "exactly_once"
@@ -153,7 +151,6 @@ async def running(
         transactional_producer=transactional,
         tracer=tracer,
         metrics=metrics,
-        high_producer=high_producer,
         state_reader=cluster.read_to_end,  # the chunk changelog's state (topic_changelog)
         clock=clock,
     )

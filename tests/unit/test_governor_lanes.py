@@ -69,16 +69,22 @@ def test_online_callers_take_the_slots_the_kafka_lanes_leave() -> None:
 
 
 @pytest.mark.parametrize(
-    ("source", "value"),
-    [("env", {"EMBEDSTREAM_HIGH_GUARD": "true"}), ("overrides", {"high_guard": True})],
+    ("source", "value", "said"),
+    [
+        ("env", {"EMBEDSTREAM_HIGH_GUARD": "true"}, "was removed; use high_target_ms"),
+        ("overrides", {"high_guard": True}, "was removed; use high_target_ms"),
+        ("env", {"EMBEDSTREAM_HIGH_RESULTS_PRODUCER": "true"}, "was removed; high results share"),
+        ("overrides", {"high_results_producer": False}, "was removed; high results share"),
+    ],
 )
-def test_the_removed_high_guard_is_refused_naming_what_replaced_it(
-    source: str, value: dict[str, object]
+def test_a_removed_setting_is_refused_saying_what_replaced_it(
+    source: str, value: dict[str, object], said: str
 ) -> None:
     with pytest.raises(ConfigError) as caught:
         if source == "env":
             load_settings(env={k: str(v) for k, v in value.items()})
         else:
             load_settings(env={}, overrides=value)
-    assert caught.value.setting == "high_guard"
-    assert "was removed; use high_target_ms" in str(caught.value)
+    setting = next(iter(value)).removeprefix("EMBEDSTREAM_").lower()
+    assert caught.value.setting == setting
+    assert said in str(caught.value)

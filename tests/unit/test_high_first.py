@@ -1,6 +1,5 @@
 """The high lane under a low flood, in the Kafka shell: the fetcher hands over high records
-before an older low backlog, and the writer sends high outputs through their own producer, so
-neither waits behind low work queued ahead of it."""
+before an older low backlog, so they do not wait behind low work fetched ahead of them."""
 
 from __future__ import annotations
 
@@ -9,17 +8,10 @@ import asyncio
 import orjson
 from aiokafka import TopicPartition
 from embedstream.core.lanes import InputLane
-from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.kafka.fetcher import Fetcher
 from embedstream.kafka.partitions import Assignment
-from embedstream.kafka.sink import DirectWriter, Output
-from embedstream.kafka.work import Origin
 from embedstream.settings import Settings
-from embedstream.testing import eventually
-from embedstream.testing.backends import RecordingBackend
-from embedstream.testing.kafka import FakeBatch, FakeCluster, FakeConsumer, FakeProducer
-
-from tests.unit.harness import NAMES, running
+from embedstream.testing.kafka import FakeCluster, FakeConsumer
 
 HIGH, LOW = TopicPartition("high", 0), TopicPartition("low", 0)
 
@@ -70,76 +62,6 @@ async def test_a_stop_during_the_high_fetch_returns_none() -> None:
     consumer.cluster.logs[HIGH].clear()  # nothing buffered: the fetch would wait
     consumer.cluster.appended[HIGH].clear()
     assert await Fetcher(consumer, assignment, Settings()).fetch(10, stopping) is None
-
-
-class StuckProducer(FakeProducer):
-    """A producer whose batches are queued and never acknowledged (behind a big request)."""
-
-    async def send_batch(
-        self, batch: FakeBatch, topic: str, *, partition: int
-    ) -> asyncio.Future[None]:
-        return asyncio.get_running_loop().create_future()
-
-
-def output(i: int, *, high: bool) -> Output:
-    return Output(Origin("in", 0, i), "results", f"id-{i}".encode(), b"v", [], high=high)
-
-
-async def test_high_outputs_are_not_queued_behind_low_ones_on_their_own_producer() -> None:
-    cluster = FakeCluster({"results": 1})
-    low, high = StuckProducer(cluster), FakeProducer(cluster)
-    writer = DirectWriter(low, SYSTEM_CLOCK, high_producer=high)
-    stuck = [asyncio.create_task(writer.write_many([output(i, high=False)])) for i in range(3)]
-    await asyncio.wait_for(writer.write_many([output(9, high=True)]), timeout=5)
-    assert [r.key for r in cluster.records("results")] == [b"id-9"]
-    assert not any(task.done() for task in stuck)  # the low outputs are still queued
-    for task in stuck:
-        task.cancel()
-    await asyncio.gather(*stuck, return_exceptions=True)
-
-
-async def test_without_a_high_producer_high_outputs_share_the_low_queue() -> None:
-    cluster = FakeCluster({"results": 1})
-    writer = DirectWriter(StuckProducer(cluster), SYSTEM_CLOCK)
-    stuck = [asyncio.create_task(writer.write_many([output(i, high=False)])) for i in range(2)]
-    high = asyncio.create_task(writer.write_many([output(9, high=True)]))
-    for _ in range(20):  # every step the write could take without the broker
-        await asyncio.sleep(0)
-    assert not high.done()  # through the same producer: acknowledged behind the low batches
-    for task in [*stuck, high]:
-        task.cancel()
-    await asyncio.gather(*stuck, high, return_exceptions=True)
-
-
-def keys(producer: FakeProducer) -> list[bytes | None]:
-    return [r.key for r in producer.sent]
-
-
-async def run_one_of_each(high_results_producer: bool) -> tuple[FakeProducer, FakeProducer]:
-    """A low and a high request through a processor given a high lane's producer."""
-    cluster = FakeCluster({NAMES.requests_high: 1, NAMES.requests_low: 1, NAMES.retry: 1,
-                           NAMES.results: 2, NAMES.dead_letters: 1})  # fmt: skip
-    high = FakeProducer(cluster)
-    async with running(RecordingBackend(), cluster=cluster, high_producer=high,
-                       high_results_producer=high_results_producer) as h:  # fmt: skip
-        for topic, request_id in ((NAMES.requests_low, "l"), (NAMES.requests_high, "h")):
-            cluster.produce(topic, orjson.dumps({"id": request_id, "text": "x"}), b"k")
-        await eventually(lambda: len(cluster.records(NAMES.results)) == 2)
-        assert high.started == high_results_producer
-    return h.producer, high
-
-
-async def test_the_processor_writes_high_results_through_the_high_producer() -> None:
-    main, high = await run_one_of_each(high_results_producer=True)
-    assert keys(high) == [b"h"]
-    assert keys(main) == [b"l"]
-    assert high.stopped  # closed with the processor
-
-
-async def test_with_the_setting_off_one_producer_writes_every_result() -> None:
-    main, high = await run_one_of_each(high_results_producer=False)
-    assert sorted(k or b"" for k in keys(main)) == [b"h", b"l"]
-    assert high.sent == [] and not high.started
 
 
 FLOOD, TRICKLE = TopicPartition("flood", 0), TopicPartition("trickle", 0)

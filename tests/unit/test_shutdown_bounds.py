@@ -20,7 +20,7 @@ from embedstream.core.tracing import NullTracer
 from embedstream.engine.bounded import CANCEL_GRACE_S
 from embedstream.kafka.processor import ABANDON_GRACE_S, CLOSE_BUDGET_S, CLOSE_STEP_MIN_S
 from embedstream.testing import eventually
-from embedstream.testing.kafka import FakeCluster, FakeProducer, FakeTransactionalProducer
+from embedstream.testing.kafka import FakeCluster, FakeTransactionalProducer
 from embedstream.testing.virtual_loop import LoopClock, VirtualLoop
 from embedstream.wire import RetryState
 
@@ -106,12 +106,6 @@ async def producer_never_closes(h: Harness, stuck: StuckTransactions | None) -> 
     h.producer.stop = never  # type: ignore[method-assign]
 
 
-async def high_producer_never_closes(h: Harness, stuck: StuckTransactions | None) -> None:
-    high = h.service.processor.parts.high_producer
-    assert high is not None
-    high.stop = never  # type: ignore[method-assign]
-
-
 async def cache_never_closes(h: Harness, stuck: StuckTransactions | None) -> None:
     cache = h.service.processor.parts.cache
     assert cache is not None
@@ -136,9 +130,6 @@ CASES = [
     Case("commits never answered", commits_never_answered, "the final commit did not finish"),
     Case("the consumer's stop", consumer_never_closes, "the consumer's stop did not finish"),
     Case("the producer's stop", producer_never_closes, "the producer's stop did not finish"),
-    Case("the high lane producer's stop", high_producer_never_closes,
-         "the high producer's stop did not finish",
-         {"high": True, "high_results_producer": True}),
     Case("the cache's close", cache_never_closes, "the cache's close did not finish",
          {"cache": "memory"}),
     Case("the last spans' export", nothing, "exporting the last spans did not finish",
@@ -163,13 +154,12 @@ async def stopped(case: Case) -> float:
     cluster = fake_cluster()
     options = dict(case.options)
     tracer = BlockingTracer() if options.pop("tracer", False) else None
-    high = FakeProducer(cluster) if options.pop("high", False) else None
     stuck = StuckTransactions(cluster) if options.pop("stuck_transactions", False) else None
     try:
         clock = LoopClock(asyncio.get_running_loop())
         async with running(
             GatedBackend(gate=_open()), cluster=cluster, clock=clock, tracer=tracer,
-            high_producer=high, transactional=stuck, drain_timeout_s=DRAIN_S, **options,
+            transactional=stuck, drain_timeout_s=DRAIN_S, **options,
         ) as h:  # fmt: skip
             await case.prepare(h, stuck)
             loop = asyncio.get_running_loop()

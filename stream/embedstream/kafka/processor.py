@@ -80,7 +80,6 @@ class Parts:
     handoff: Handoff
     transactions: PartitionTransactions | None
     cache: EmbeddingCache | None = None
-    high_producer: Producer | None = None  # the high lane's outputs, if apart (kafka/sink.py)
     clock: Clock = SYSTEM_CLOCK
     tracer: Tracer = NULL_TRACER  # closed (its spans exported) when the service stops
 
@@ -171,8 +170,6 @@ class Processor:
         started): unclosed, aiokafka reports them at exit."""
         p = self.parts
         await p.consumer.stop()
-        if p.high_producer is not None:
-            await p.high_producer.stop()
         await p.producer.stop()
 
     async def run(self) -> None:
@@ -181,14 +178,8 @@ class Processor:
         p = self.parts
         await p.producer.start()
         try:
-            if p.high_producer is not None:
-                await p.high_producer.start()
             await self._run_started()
         finally:
-            if p.high_producer is not None:
-                await bounded(
-                    p.high_producer.stop(), self.closing.step_s(), "the high producer's stop"
-                )
             await bounded(p.producer.stop(), self.closing.step_s(), "the producer's stop")
 
     async def _run_started(self) -> None:

@@ -56,8 +56,6 @@ class Output:
     # output only if it is still the partition's current one: work finished after a revoke
     # must not join the transactions of a later assignment, which reads that input again.
     owner: object | None = None
-    # Answers a high-priority request: written through the high lane's producer if there is one.
-    high: bool = False
     # A partition of its own choosing (the changelog's state records); None: by key.
     partition: int | None = None
 
@@ -93,10 +91,9 @@ class DirectWriter:
     (broker down longer than the producer's request timeout) is retried with backoff: the
     item cannot be committed before its output is written anyway.
 
-    With ``high_producer``, high-priority outputs go through it: a producer has one request in
-    flight per broker and one batch per partition in each, so behind a flood a high result
-    waited for the low batches queued on its partition, a megabyte round trip each (written
-    -> acked P50 150 ms, P99 500 ms on Apache Kafka); its own connection sends it at once."""
+    Every lane's outputs share the one producer. A second producer for the high lane's
+    (``high_results_producer``, removed) measured no gain: the high tail under a flood is the
+    event loop's, not the producer's queue (benchmarks: lanes)."""
 
     def __init__(
         self,
@@ -104,10 +101,8 @@ class DirectWriter:
         clock: Clock,
         retry_for_s: float = WRITE_RETRY_S,
         first_delay_s: float = 0.5,
-        high_producer: Producer | None = None,
     ) -> None:
         self._producer = producer
-        self._high_producer = high_producer or producer
         self._monotonic = clock.monotonic
         self._retry_for_s = retry_for_s
         self._first_delay_s = first_delay_s
@@ -118,11 +113,7 @@ class DirectWriter:
         # writers woken at each drain ran out of request_timeout_ms within seconds
         # (KafkaTimeoutError by the thousand a minute in a soak on Apache Kafka, and commits
         # held back while they were retried).
-        # Keyed by (high?, topic, partition): each producer queues apart.
-        self._enqueue_slots: dict[tuple[bool, str, int], asyncio.Semaphore] = {}
-
-    def _producer_of(self, output: Output) -> Producer:
-        return self._high_producer if output.high else self._producer
+        self._enqueue_slots: dict[tuple[str, int], asyncio.Semaphore] = {}
 
     async def write(self, output: Output) -> None:
         await self._retrying(output.topic, lambda: self._send_one(output))
@@ -130,7 +121,7 @@ class DirectWriter:
     async def write_many(self, outputs: Sequence[Output]) -> None:
         """Raises `OutputsUnwritable` naming the outputs not written when a partition's batch
         was given up; the other partitions' outputs are written."""
-        by_partition: dict[tuple[bool, str, int], list[int]] = {}  # positions in `outputs`
+        by_partition: dict[tuple[str, int], list[int]] = {}  # positions in `outputs`
         partitions_of: dict[str, list[int]] = {}  # a call's outputs share a topic or two
         for position, output in enumerate(outputs):
             partitions = partitions_of.get(output.topic)
@@ -140,9 +131,7 @@ class DirectWriter:
             partition = output.partition
             if partition is None:
                 partition = self._partitioner(output.key, partitions, partitions)
-            queue = (output.high and self._high_producer is not self._producer, output.topic,
-                     partition)  # fmt: skip
-            by_partition.setdefault(queue, []).append(position)
+            by_partition.setdefault((output.topic, partition), []).append(position)
         failures: dict[int, BaseException] = {}
         for given_up in await asyncio.gather(
             *(self._write_partition(q, positions, outputs) for q, positions in by_partition.items())
@@ -152,9 +141,9 @@ class DirectWriter:
             raise OutputsUnwritable(failures)
 
     async def _write_partition(
-        self, queue: tuple[bool, str, int], positions: list[int], outputs: Sequence[Output]
+        self, queue: tuple[str, int], positions: list[int], outputs: Sequence[Output]
     ) -> dict[int, BaseException]:
-        """One partition's outputs (of one producer), as few batches as fit, one after another;
+        """One partition's outputs, as few batches as fit, one after another;
         the positions of those given up, and why. Each batch is retried on its own: resending
         outputs the broker already took would duplicate them."""
         mine = [outputs[p] for p in positions]
@@ -162,17 +151,15 @@ class DirectWriter:
         while start < len(mine):
             send = functools.partial(self._send_batch, queue, mine, start)
             try:
-                start += await self._retrying(queue[1], send)
+                start += await self._retrying(queue[0], send)
             except OutputUnwritable as exc:  # the batches before this one are written
                 return dict.fromkeys(positions[start:], exc)
         return {}
 
-    async def _send_batch(
-        self, queue: tuple[bool, str, int], outputs: list[Output], start: int
-    ) -> int:
+    async def _send_batch(self, queue: tuple[str, int], outputs: list[Output], start: int) -> int:
         """Send outputs[start:] that fit one batch; how many went."""
-        high, topic, partition = queue
-        producer = self._high_producer if high else self._producer
+        topic, partition = queue
+        producer = self._producer
         batch = producer.create_batch()
         count = 0
         for output in outputs[start:]:
@@ -189,7 +176,7 @@ class DirectWriter:
         return count
 
     async def _send_one(self, output: Output) -> None:
-        await self._producer_of(output).send_and_wait(
+        await self._producer.send_and_wait(
             output.topic, output.value, key=output.key, headers=output.headers,
             partition=output.partition,
         )  # fmt: skip
@@ -266,8 +253,7 @@ class Sink:
         else:
             key = item.request.id.encode()
             value = result.encode() if values is None else values.encode(result)
-        high = item.priority is Priority.HIGH
-        return Output(item.origin, self._topics.results, key, value, headers, item.partition, high)
+        return Output(item.origin, self._topics.results, key, value, headers, item.partition)
 
     def end_value(self, end: DocumentComplete | DocumentIncomplete) -> bytes:
         """A document version's final record in the output format."""
@@ -303,9 +289,8 @@ class Sink:
         if (traceparent := item.span.traceparent()) is not None:
             headers.append((TRACEPARENT, traceparent))  # read back, it continues the trace
         key = item.request.id.encode()
-        high = item.priority is Priority.HIGH
         await self._gathered.write(
-            Output(item.origin, self._topics.retry, key, item.raw, headers, item.partition, high)
+            Output(item.origin, self._topics.retry, key, item.raw, headers, item.partition)
         )
 
     async def dead_letter(

@@ -244,12 +244,6 @@ class CoreFields:
         "at_least_once, or exactly_once (Kafka transactions; consumers read_committed).",
         _D,
     )
-    high_results_producer: bool = setting(
-        False,
-        "at_least_once: write high-priority outputs through a producer (connection) of their "
-        "own, so they never queue behind big low-priority result batches.",
-        _D,
-    )
     drain_timeout_s: float = setting(
         30.0,
         "On a rebalance or stop, how long to finish work read before letting go of it.",

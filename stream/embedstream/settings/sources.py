@@ -49,13 +49,15 @@ TOOL_VARIABLES: Mapping[str, str] = {
 # Settings that existed once, and what replaced each: refused with that in one line, rather
 # than as an unknown name, so an old deployment's setting says what to use now.
 REMOVED_SETTINGS: Mapping[str, str] = {
-    "high_guard": "high_target_ms, a latency target for the high lane that cuts low calls "
+    "high_guard": "use high_target_ms, a latency target for the high lane that cuts low calls "
     "only while high items wait longer (e.g. 150)",
+    "high_results_producer": "high results share the one producer (a second one measured no "
+    "gain); delete the setting",
 }
 
 
 def removed(name: str) -> ConfigError:
-    return ConfigError(name, f"was removed; use {REMOVED_SETTINGS[name]}")
+    return ConfigError(name, f"was removed; {REMOVED_SETTINGS[name]}")
 
 
 def secret_file_var(setting: str) -> str:

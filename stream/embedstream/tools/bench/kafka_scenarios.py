@@ -151,16 +151,13 @@ async def running_processor(
     overrides = {} if result_linger_ms is None else {"linger_ms": result_linger_ms}
     consumer: Any = make_consumer(settings)
     producer: Any = make_producer(settings, **overrides)
-    apart = settings.high_results_producer and settings.delivery == "at_least_once"
-    high_producer: Any = make_producer(settings, **overrides) if apart else None
     engine: EmbeddingBackend = backend
     if timeline is not None:
         consumer = TimelineConsumer(consumer, timeline)
         producer = TimelineProducer(producer, timeline)
-        high_producer = high_producer and TimelineProducer(high_producer, timeline)
         engine = TimelineBackend(backend, timeline)
     service = build_service(settings, engine, metrics=metrics, consumer=consumer,
-                            producer=producer, high_producer=high_producer)  # fmt: skip
+                            producer=producer)  # fmt: skip
     task = asyncio.create_task(service.run())
     try:
         assigned = asyncio.create_task(service.processor.assigned.wait())

@@ -36,7 +36,6 @@ BENCH_SETTINGS = (
     "high_target_ms",
     "online_target_ms",
     "cache",
-    "high_results_producer",
     "max_concurrency",
     "concurrency_mode",
     "target_latency_ms",
