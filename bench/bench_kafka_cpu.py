@@ -96,9 +96,7 @@ def bench_settings(**overrides: Any) -> Settings:
 
 
 def results(metrics: Metrics) -> float:
-    value = metrics.registry.get_sample_value
-    lanes = ("high", "low")
-    return sum(value("embedstream_results_total", {"lane": lane}) or 0.0 for lane in lanes)
+    return metrics.results_counted("high", "low")
 
 
 class Sampler:

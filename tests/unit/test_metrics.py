@@ -116,6 +116,14 @@ def test_a_calls_results_are_counted_and_observed_at_once(
     assert sample(registry, "embedstream_results_total", lane="high") in (None, 0)
 
 
+def test_results_counted_reads_the_lanes_asked_for(metrics: Metrics) -> None:
+    metrics.observe_results("low", [0.1, 0.2, 0.3])
+    metrics.observe_results("high", [0.1])
+    assert metrics.results_counted("low") == 3
+    assert metrics.results_counted("high", "low") == 4
+    assert metrics.results_counted("online") == 0
+
+
 def test_lag_and_forget_partition(registry: CollectorRegistry, metrics: Metrics) -> None:
     metrics.set_lag("embed.requests.high", 0, "high", 42)
     metrics.set_lag_seconds("embed.requests.high", 0, "high", 1.5)

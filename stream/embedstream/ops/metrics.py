@@ -306,6 +306,17 @@ class Metrics:
             # Record timestamps come from producer clocks; skew must not yield negative latency.
             observe(max(seconds, 0.0))
 
+    def results_counted(self, *lanes: str) -> float:
+        """Results produced so far in these lanes, from this one counter. For a benchmark
+        polling every few milliseconds: the registry's get_sample_value collects every metric
+        on each call, 13 µs of CPU per drained item in a profile, charged to the processor."""
+        return sum(
+            sample.value
+            for family in self._results.collect()
+            for sample in family.samples
+            if sample.name == "embedstream_results_total" and sample.labels["lane"] in lanes
+        )
+
     def count_retry(self, reason: str) -> None:
         self._retries.labels(reason=reason).inc()
 

@@ -55,7 +55,7 @@ HIGH_ANSWER_WAIT_S = 5.0  # after the drain, for the high events already publish
 
 
 def lane_results(metrics: Metrics, lane: str) -> float:
-    return metrics.registry.get_sample_value("embedstream_results_total", {"lane": lane}) or 0.0
+    return metrics.results_counted(lane)
 
 
 @dataclass(frozen=True, slots=True)

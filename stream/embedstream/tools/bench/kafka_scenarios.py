@@ -130,10 +130,7 @@ async def publish(settings: Settings, topic: str, texts: Sequence[str], id_prefi
 
 
 def results_total(metrics: Metrics) -> float:
-    value = metrics.registry.get_sample_value
-    return sum(
-        value("embedstream_results_total", {"lane": lane}) or 0.0 for lane in ("high", "low")
-    )
+    return metrics.results_counted("high", "low")
 
 
 @contextlib.asynccontextmanager
