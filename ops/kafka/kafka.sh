@@ -273,6 +273,25 @@ sys.exit(asyncio.run(main()))
 EOF
 }
 
+# A listener port inside the kernel's ephemeral range can be taken by an outgoing connection
+# before the broker binds it: Linux picks a connection's local port from a hash of its
+# destination, and the broker's own connection to its controller (the port + 1) took the
+# broker's port in two starts in a row ("Address already in use"). Reserved ports are never
+# handed out as ephemeral ones. Needs root; otherwise nothing changes.
+reserve_ports() {
+  local file=/proc/sys/net/ipv4/ip_local_reserved_ports current port
+  [[ -w "$file" ]] || return 0
+  current="$(cat "$file")"
+  local add=()
+  for port in "$@"; do
+    [[ ",$current," == *",$port,"* ]] || add+=("$port")
+  done
+  ((${#add[@]})) || return 0
+  local joined
+  joined="$(IFS=,; echo "${add[*]}")"
+  echo "${current:+$current,}$joined" >"$file" 2>/dev/null || true
+}
+
 start() {
   mkdir -p "$DATA_DIR"
   chmod 700 "$DATA_DIR"
@@ -296,6 +315,7 @@ start_locked() {
       die "port $port is taken by another process; set EMBEDSTREAM_KAFKA_PORT"
     fi
   done
+  reserve_ports "${ports[@]}"
   fetch
   if [[ "$SECURED" == 1 ]]; then make_tls_material; fi
   write_properties
