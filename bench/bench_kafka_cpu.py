@@ -131,7 +131,9 @@ async def _until_done(metrics: Metrics, items: int) -> float:
     return time.process_time() - started
 
 
-async def drain_in_memory(items: int, sampler: Sampler, encoding: str = "float") -> float:
+async def drain_in_memory(
+    items: int, sampler: Sampler, encoding: str = "float", cache: str = "memory"
+) -> float:
     names = topic_names("bench.")
     cluster = FakeCluster({names.requests_high: 1, names.requests_low: 4, names.retry: 1,
                            names.results: 4, names.dead_letters: 1})  # fmt: skip
@@ -139,7 +141,7 @@ async def drain_in_memory(items: int, sampler: Sampler, encoding: str = "float")
         cluster.produce(names.requests_low, orjson.dumps({"id": f"r{i}", "text": text}),
                         f"r{i}".encode())  # fmt: skip
     metrics = Metrics()
-    settings = bench_settings(topic_prefix="bench.", encoding_format=encoding)
+    settings = bench_settings(topic_prefix="bench.", encoding_format=encoding, cache=cache)
     backend = ParsedInstantBackend(DIMENSIONS)
     consumer, producer = FakeConsumer(cluster), FakeProducer(cluster)
     service = build_service(
@@ -155,10 +157,10 @@ async def drain_in_memory(items: int, sampler: Sampler, encoding: str = "float")
 
 
 async def drain_on_kafka(
-    bootstrap: str, items: int, sampler: Sampler, encoding: str = "float"
+    bootstrap: str, items: int, sampler: Sampler, encoding: str = "float", cache: str = "memory"
 ) -> float:
     settings = KafkaBroker(bootstrap, embedded=False).settings(
-        bench_settings(encoding_format=encoding), unique_prefix("cpu")
+        bench_settings(encoding_format=encoding, cache=cache), unique_prefix("cpu")
     )
     async with scenario_topics(settings) as names:
         await publish(settings, names.requests_low, make_texts(items), "cpu-")
@@ -176,9 +178,11 @@ def child(args: argparse.Namespace) -> None:
     asyncio.run(drain_in_memory(2_000, Sampler(None)))  # warm-up: imports, first allocations
     sampler = Sampler(args.profile)
     if args.bootstrap:
-        cpu = asyncio.run(drain_on_kafka(args.bootstrap, args.items, sampler, args.encoding))
+        cpu = asyncio.run(
+            drain_on_kafka(args.bootstrap, args.items, sampler, args.encoding, args.cache)
+        )
     else:
-        cpu = asyncio.run(drain_in_memory(args.items, sampler, args.encoding))
+        cpu = asyncio.run(drain_in_memory(args.items, sampler, args.encoding, args.cache))
     print(orjson.dumps(cpu / args.items).decode())
 
 
@@ -187,7 +191,7 @@ def measure(
 ) -> float:
     env = {**os.environ, "PYTHONPATH": f"{source / 'stream'}:{source}"}
     command = [sys.executable, __file__, "--child", "--items", str(args.items)]
-    command += ["--encoding", encoding]
+    command += ["--encoding", encoding, "--cache", args.cache]
     command += ["--bootstrap", args.bootstrap] if args.bootstrap else []
     command += ["--profile", str(profile)] if profile else []
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -299,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--base64-arm", action="store_true",
                         help="also this checkout, requests asking base64 (no decode)")  # fmt: skip
     parser.add_argument("--encoding", default="float", help=argparse.SUPPRESS)
+    parser.add_argument("--cache", choices=("memory", "off"), default="memory",
+                        help="the embedding cache (default: the library's, memory)")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
