@@ -17,6 +17,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from embedstream.tools.top.backfill import backfill_line
 from embedstream.tools.top.online import online_line
 from embedstream.tools.top.rates import TargetView
 from embedstream.tools.top.rows import (
@@ -222,6 +223,9 @@ def render(screen: Screen, width: int) -> Group:
     online = online_line(views)
     if online is not None:
         parts.append(_line(online, width))
+    backfill = backfill_line(views)
+    if backfill is not None:
+        parts.append(_line(backfill, width))
     cache = cache_line(views)
     if cache is not None:
         parts.append(_line(cache, width))

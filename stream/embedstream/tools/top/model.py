@@ -136,6 +136,7 @@ class Snapshot:
     # The online lane's requests by HTTP status (over every key), and their latency.
     online_requests: Mapping[str, float] = field(default_factory=frozen_mapping)
     online_latency: Histogram = field(default_factory=Histogram)
+    backfill: BackfillProgress | None = None  # None while no generation is being filled
 
     @property
     def online_used(self) -> bool:
@@ -150,6 +151,19 @@ class Snapshot:
     @property
     def results_total(self) -> float:
         return sum(self.results.values())
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillProgress:
+    """A migration's backfill on one processor (`ops/migration_metrics.py`)."""
+
+    planned_documents: float
+    planned_tokens: float
+    ended: float  # document versions it ended or deleted since this processor started
+    skipped: float  # versions it found held already (not embedded)
+    tokens: float  # provider tokens of its calls
+    records_left: float
+    seconds_left: float | None  # at the last minute's rate; -1 while it reads none
 
 
 class _HistogramParts:
@@ -186,6 +200,7 @@ class _Collector:
         self.source_tokens: dict[str, float] = {}
         self.online_requests: dict[str, float] = {}
         self.online_latency = _HistogramParts()
+        self.backfill: dict[str, float] = {}
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if not name.startswith(_PREFIX):
@@ -221,6 +236,34 @@ class _Collector:
         elif short.startswith("online_request_seconds_"):
             suffix = short[len("online_request_seconds_") :]
             self._histogram_part(self.online_latency, suffix, labels, value)
+        elif short.startswith("backfill_") or short == "generation_tokens_total":
+            self._backfill(short, labels, value)
+
+    def _backfill(self, short: str, labels: Mapping[str, str], value: float) -> None:
+        if short == "backfill_planned":
+            _add(self.backfill, "planned_" + labels.get("what", ""), value)
+        elif short == "generation_tokens_total":
+            if labels.get("lane") == "backfill":
+                _add(self.backfill, "tokens", value)
+        elif short in ("backfill_documents_total", "backfill_skipped_total"):
+            _add(self.backfill, short, value)
+        elif short in ("backfill_records_left", "backfill_seconds_left"):
+            self.backfill[short] = value
+
+    def _backfill_progress(self) -> BackfillProgress | None:
+        b = self.backfill
+        planned = b.get("planned_documents", 0.0)
+        if planned <= 0 and b.get("backfill_records_left", 0.0) <= 0:
+            return None
+        return BackfillProgress(
+            planned_documents=planned,
+            planned_tokens=b.get("planned_tokens", 0.0),
+            ended=b.get("backfill_documents_total", 0.0),
+            skipped=b.get("backfill_skipped_total", 0.0),
+            tokens=b.get("tokens", 0.0),
+            records_left=b.get("backfill_records_left", 0.0),
+            seconds_left=b.get("backfill_seconds_left"),
+        )
 
     def _lag(self, offsets: bool, labels: Mapping[str, str], value: float) -> None:
         topic = labels.get("topic", "")
@@ -281,6 +324,7 @@ class _Collector:
             source_tokens=frozen_mapping(self.source_tokens),
             online_requests=frozen_mapping(self.online_requests),
             online_latency=self.online_latency.build(),
+            backfill=self._backfill_progress(),
         )
 
 
