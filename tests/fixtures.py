@@ -16,6 +16,7 @@ import pytest
 from embedsim.server import SimulatorServer
 from embedstream.kafka.admin import delete_topics, list_topics
 from embedstream.testing.redis import RedisServer, redis_server_command
+from embedstream.tools.local_postgres import PostgresServer, PostgresUnavailable, start_postgres
 
 from tests.integration.broker import PrivateBroker
 from tests.integration.secured import SecuredBroker, SecuredBrokerProcess
@@ -89,4 +90,16 @@ def redis_server() -> Iterator[RedisServer]:
             pytest.fail("EMBEDSTREAM_REQUIRE_TOOLS=1 but redis-server is not installed")
         pytest.skip("redis-server not installed (Debian package redis-server; see ops/test.sh)")
     with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL with pgvector (the pgserver wheel) for the module's tests; skipped when
+    the wheel cannot start one here."""
+    try:
+        server = start_postgres()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    with server:
         yield server

@@ -109,10 +109,16 @@ class Service:
 
     async def run(self) -> None:
         settings = self.processor.parts.settings
-        if self.ops_server is not None:  # first: /healthz answers from process start
-            await self.ops_server.start(settings.metrics_host, settings.metrics_port)
-        if self.online is not None:  # serves while the group joins, rebalances, or Kafka is out
-            await self.online.start(settings.http_host, settings.http_port)
+        try:
+            if self.ops_server is not None:  # first: /healthz answers from process start
+                await self.ops_server.start(settings.metrics_host, settings.metrics_port)
+            if self.online is not None:  # serves while the group joins, rebalances, Kafka is out
+                await self.online.start(settings.http_host, settings.http_port)
+        except BaseException:  # a port taken: the one-line error, nothing left open behind it
+            if self.ops_server is not None:
+                await self.ops_server.stop()
+            await self.processor.close_unstarted()
+            raise
         health_task = asyncio.create_task(self._health())
         try:
             if self.result_schema is not None:  # before anything is consumed

@@ -96,7 +96,12 @@ class StoreWriter:
 
     async def run(self) -> None:
         if self.ops_server is not None:
-            await self.ops_server.start(self.settings.metrics_host, self.settings.metrics_port)
+            try:
+                await self.ops_server.start(self.settings.metrics_host, self.settings.metrics_port)
+            except BaseException:  # a port taken: the one-line error, no client left open
+                await self.feed.close_unstarted()
+                await self._producer.stop()
+                raise
         await self._producer.start()
         health = asyncio.create_task(self._health())
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -191,6 +192,32 @@ async def test_run_with_topics_missing_is_one_line_naming_them(
         f"do not exist at {bootstrap} (waited 5s); create the topics with "
         "`embedstream topics create` (or check the prefix)"
     )
+
+
+async def test_run_on_a_taken_metrics_port_is_one_line_naming_the_setting(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    """Another process on the metrics port: one line naming metrics_port, no traceback and no
+    client left unclosed behind it."""
+    await create_all_topics(settings_for(bootstrap, unique_prefix, "http://127.0.0.1:9/v1"))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        code, out, err = await embedstream(
+            "run", "--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix,
+            "--group-id", unique_prefix + "group", "--metrics-port", str(port),
+            "--base-url", "http://127.0.0.1:9/v1", "--log-level", "WARNING", limit_s=90,
+        )  # fmt: skip
+    finally:
+        taken.close()
+    assert code == 2 and out == "", err
+    [line] = err.splitlines()
+    assert line.startswith(
+        f"embedstream: error: setting metrics_port (EMBEDSTREAM_METRICS_PORT): cannot listen on "
+        f"127.0.0.1:{port}"
+    ), err
 
 
 async def wait_for_count(bootstrap: str, topic: str, count: int, *, timeout_s: float) -> int:

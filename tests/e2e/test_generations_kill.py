@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from embedstream.core.generations import IndexGeneration
 from embedstream.core.intake import chunking_rules
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.clients import producer_for
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.testing.stores import MemoryStore
 from embedstream.wire import (
     ChunkResult,
@@ -44,16 +44,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 ROOT = Path(__file__).parents[2]
 DIMS = 8
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 def workload(generation: IndexGeneration, seed: int, docs: range) -> list[OutputRecord]:
@@ -159,7 +149,8 @@ async def test_a_cutover_killed_or_outliving_a_killed_writer_leaves_one_active_g
     store = ["--store-dsn", dsn, "--store-table", table]
     sink = [sys.executable, "-m", "embedstream.cli", "sink", *store, "--store-model", "m",
             "--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix,
-            "--store-group-id", unique_prefix + "sink", "--store-batch-max", "200"]  # fmt: skip
+            "--store-group-id", unique_prefix + "sink", "--store-batch-max", "200",
+            "--metrics-port", "0"]  # fmt: skip
     migrate = [sys.executable, "-m", "embedstream.cli", "migrate", *store]
 
     async def run(*args: str) -> int:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from embedstream.core.chunker import ChunkingRules
 from embedstream.core.generations import IndexGeneration
 from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.wire import ChunkResult, DocumentComplete, OutputRecord
 
 from tests.e2e.test_cli_messages import embedstream
@@ -22,16 +21,6 @@ pytestmark = pytest.mark.integration
 RULES = ChunkingRules()  # the settings' defaults: what the commands compute
 OLD = IndexGeneration("model-a", None, RULES)
 NEW = IndexGeneration("model-b", 4, RULES)
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 def records(generation: IndexGeneration, dims: int, documents: int = 5) -> list[OutputRecord]:

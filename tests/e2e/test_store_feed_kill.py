@@ -12,14 +12,13 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from embedstream.kafka.admin import topic_names
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.testing.stores import MemoryStore
 from embedstream.wire import (
     ChunkResult,
@@ -36,16 +35,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 ROOT = Path(__file__).parents[2]
 DIMS = 8
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 def vector(rng: random.Random) -> list[float]:
@@ -98,6 +87,7 @@ def sink_command(settings: Any, dsn: str, table: str) -> list[str]:
         "--topic-prefix", settings.topic_prefix,
         "--store-dsn", dsn, "--store-table", table, "--store-model", "m",
         "--store-group-id", settings.topic_prefix + "sink", "--store-batch-max", "50",
+        "--metrics-port", "0",  # the default port is another test's too
     ]  # fmt: skip
 
 

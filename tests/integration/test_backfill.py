@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import random
 import uuid
-from collections.abc import Iterator
 
 import orjson
 import psycopg
@@ -39,7 +38,7 @@ from embedstream.stores.configured import store_config
 from embedstream.stores.pgmigrate import GenerationStatus, Migrations
 from embedstream.stores.pgvector import PgVectorStore
 from embedstream.testing import eventually
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.testing.redis import RedisServer
 
 from tests.integration.helpers import create_all_topics, publish, running_service, settings_for
@@ -60,16 +59,6 @@ WORDS = [
     "violet",
     "ember",
 ]
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 def text_of(rng: random.Random, doc: int) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
 
 import orjson
 import pytest
@@ -16,7 +15,7 @@ from embedstream.app_migrate import run_migration, target_generation
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.pgvector import PgVectorStore
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.tools.embedded import free_port
 
 from tests.integration.helpers import create_all_topics, publish, settings_for
@@ -25,16 +24,6 @@ from tests.integration.test_store_generations import records
 pytestmark = pytest.mark.integration
 
 DOCS = {f"doc-{n}": f"The text of document {n}. " * 4 for n in "abcde"}
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 async def migrating_store(settings: Settings) -> None:

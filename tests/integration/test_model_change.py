@@ -13,7 +13,7 @@ import dataclasses
 import importlib.util
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import orjson
 import pytest
@@ -27,23 +27,13 @@ from embedstream.stores.configured import store_config
 from embedstream.stores.pgmigrate import GenerationStatus, Migrations
 from embedstream.stores.pgvector import PgVectorStore
 from embedstream.testing import eventually
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.tools.demo.rag import RAG_MODEL, corpus
 from embedstream.tools.embedded import free_port
 
 from tests.integration.helpers import create_all_topics, publish, running_service, settings_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 @pytest.fixture

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import psycopg
 import pytest
 from embedstream.errors import Reason, StoreError
 from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore, masked_dsn
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.wire import (
     ChunkResult,
     DocumentComplete,
@@ -28,16 +28,6 @@ from embedstream.wire import (
 pytestmark = pytest.mark.integration
 
 DIMS = 4
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 @pytest.fixture

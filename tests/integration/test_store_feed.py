@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -22,7 +22,7 @@ from embedstream.app_store import StoreWriter, build_store_writer
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.testing import eventually
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.tools.embedded import free_port
 from embedstream.wire import ChunkResult, DocumentComplete, DocumentIncomplete, headers_dict
 from embedstream.wire.headers import ERROR_REASON
@@ -38,16 +38,6 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.integration
 
 SMALL = {"chunk_max_tokens": 40, "chunk_overlap_tokens": 0, "chunk_min_tokens": 0}
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 def paragraphs(*words: str) -> str:

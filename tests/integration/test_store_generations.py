@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -21,7 +21,7 @@ from embedstream.core.reembed import CallLimits
 from embedstream.errors import Reason, StoreError
 from embedstream.stores.pgmigrate import MigrationRefused, Migrations
 from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
-from embedstream.testing.postgres import PostgresServer, PostgresUnavailable, start_postgres
+from embedstream.testing.postgres import PostgresServer
 from embedstream.wire import (
     ChunkResult,
     DocumentComplete,
@@ -37,16 +37,6 @@ RULES = ChunkingRules(40, 0, 0)
 A = IndexGeneration("model-a", None, RULES)  # the store's first generation
 B = IndexGeneration("model-b", 8, RULES)  # the one it migrates to
 LIMITS = CallLimits(inputs_per_call=16, tokens_per_call=100_000, rpm=0, tpm=0)
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    with server:
-        yield server
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import orjson
 import pytest
+from embedstream.errors import ConfigError
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer, Readiness
 from prometheus_client import CollectorRegistry
@@ -114,6 +115,21 @@ async def test_stop_releases_port(metrics: Metrics, checks: Checks) -> None:
     await ops.stop()
     with pytest.raises(RuntimeError):
         _ = ops.port
+
+
+async def test_a_taken_port_is_a_one_line_error_naming_metrics_port(
+    metrics: Metrics, checks: Checks
+) -> None:
+    first = OpsServer(metrics, checks)
+    await first.start()
+    taken = first.port
+    try:
+        with pytest.raises(ConfigError) as caught:
+            await OpsServer(metrics, checks).start(port=taken)
+    finally:
+        await first.stop()
+    assert caught.value.setting == "metrics_port"
+    assert f"cannot listen on 127.0.0.1:{taken}" in str(caught.value)
 
 
 def test_readiness_says_the_registry_is_unavailable_and_why() -> None:

@@ -144,6 +144,10 @@ class StoreFeed:
     async def run(self) -> None:
         await consume(self._consumer, [self._topic], self, self._feed)
 
+    async def close_unstarted(self) -> None:
+        """Close the consumer of a feed stopped before `run` (built, never started)."""
+        await self._consumer.stop()
+
     async def _feed(self) -> None:
         try:
             await self._open_store()

@@ -19,6 +19,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from embedstream.errors import ConfigError
+
 DEFAULT_HOST = "127.0.0.1"
 
 
@@ -150,6 +152,11 @@ class OpsServer:
         await runner.setup()
         try:
             await web.TCPSite(runner, host, port).start()
+        except OSError as exc:  # the port is taken, the address is not ours: one line
+            await runner.cleanup()
+            raise ConfigError(
+                "metrics_port", f"cannot listen on {host}:{port}: {exc.strerror}"
+            ) from None
         except BaseException:
             await runner.cleanup()
             raise
