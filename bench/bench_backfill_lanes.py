@@ -35,6 +35,7 @@ import uuid
 import zlib
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent.parent))
 import aiohttp
 import orjson
 from embedsim.config import SimulatorConfig
@@ -43,14 +44,13 @@ from embedstream.kafka.admin import configured_specs, create_topics
 from embedstream.kafka.clients import connection_for, make_reader, partitions_of, producer_for
 from embedstream.kafka.topics import configured_topics
 from embedstream.settings import Settings, load_settings
-from embedstream.stores.configured import store_config
-from embedstream.stores.pgmigrate import GenerationStatus, Migrations
-from embedstream.stores.pgvector import PgVectorStore
 from embedstream.tools.bench.documents import publish_records
 from embedstream.tools.bench.kafka_online import OnlineCallers
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 from embedstream.tools.embedded import free_port
 from embedstream.tools.local_postgres import start_postgres
+
+from bench.bench_backfill import statuses, until
 
 ROOT = Path(__file__).parents[1]
 OLD, NEW, OLD_DIMENSIONS = "text-embedding-3-small", "text-embedding-3-large", 32
@@ -129,19 +129,6 @@ async def high_traffic(
     finally:
         await producer.stop()
     return scheduled
-
-
-async def statuses(settings: Settings) -> list[GenerationStatus]:
-    async with PgVectorStore(store_config(settings), create=False) as store:
-        return await Migrations(store, settings.store_index).status()
-
-
-async def until(check: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        await asyncio.sleep(0.5)
 
 
 async def cli(env: dict[str, str], *args: str) -> str:

@@ -25,6 +25,7 @@ from embedsim.config import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedsim.vectors import expected_vector
 from embedstream import app_backfill
+from embedstream.app import Service
 from embedstream.app_migrate import run_migration
 from embedstream.core import configured
 from embedstream.core.chunker import chunk_document
@@ -106,6 +107,18 @@ def live_marks(settings: Settings, generation: str) -> set[str]:
         return {row[0] for row in connection.execute(f"SELECT doc_id FROM {table}")}
 
 
+async def until_following(service: Service, generation_id: str) -> None:
+    """Until the processor's store watch fills ``generation_id`` (a `migrate start` seen)."""
+    watch = service.watch
+    assert watch is not None
+
+    async def following() -> bool:
+        filling = watch.dual_writes.generations.filling
+        return filling is not None and filling.id == generation_id
+
+    await eventually(following, 10, 0.05)
+
+
 def sample(metrics: Metrics, name: str, labels: dict[str, str]) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
@@ -153,14 +166,7 @@ async def test_the_running_processor_backfills_a_new_generation_beside_the_live_
         edits = {d: text_of(rng, 1000 + i) for i, d in enumerate(sorted(corpus)[:10])}
         added = {f"doc-new-{i}": text_of(rng, 2000 + i) for i in range(5)}
         deleted = sorted(corpus)[-5:]
-        watch = service.watch
-        assert watch is not None
-
-        async def following() -> bool:
-            filling = watch.dual_writes.generations.filling
-            return filling is not None and filling.id == new_id
-
-        await eventually(following, 10, 0.05)
+        await until_following(service, new_id)
         await publish(bootstrap, topic, events(edits) + events(added))
         await publish(bootstrap, topic, [(d.encode(), None) for d in deleted])
         final = {**corpus, **edits, **added}
@@ -261,14 +267,7 @@ async def test_a_backfill_read_again_pays_only_for_what_the_new_generation_lacks
                 said = await run_migration(new, "start", model=NEW_MODEL,
                                            dimensions=NEW_DIMENSIONS)  # fmt: skip
                 new_id = said[0].split()[2]
-                watch = service.watch
-                assert watch is not None
-
-                async def following() -> bool:
-                    filling = watch.dual_writes.generations.filling
-                    return filling is not None and filling.id == new_id
-
-                await eventually(following, 10, 0.05)
+                await until_following(service, new_id)
                 corpus[live] = text_of(rng, 1003)  # the live stream writes it: marked
                 await publish(bootstrap, topic, [event(live, corpus[live])])
 
