@@ -104,6 +104,34 @@ class Results:
             await self._reader.stop()
 
 
+class CpuUse:
+    """CPU over a window from /proc: the machine's busy share (of every core) and, per process,
+    the cores it used on average (Linux only, as this bench is)."""
+
+    TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self._pids = pids
+        self._start = self._read()
+
+    def _read(self) -> tuple[float, float, dict[str, float]]:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle, iowait
+        used: dict[str, float] = {}
+        for name, pid in self._pids.items():
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            used[name] = (float(stat[11]) + float(stat[12])) * self.TICK_S  # utime, stime
+        return sum(fields), idle, used
+
+    def shares(self, seconds: float) -> dict[str, float]:
+        total, idle, used = self._read()
+        start_total, start_idle, start_used = self._start
+        busy = 1 - (idle - start_idle) / max(1.0, total - start_total)
+        out = {"machine_busy": round(busy, 2)}
+        out |= {f"{k}_cores": round((used[k] - start_used[k]) / seconds, 2) for k in used}
+        return out
+
+
 async def high_traffic(
     settings: Settings, topic: str, rate: float, seconds: float, tag: str
 ) -> dict[str, float]:
@@ -149,6 +177,9 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--high-rate", type=float, default=20.0)
     parser.add_argument("--online-rate", type=float, default=10.0)
+    parser.add_argument("--processor-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument of `embedstream run`, after an equals sign "
+                        "(--processor-arg=--high-target-ms=100)")  # fmt: skip
     args = parser.parse_args()
     simulator = SimulatorConfig(base_ms=40.0, per_token_ms=0.02, capacity=8)
     with start_postgres() as postgres:
@@ -196,6 +227,7 @@ async def measure(args: argparse.Namespace, dsn: str, provider_url: str) -> dict
         prefix + "group",
         "--metrics-port",
         str(free_port()),
+        *args.processor_arg,
     ]
     sink = ["sink", *common, "--store-model", OLD, "--store-group-id", prefix + "sink",
             "--metrics-port", str(free_port())]  # fmt: skip
@@ -228,8 +260,9 @@ async def measure(args: argparse.Namespace, dsn: str, provider_url: str) -> dict
             arms = ("without", "with") if round_ % 2 == 0 else ("with", "without")
             for arm in arms:
                 dimensions = 48 + 8 * round_
+                pids = {"processor": processes[0].pid, "writer": processes[1].pid}
                 row = await one_arm(args, settings, env, migrate, results, arm, round_,
-                                    dimensions, http_port)  # fmt: skip
+                                    dimensions, http_port, pids)  # fmt: skip
                 rows.append(row)
                 print(row_line(row), file=sys.stderr)
     finally:
@@ -245,6 +278,7 @@ async def measure(args: argparse.Namespace, dsn: str, provider_url: str) -> dict
 async def one_arm(
     args: argparse.Namespace, settings: Settings, env: dict[str, str], migrate: list[str],
     results: Results, arm: str, round_: int, dimensions: int, http_port: int,
+    pids: dict[str, int],
 ) -> dict[str, object]:  # fmt: skip
     done_before = 0
     if arm == "with":
@@ -261,12 +295,14 @@ async def one_arm(
     callers = OnlineCallers(url, settings.model, args.online_rate, args.seconds)
     loop = asyncio.get_running_loop()
     started = loop.time()
+    cpu = CpuUse(pids)
     async with aiohttp.ClientSession() as session:
         calling = asyncio.create_task(callers.run(session, started + 0.05))
         high_topic = configured_topics(settings).requests_high
         scheduled = await high_traffic(settings, high_topic, args.high_rate, args.seconds, tag)
         await calling
         window = loop.time() - started
+        cpu_use = cpu.shares(window)
         done_after = (await statuses(settings))[1].complete if arm == "with" else 0
         await callers.settle(SETTLE_S)
     deadline = loop.time() + SETTLE_S
@@ -287,7 +323,7 @@ async def one_arm(
         "online_p50_s": quantile(callers.latencies_s, 0.5),
         "online_p99_s": quantile(callers.latencies_s, 0.99),
         "backfill_docs_per_s": round(backfilled / window, 1) if arm == "with" else None,
-        "backfill_finished_early": finished,
+        "backfill_finished_early": finished, **cpu_use,
     }  # fmt: skip
 
 
@@ -300,7 +336,9 @@ def row_line(row: dict[str, object]) -> str:
         f"round {row['round']} {row['arm']:>7}: high P50/P99 {sec('high_p50_s')}/"
         f"{sec('high_p99_s')} ms ({row['high_answered']}/{row['high_sent']}), online "
         f"P50/P99 {sec('online_p50_s')}/{sec('online_p99_s')} ms ({row['online_sent']} sent, "
-        f"{row['online_failed']} failed), backfill {row['backfill_docs_per_s']} docs/s"
+        f"{row['online_failed']} failed), backfill {row['backfill_docs_per_s']} docs/s; "
+        f"machine {row['machine_busy']} busy, cores: processor {row['processor_cores']}, "
+        f"store writer {row['writer_cores']}"
     )
 
 
@@ -315,6 +353,8 @@ def summary(
             values = [v for r in mine if isinstance(v := r[key], float)]
             if values:
                 figures[key] = statistics.median(values)
+        for key in ("machine_busy", "processor_cores", "writer_cores"):
+            figures[key] = statistics.median(float(r[key]) for r in mine)  # type: ignore[arg-type]
         if arm == "with":
             rates = [v for r in mine if isinstance(v := r["backfill_docs_per_s"], float)]
             figures["backfill_docs_per_s"] = statistics.median(rates) if rates else 0.0
