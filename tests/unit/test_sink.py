@@ -10,7 +10,7 @@ from aiokafka.errors import KafkaTimeoutError
 from aiokafka.partitioner import DefaultPartitioner
 from embedstream.core.chunker import ChunkingRules
 from embedstream.core.generations import GenerationIds
-from embedstream.core.lanes import BucketKey, InputLane, Pending, Priority
+from embedstream.core.lanes import BucketKey, InputLane, Pending
 from embedstream.core.policy import BatchLimits, FlushReason
 from embedstream.engine.batcher import Batcher
 from embedstream.engine.clock import SYSTEM_CLOCK
@@ -28,12 +28,13 @@ from embedstream.kafka.sink import (
 )
 from embedstream.kafka.topics import configured_topics
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import EngineJob, Origin, WorkItem
+from embedstream.kafka.work import EngineJob, Origin
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing.clock import FakeClock
 from embedstream.testing.kafka import FakeBatch, FakeCluster, FakeProducer
-from embedstream.wire import EmbedRequest
+
+from tests.unit.test_outcomes_memory import work_item
 
 OUTPUT = Output(Origin("in", 0, 7), "results", b"id", b"{}", [])
 
@@ -198,7 +199,7 @@ async def test_retries_written_beside_a_refused_partitions_finish_their_items() 
     finished: list[int] = []
     state = PartitionState(TopicPartition("embed.requests.low", 0), InputLane.LOW,
                            on_progress=lambda: finished.append(1))  # fmt: skip
-    items = [item_at(state, offset) for offset in range(8)]
+    items = [work_item(state, offset) for offset in range(8)]
     for item in items:
         state.offsets.track(item.origin.offset)
     error = TransientError(Reason.TIMEOUT, "no answer")
@@ -224,7 +225,7 @@ async def test_a_handoff_finishes_the_held_retries_written_back_beside_refused_o
                            on_progress=lambda: finished.append(1))  # fmt: skip
     waiting = WaitingRetries(Batcher(LIMITS, nothing_dispatched), clock)
     for offset in range(8):
-        item = item_at(state, offset)
+        item = work_item(state, offset)
         item.not_before_ms = clock.wall_ms() + 60_000
         state.offsets.track(offset)
         waiting.hold_or_submit(item)
@@ -240,13 +241,3 @@ async def nothing_dispatched(
     key: BucketKey, batch: Sequence[Pending[EngineJob]], why: FlushReason
 ) -> None:
     raise AssertionError("held retries are not sent")
-
-
-def item_at(state: PartitionState, offset: int) -> WorkItem:
-    request = EmbedRequest(f"r{offset}", "some text")
-    return WorkItem(
-        id=request.id, text=request.text, tokens=2, request=request,
-        origin=Origin(state.tp.topic, state.tp.partition, offset), raw=b"{}",
-        priority=Priority.LOW, partition=state, timestamp_ms=0, model="m",
-        encoding_format="float",
-    )  # fmt: skip
