@@ -12,8 +12,8 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from embedstream.app_backfill import StoreWatch, store_watch
 from embedstream.core import configured
 from embedstream.core.clock import Clock
 from embedstream.core.generations import GenerationIds, IndexGeneration
@@ -32,6 +32,7 @@ from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.formats import registry_client, schema_decoders, uses_registry
 from embedstream.engine.registry import RegistryClient
 from embedstream.engine.result_schema import ResultSchemaRegistration
+from embedstream.errors import ConfigError
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.attribution import AttributedAdmission, Sources
 from embedstream.kafka.backfill import BackfillDirect, Backfills, SharedEngine
@@ -69,6 +70,9 @@ from embedstream.ops.server import OpsServer
 from embedstream.ops.task_stacks import log_task_stacks
 from embedstream.ops.tracer import build_tracer
 from embedstream.settings import Settings
+
+if TYPE_CHECKING:
+    from embedstream.app_backfill import StoreWatch
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +164,20 @@ class Service:
 
 def default_backend(settings: Settings) -> EmbeddingBackend:
     return OpenAIEmbedder.from_settings(settings)
+
+
+def _store_watch_of(settings: Settings) -> Callable[..., StoreWatch]:
+    """`app_backfill.store_watch`, imported only with ``store_dsn`` set: the store's driver is
+    the pgvector extra, which a processor without a store does not need."""
+    try:
+        from embedstream.app_backfill import store_watch
+    except ImportError as exc:
+        raise ConfigError(
+            "store_dsn",
+            f"is set but the PostgreSQL driver is not installed ({exc.name}): "
+            "pip install 'embedstream[pgvector]'",
+        ) from exc
+    return store_watch
 
 
 def build_service(
@@ -286,6 +304,7 @@ def build_service(
 
     watch = None
     if dual_writes is not None:
+        store_watch = _store_watch_of(settings)
         shared = SharedEngine(
             batcher, waiting, sink, documents, processor.submit,
             live_held=lambda: processor.held, provider_usable=lambda: processor.provider_ok,

