@@ -45,7 +45,7 @@ from embedstream.kafka.clients import connection_for, make_reader, partitions_of
 from embedstream.kafka.topics import configured_topics
 from embedstream.settings import Settings, load_settings
 from embedstream.tools.bench.documents import publish_records
-from embedstream.tools.bench.kafka_online import OnlineCallers
+from embedstream.tools.bench.remote_callers import OnlineCallers
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 from embedstream.tools.embedded import free_port
 from embedstream.tools.local_postgres import start_postgres

@@ -134,3 +134,22 @@ async def test_mixed_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path) ->
     stages = {row["scenario"].rsplit(": ", 1)[1] for row in rows if row["kind"] == "kafka-stage"}
     assert {"published -> fetched", "fetched -> call_start", "written -> acked"} <= stages
     assert [t for t in await list_topics(bootstrap, "bench.") if ".mixed." in t] == []
+
+
+async def test_online_scenario_callers_in_a_process_of_their_own(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """A tiny `online` run: the callers (a child process) got an answer to every request they
+    sent, in both arms, and the drains took every low event."""
+    out = tmp_path / "bench.json"
+    done = bench(
+        "--scenarios", "online", "--bootstrap", bootstrap, "--online-items", "2000",
+        "--online-rate", "40", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    alone, lane_drain, lane, direct_drain, direct, front = json.loads(out.read_text())["rows"]
+    assert [r["items"] for r in (alone, lane_drain, direct_drain)] == [2000] * 3
+    for callers in (lane, direct):
+        assert callers["kind"] == "online-callers" and callers["failed"] == 0
+        assert callers["items"] > 0 and callers["latency"]["p50_ms"] > 0
+    assert front["kind"] == "online-front"

@@ -15,14 +15,11 @@ beside an in-process `BatchingClient` call. The rows are built by the pure ``onl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import aiohttp
-import orjson
 
 from embedstream.app_serve import Gateway
 from embedstream.engine.backend import BatchCall, BatchOutcome
@@ -41,67 +38,12 @@ from embedstream.tools.bench.kafka_scenarios import (
 )
 from embedstream.tools.bench.online_figures import Callers, FrontCpu, front_cpu_row, online_rows
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
+from embedstream.tools.bench.remote_callers import CallersChild
 from embedstream.tools.bench.scenarios import GRACE_S
-from embedstream.tools.bench.workload import make_texts, poisson_arrivals
+from embedstream.tools.bench.workload import make_texts
 from embedstream.tools.embedded import free_port
 
-ARRAY_EVERY = 10  # one request in ten carries an array
-ARRAY_INPUTS = 16
-ANSWER_WAIT_S = 10.0  # after the drain, for the requests already sent
 FRONT_REQUESTS = 2_000
-
-
-class OnlineCallers:
-    """Requests at Poisson times from a start until stopped, each on its own task (an open
-    loop: a slow answer delays nobody else). Texts and times are made before the drain."""
-
-    def __init__(self, url: str, model: str, rate: float, seconds: float) -> None:
-        self._url = url
-        arrivals = poisson_arrivals(rate, seconds, seed=11) if rate > 0 else []
-        texts = make_texts(len(arrivals) * ARRAY_INPUTS, seed=11)
-        rng = random.Random(11)
-        self._plan: list[tuple[float, bytes]] = []
-        for i, offset in enumerate(arrivals):
-            many = rng.randrange(ARRAY_EVERY) == 0
-            chosen = texts[i * ARRAY_INPUTS : (i + 1) * ARRAY_INPUTS] if many else texts[i]
-            body = {"model": model, "input": chosen, "encoding_format": "base64"}
-            self._plan.append((offset, orjson.dumps(body)))
-        self.latencies_s: list[float] = []
-        self.failed = 0
-        self.sent = 0
-        self._inflight: set[asyncio.Task[None]] = set()
-
-    async def run(self, session: aiohttp.ClientSession, start: float) -> None:
-        loop = asyncio.get_running_loop()
-        for offset, body in self._plan:
-            due = start + offset
-            if due > loop.time():
-                await asyncio.sleep(due - loop.time())
-            task = asyncio.create_task(self._one(session, body, due))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
-            self.sent += 1
-
-    async def settle(self, within_s: float) -> None:
-        """Wait for the requests already sent (a bounded time); the rest count as failed."""
-        if self._inflight:
-            await asyncio.wait(set(self._inflight), timeout=within_s)
-        for task in list(self._inflight):
-            task.cancel()
-
-    async def _one(self, session: aiohttp.ClientSession, body: bytes, due: float) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
-            async with session.post(self._url, data=body, headers=headers) as answer:
-                await answer.read()
-                ok = answer.status == 200
-        except (aiohttp.ClientError, asyncio.CancelledError):
-            ok = False
-        if ok:
-            self.latencies_s.append(loop.time() - due)
-        else:
-            self.failed += 1
 
 
 async def _arm(
@@ -123,13 +65,13 @@ async def _arm(
             return lane_results(metrics, "low")
 
         bound_s = GRACE_S + len(texts) / 500.0
-        callers = None
-        if arm != "alone":
-            url = _url(settings, ctx.settings, arm)
-            callers = OnlineCallers(url, settings.model, rate, bound_s)
+        url = _url(settings, ctx.settings, arm)
+        # The callers run in a process of their own, as a RAG service does: in this one,
+        # their client side waited for the drain's turns of this event loop in both arms.
+        callers = CallersChild(url, settings.model, rate if arm != "alone" else 0.0, bound_s)
         label = f"online {rate:g}/s, {arm}: {len(texts):,} low"
         async with (
-            aiohttp.ClientSession() as session,
+            callers,
             reporting(ctx.progress, label, len(texts), "items", done),
             running_processor(settings, backend, metrics),
         ):
@@ -137,23 +79,17 @@ async def _arm(
             cpu.start()
             loop = asyncio.get_running_loop()
             start = loop.time()
-            calling = None
-            if callers is not None:
-                calling = asyncio.create_task(callers.run(session, start + 0.05))
+            callers.begin(time.monotonic() + 0.05)
             while done() < len(texts) and loop.time() < start + bound_s:  # noqa: ASYNC110
                 await asyncio.sleep(POLL_S)
             seconds = loop.time() - start
             cpu.stop()
-            if calling is not None and callers is not None:
-                calling.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await calling
-                await callers.settle(ANSWER_WAIT_S)
+            latencies, sent, failed = await callers.finish()
     drain = Drain(int(done()), seconds, backend.calls, backend.inputs, cpu.client_s,
                   cpu.provider_s, len(texts))  # fmt: skip
-    if callers is None:
+    if arm == "alone":
         return drain, None
-    return drain, Callers(callers.latencies_s, callers.sent, callers.failed, seconds)
+    return drain, Callers(latencies, sent, failed, seconds)
 
 
 def _url(settings: Settings, engine: Settings, arm: str) -> str:

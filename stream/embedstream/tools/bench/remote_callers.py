@@ -1,0 +1,182 @@
+"""Online callers in a process of their own: `python -m embedstream.tools.bench.remote_callers`.
+
+In the bench's process the callers' own client work ran on the processor's event loop, so
+every answer also waited for the drain's turns on the *caller's* side, in both arms (through
+the lane and straight to the provider): a RAG service calls from a process of its own. The
+child plans the same Poisson requests as before (the same seeds), prints ``ready``, reads the
+start (a `time.monotonic()` value: one clock for every process on the machine) from stdin,
+sends until a ``stop`` line, waits a bounded time for the answers in flight, and prints one
+JSON line: the latencies and counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import sys
+import time
+from collections.abc import Sequence
+
+import aiohttp
+import orjson
+
+from embedstream.tools.bench import BenchError
+from embedstream.tools.bench.workload import make_texts, poisson_arrivals
+
+ARRAY_EVERY = 10  # one request in ten carries an array
+ARRAY_INPUTS = 16
+ANSWER_WAIT_S = 10.0  # after the stop, for the requests already sent
+READY = "ready"
+STOP = "stop"
+START_TIMEOUT_S = 30.0
+
+
+class OnlineCallers:
+    """Requests at Poisson times from a start until stopped, each on its own task (an open
+    loop: a slow answer delays nobody else). Texts and times are made before the start."""
+
+    def __init__(self, url: str, model: str, rate: float, seconds: float) -> None:
+        self._url = url
+        arrivals = poisson_arrivals(rate, seconds, seed=11) if rate > 0 else []
+        texts = make_texts(len(arrivals) * ARRAY_INPUTS, seed=11)
+        rng = random.Random(11)
+        self._plan: list[tuple[float, bytes]] = []
+        for i, offset in enumerate(arrivals):
+            many = rng.randrange(ARRAY_EVERY) == 0
+            chosen = texts[i * ARRAY_INPUTS : (i + 1) * ARRAY_INPUTS] if many else texts[i]
+            body = {"model": model, "input": chosen, "encoding_format": "base64"}
+            self._plan.append((offset, orjson.dumps(body)))
+        self.latencies_s: list[float] = []
+        self.failed = 0
+        self.sent = 0
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    async def run(self, session: aiohttp.ClientSession, start: float) -> None:
+        loop = asyncio.get_running_loop()
+        for offset, body in self._plan:
+            due = start + offset
+            if due > loop.time():
+                await asyncio.sleep(due - loop.time())
+            task = asyncio.create_task(self._one(session, body, due))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+            self.sent += 1
+
+    async def settle(self, within_s: float) -> None:
+        """Wait for the requests already sent (a bounded time); the rest count as failed."""
+        if self._inflight:
+            await asyncio.wait(set(self._inflight), timeout=within_s)
+        for task in list(self._inflight):
+            task.cancel()
+        if self._inflight:
+            await asyncio.wait(set(self._inflight))
+
+    async def _one(self, session: aiohttp.ClientSession, body: bytes, due: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
+            async with session.post(self._url, data=body, headers=headers) as answer:
+                await answer.read()
+                ok = answer.status == 200
+        except (aiohttp.ClientError, asyncio.CancelledError):
+            ok = False
+        if ok:
+            self.latencies_s.append(loop.time() - due)
+        else:
+            self.failed += 1
+
+
+async def _lines() -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return reader
+
+
+async def serve_once(url: str, model: str, rate: float, seconds: float) -> dict[str, object]:
+    """The child's whole life: plan, ready, start, call until stopped, the figures."""
+    callers = OnlineCallers(url, model, rate, seconds)
+    reader = await _lines()
+    async with aiohttp.ClientSession() as session:
+        print(READY, flush=True)
+        start = float((await reader.readline()).decode() or time.monotonic())
+        calling = asyncio.create_task(callers.run(session, start))
+        await reader.readline()  # the stop line, or EOF: the parent is gone
+        calling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await calling
+        await callers.settle(ANSWER_WAIT_S)
+    return {"latencies_s": callers.latencies_s, "sent": callers.sent, "failed": callers.failed}
+
+
+class CallersChild:
+    """The parent's side: start the child, give it the start, stop it, read its figures."""
+
+    def __init__(self, url: str, model: str, rate: float, seconds: float) -> None:
+        self._args = [
+            "--url",
+            url,
+            "--model",
+            model,
+            "--rate",
+            str(rate),
+            "--seconds",
+            str(seconds),
+        ]
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> CallersChild:
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "embedstream.tools.bench.remote_callers", *self._args,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert self._process.stdout is not None
+        line = await asyncio.wait_for(self._process.stdout.readline(), START_TIMEOUT_S)
+        if line.decode().strip() != READY:
+            await self._process.wait()
+            raise BenchError(f"the online callers' process did not start: {line!r}")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        process = self._process
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.wait()
+
+    def begin(self, start: float) -> None:
+        """Send from ``start``, a `time.monotonic()` value."""
+        self._write(f"{start!r}\n")
+
+    async def finish(self) -> tuple[list[float], int, int]:
+        """Stop sending; the latencies of the answers (s), how many were sent, how many failed."""
+        self._write(f"{STOP}\n")
+        process = self._process
+        assert process is not None and process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), ANSWER_WAIT_S + START_TIMEOUT_S)
+        await process.wait()
+        if not line:
+            raise BenchError("the online callers' process ended without its figures")
+        figures = orjson.loads(line)
+        return list(figures["latencies_s"]), int(figures["sent"]), int(figures["failed"])
+
+    def _write(self, text: str) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        self._process.stdin.write(text.encode())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="remote_callers", description=__doc__)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--rate", type=float, required=True)
+    parser.add_argument("--seconds", type=float, required=True)
+    args = parser.parse_args(argv)
+    figures = asyncio.run(serve_once(args.url, args.model, args.rate, args.seconds))
+    sys.stdout.write(orjson.dumps(figures).decode() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
