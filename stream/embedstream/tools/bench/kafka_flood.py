@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
@@ -45,9 +44,10 @@ from embedstream.tools.bench.kafka_scenarios import (
 )
 from embedstream.tools.bench.model import Row
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
+from embedstream.tools.bench.remote_publisher import PublisherChild
 from embedstream.tools.bench.scenarios import GRACE_S
 from embedstream.tools.bench.timeline import Timeline
-from embedstream.tools.bench.workload import make_texts, poisson_arrivals
+from embedstream.tools.bench.workload import make_texts
 
 POLL_S = 0.01
 LOOP_PROBE_S = 0.005
@@ -102,7 +102,11 @@ async def _drain(
             return lane_results(metrics, "low")
 
         bound_s = GRACE_S + len(texts) / 500.0
-        publisher = HighPublisher(settings, names.requests_high, high_rate, bound_s)
+        # High events come from a process of their own, as from any producer: on this
+        # loop, their publication waited for the drain's turns (the bench's own tail).
+        publisher = PublisherChild(settings, names.requests_high, high_rate, bound_s)
+        for _, request_id, text in publisher.plan:
+            timeline.ids_by_text[text] = request_id
         async with (
             publisher,
             reporting(ctx.progress, label, len(texts), "items", done),
@@ -114,21 +118,20 @@ async def _drain(
             start = loop.time()
             lags: list[float] = []
             probe = asyncio.create_task(_probe_loop(lags))
-            publishing = None
-            if high_rate > 0:
-                publishing = asyncio.create_task(publisher.run(start, timeline))
+            publisher.begin(start)
             deadline = start + bound_s
             while done() < len(texts) and loop.time() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(POLL_S)
             seconds = loop.time() - start
             cpu.stop()
             probe.cancel()
-            if publishing is not None:
-                publishing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await publishing
-                await _wait_for_acks(timeline, list(publisher.sent))
-    sent = publisher.sent
+            published = await publisher.finish()
+            await _wait_for_acks(timeline, list(published))
+    sent = {}
+    for offset, request_id, _ in publisher.plan:
+        if request_id in published:
+            sent[request_id] = start + offset
+            timeline.note(request_id, "published", published[request_id])
     for request_id, due in sent.items():
         timeline.note(request_id, "scheduled", due)
     drain = Drain(int(done()), seconds, backend.calls, backend.inputs, cpu.client_s,
@@ -152,53 +155,6 @@ async def _wait_for_acks(timeline: Timeline, ids: Sequence[str]) -> None:
         if all("acked" in timeline.moments.get(i, {}) for i in ids):
             return
         await asyncio.sleep(POLL_S)
-
-
-class HighPublisher:
-    """High events at Poisson times from a start until stopped. Their texts, values and times
-    are made and the producer connected before the drain starts: made on the way (60,000 texts
-    for a 20-minute bound), they held the event loop for a second and a half at the start of
-    the drain, and the first high requests measured the bench."""
-
-    def __init__(self, settings: Settings, topic: str, rate: float, seconds: float) -> None:
-        self._topic = topic
-        self._producer = make_producer(settings, linger_ms=1)
-        arrivals = poisson_arrivals(rate, seconds, seed=7) if rate > 0 else []
-        texts = make_texts(len(arrivals), seed=7)
-        self._plan = [
-            (offset, f"high-{i}", f"high {text}")
-            for i, (offset, text) in enumerate(zip(arrivals, texts, strict=True))
-        ]
-        self.sent: dict[str, float] = {}  # id -> its scheduled time, once handed to the producer
-
-    async def __aenter__(self) -> HighPublisher:
-        await self._producer.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        with contextlib.suppress(Exception):
-            await self._producer.stop()
-
-    async def run(self, start: float, timeline: Timeline) -> None:
-        """Publish on schedule from ``start`` (loop time) until cancelled; ``timeline`` gets
-        each request's text and publication. Every event due at a wake-up is sent in that
-        one turn of the loop: one turn per event fell behind 50/s once the drain made each
-        turn 20 ms long, and the high requests measured the publisher."""
-        loop = asyncio.get_running_loop()
-        i = 0
-        while i < len(self._plan):
-            now = loop.time()
-            if start + 0.05 + self._plan[i][0] > now:
-                await asyncio.sleep(start + 0.05 + self._plan[i][0] - now)
-                continue
-            while i < len(self._plan) and start + 0.05 + self._plan[i][0] <= now:
-                offset, request_id, text = self._plan[i]
-                timeline.ids_by_text[text] = request_id
-                value = orjson.dumps({"id": request_id, "text": text})
-                await self._producer.send(self._topic, value, key=request_id.encode())
-                timeline.note(request_id, "published")
-                self.sent[request_id] = start + 0.05 + offset
-                i += 1
 
 
 async def kafka_flood(
