@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import random
 import statistics
@@ -40,6 +41,7 @@ from embedstream.core.costmodel import CallCost
 from embedstream.core.policy import BatchLimits, batch_length, spread_length
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
+from embedstream.tools.bench.baselines import without_fill_rule
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from embedstream.testing.virtual_loop import VirtualLoop
@@ -97,12 +99,8 @@ def text(rng: random.Random, index: int) -> str:
     return f"{index} " + " ".join(rng.choice(WORDS) for _ in range(17))
 
 
-FILL = {"on": True}  # the fill rule (core/policy.fill_target) in the clients made now
-
-
 def make_client(provider: SleepingProvider) -> BatchingClient:
     client = BatchingClient(provider, model="m", max_concurrency=SLOTS)
-    client._batcher.fill_calls = FILL["on"]
     # The client takes no clock; its batcher and governor must read the virtual one.
     loop = asyncio.get_running_loop()
     client._batcher._clock = loop.time
@@ -213,15 +211,14 @@ async def main(
     rules.append(("floor of 32", old_spread_length, False))
     for name, rule, fill in rules:
         batcher_module.__dict__["spread_length"] = rule  # what the batcher calls
-        FILL["on"] = fill
-        print(f"{name:>12} | closed, 50 callers: {await closed(seconds)}")
-        for rate in rates:
-            result = await open_loop(seconds, rate, seeds)
-            print(f"{name:>12} | poisson {rate:.0f}/s: {result}")
-        result = await open_loop(4.0, 20.0, seeds, burst=3000)
-        print(f"{name:>12} | burst 3000 + 20/s: {result}")
+        with contextlib.nullcontext() if fill else without_fill_rule():
+            print(f"{name:>12} | closed, 50 callers: {await closed(seconds)}")
+            for rate in rates:
+                result = await open_loop(seconds, rate, seeds)
+                print(f"{name:>12} | poisson {rate:.0f}/s: {result}")
+            result = await open_loop(4.0, 20.0, seeds, burst=3000)
+            print(f"{name:>12} | burst 3000 + 20/s: {result}")
     batcher_module.__dict__["spread_length"] = spread_length
-    FILL["on"] = True
     for name, factory in (("static 200/5", static(200, 5.0)), ("static 64/50", static(64, 50.0))):
         if not statics:
             break

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -36,13 +37,14 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from embedstream.engine.backend import BatchCall, EmbeddingBackend
-from embedstream.engine.client import BatchingClient
 from embedstream.settings import Settings, load_settings
+from embedstream.tools.bench.baselines import without_fill_rule
 from embedstream.tools.bench.context import (
     BenchContext,
     ClientFactory,
@@ -86,23 +88,18 @@ class Arm:
     name: str
     make_client: ClientFactory
     sdk: bool = False
+    rules: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
     @property
     def is_static(self) -> bool:
         return self.name.startswith("static")
 
 
-def without_fill(backend: EmbeddingBackend, settings: Settings) -> LoadTarget:
-    """The engine as it was before the fill rule: a call takes what is buffered when a slot
-    frees (core/policy.fill_target off)."""
-    client = BatchingClient(backend, settings=settings)
-    client._batcher.fill_calls = False
-    return client
-
-
 ARMS = {
     "embedstream": Arm("embedstream", batching_client),
-    "embedstream-nofill": Arm("embedstream-nofill", without_fill),
+    # The engine as it was before the fill rule: a call takes what is buffered when a slot
+    # frees (core/policy.fill_target off while the arm runs).
+    "embedstream-nofill": Arm("embedstream-nofill", batching_client, rules=without_fill_rule),
     "embedstream-sdk": Arm("embedstream-sdk", batching_client, sdk=True),
     "static-200-5ms": Arm("static-200-5ms", static(200, 5.0)),
     "static-64-50ms": Arm("static-64-50ms", static(64, 50.0)),
@@ -180,7 +177,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, object]]:
                                        provider=simulator, sdk=arm.sdk,
                                        make_client=arm.make_client)  # fmt: skip
                     load = os.getloadavg()[0]
-                    result = await scenario(ctx)  # type: ignore[misc]
+                    with arm.rules():
+                        result = await scenario(ctx)  # type: ignore[misc]
                     assert isinstance(result, ScenarioResult)
                     records.append({"round": round_, "scenario": label, "arm": arm.name,
                                     "load": load, **figures(result)})  # fmt: skip

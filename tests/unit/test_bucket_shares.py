@@ -12,6 +12,7 @@ from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority, Source
 from embedstream.core.policy import BatchLimits, FlushReason
 from embedstream.engine.batcher import Batcher
 from embedstream.testing import FakeClock
+from embedstream.tools.bench.baselines import calls_fifo
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -148,12 +149,12 @@ async def test_the_batcher_shares_calls_but_never_mixes_buckets() -> None:
 
 
 async def test_with_calls_unshared_a_bucket_is_one_fifo() -> None:
-    """The benchmark's baseline (`share_calls = False`): the trickle waits behind the flood."""
+    """The benchmark's baseline (`calls_fifo`): the trickle waits behind the flood."""
     clock = FakeClock()
     limits = BatchLimits(max_items=10, max_tokens=10_000, max_wait_s=0.0, scale_factor=4.0)
     governor = Governor(max_concurrency=100, clock=clock, min_low_share=0.0)
     batcher: Batcher[Item] = Batcher(limits, _ignore, governor=governor, clock=clock)
-    batcher.share_calls = False
+    calls_fifo(batcher)
     seen: list[list[Item]] = []
     batcher.on_flush = lambda key, items, reason, now: seen.append([p.payload for p in items])
     for i in range(40):

@@ -12,6 +12,7 @@ from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.testing import eventually, vector_for
 from embedstream.testing.backends import texts_of
 from embedstream.testing.kafka import FakeCluster
+from embedstream.tools.bench.baselines import calls_fifo
 
 from tests.unit.harness import NAMES, Harness, running
 
@@ -45,7 +46,7 @@ def publish(h: Harness, topic: str, count: int, start: int = 0) -> None:
         h.cluster.produce(topic, value, f"{topic}-{i}".encode())
 
 
-async def calls_of(*, share_calls: bool = True, **settings: Any) -> list[tuple[str, ...]]:
+async def calls_of(*, fifo: bool = False, **settings: Any) -> list[tuple[str, ...]]:
     """One flood item in a held call; 48 more of the flood buffered, then 48 of the trickle;
     every call let through one at a time. The texts of each call, in order."""
     backend = OneCallAtATime()
@@ -53,7 +54,8 @@ async def calls_of(*, share_calls: bool = True, **settings: Any) -> list[tuple[s
                        max_batch_size=8, max_concurrency=2, max_buffered_items=400,
                        **settings) as h:  # fmt: skip
         batcher = h.service.processor.parts.batcher
-        batcher.share_calls = share_calls
+        if fifo:
+            calls_fifo(batcher)
         publish(h, FLOOD, 1)
         await eventually(lambda: len(backend.calls) == 1)
         publish(h, FLOOD, 48, start=1)
@@ -95,7 +97,7 @@ async def test_weights_split_the_calls() -> None:
 
 
 async def test_without_shares_the_trickle_waits_for_the_whole_flood() -> None:
-    calls = await calls_of(share_calls=False)
+    calls = await calls_of(fifo=True)
     first = next(i for i, call in enumerate(calls) if TRICKLE in topics_of(call))
     assert first == 7  # behind six calls of the flood's 48: what the shares remove
 

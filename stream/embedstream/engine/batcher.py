@@ -68,13 +68,8 @@ class Batcher(Generic[T]):
         self._buckets: dict[BucketKey, Bucket[T]] = {}
         # The sources (input topics) of a bucket share its calls by these weights.
         self._source_weights = dict(source_weights or {})
-        # False: every bucket is one FIFO, whatever the items' sources (the fairness
-        # benchmark's baseline; not a setting).
-        self.share_calls = True
         # How fast each lane's items come, and the call size that keeps its slots from all
-        # being busy at that rate (core/policy.fill_target). False: a call takes whatever is
-        # buffered when a slot frees (the benchmarks' before arm; not a setting).
-        self.fill_calls = True
+        # being busy at that rate (core/policy.fill_target).
         self._arrivals = {lane: ArrivalRate() for lane in Priority}
         self._fill_targets: dict[BucketKey, int | None] = {}
         self._buffered = 0
@@ -112,7 +107,7 @@ class Batcher(Generic[T]):
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = Bucket(key, self._source_weights)
-        bucket.add(Pending(tokens, self._clock(), payload), source if self.share_calls else None)
+        bucket.add(Pending(tokens, self._clock(), payload), source)
         self._buffered += 1
         self._buffered_by_priority[key.priority] += 1
         self._arrivals[key.priority].add(self._clock())
@@ -265,7 +260,7 @@ class Batcher(Generic[T]):
 
     def _fill_wait(self, bucket: Bucket[T], counts: list[int], now: float) -> float:
         """How long the bucket's oldest item may wait for its call to fill (0: no rule)."""
-        if not self.fill_calls or self._draining or self._hurrying:
+        if self._draining or self._hurrying:
             return 0.0
         lane = bucket.key.priority
         rate = self._arrivals[lane].per_s(now)
@@ -281,13 +276,13 @@ class Batcher(Generic[T]):
         lane = bucket.key.priority
         slots = self.governor.idle_slots(lane)
         cost = self.cost.cost(cost_key(bucket.key))
-        least = self._fill_targets.get(bucket.key) if self.fill_calls else None
+        least = self._fill_targets.get(bucket.key)
         size = spread_length(counts, len(bucket), slots, self._limits, cost, least=least or 1)
         # Smaller calls while an upper lane is active (core/reservations.py).
         size = min(size, self.governor.call_cap(lane, self._limits.max_items))
         # A trickle beside a flood gets a call of its own: seated in a flood-sized call it
         # would wait as long as the flood's calls take.
-        trickle = bucket.trickle_count() if self.share_calls else 0
+        trickle = bucket.trickle_count()
         items = bucket.take_trickle(min(size, trickle)) if trickle else bucket.take(size)
         if bucket and size < batch_length(counts, self._limits):
             self._spreading[bucket.key] = reason  # a piece of a plan: the rest follow now

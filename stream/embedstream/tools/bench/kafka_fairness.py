@@ -3,8 +3,8 @@
 Source A is a low topic with a backlog published at once; source B is a second low topic of
 the same lane, fed at a steady rate. Four measurements, each on topics of its own with one
 processor: B alone, A alone, A with B (calls shared by weight, the default), and A with B
-again with every bucket one FIFO (``Batcher.share_calls = False``: the baseline; the
-fetch-side shares stay on). B's latency runs from each event's scheduled publication to its
+again with every bucket one FIFO (``baselines.calls_fifo``: the baseline; the fetch-side
+shares stay on). B's latency runs from each event's scheduled publication to its
 result acknowledged by the broker (noted by the processor's producer); A's drain from the
 assignment to its last result. The rows are built by the pure ``fairness_figures``.
 """
@@ -23,6 +23,7 @@ from embedstream.kafka.clients import make_producer
 from embedstream.kafka.topics import configured_specs
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, validate
+from embedstream.tools.bench.baselines import calls_fifo
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
 from embedstream.tools.bench.fairness_figures import Arm, Trickle, fairness_rows
 from embedstream.tools.bench.kafka_figures import Drain
@@ -59,7 +60,7 @@ async def _run(
     b_seconds: float,
     label: str,
     *,
-    share_calls: bool = True,
+    fifo: bool = False,
 ) -> tuple[Drain | None, Trickle | None]:
     """One measurement: A's backlog of ``texts`` (none: B alone, for ``b_seconds``) and B at
     ``b_rate`` (0: A alone) until A is drained."""
@@ -87,7 +88,8 @@ async def _run(
             reporting(ctx.progress, label, total, "items", progress),
             running_processor(settings, backend, metrics, timeline=timeline) as service,
         ):
-            service.processor.parts.batcher.share_calls = share_calls
+            if fifo:
+                calls_fifo(service.processor.parts.batcher)
             backend.restart()
             cpu.start()
             loop = asyncio.get_running_loop()
@@ -181,11 +183,9 @@ async def kafka_fairness(
     assert a_alone is not None
     ctx.progress.end(f"{a_alone.per_s:,.0f} items/s")
     arms = []
-    for label, share_calls in (("shares", True), ("calls FIFO", False)):
+    for label, fifo in (("shares", False), ("calls FIFO", True)):
         step = f"kafka fairness: A with B, {label}"
-        drain, trickle = await _run(
-            ctx, broker, texts, b_rate, b_seconds, step, share_calls=share_calls
-        )
+        drain, trickle = await _run(ctx, broker, texts, b_rate, b_seconds, step, fifo=fifo)
         assert drain is not None and trickle is not None
         arms.append(Arm(label, drain, trickle))
         ctx.progress.end(
