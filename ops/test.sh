@@ -73,24 +73,31 @@ export EMBEDSTREAM_TEST_BOOTSTRAP="127.0.0.1:$EMBEDSTREAM_KAFKA_PORT"
 export EMBEDSTREAM_REQUIRE_BROKER=1 EMBEDSTREAM_REQUIRE_TOOLS=1
 
 status=0
+# Each pytest run's output is also kept, so that its failures can be printed again at the end.
+pytest_log="$(mktemp)"
 if (($#)); then
   static_checks
-  "$PYTHON" -m pytest -p no:cacheprovider "$@" || status=$?
+  "$PYTHON" -m pytest -p no:cacheprovider "$@" 2>&1 | tee -a "$pytest_log" || status=$?
 else
   "$PYTHON" -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadgroup --durations=15 tests/unit tests/integration \
-    || status=$?
+    2>&1 | tee -a "$pytest_log" || status=$?
   # The e2e tier mostly waits (feeders at fixed rates, restarts, outages): the static checks
   # run beside it rather than before everything (their output is printed once they end).
   static_log="$(mktemp)"
   static_checks >"$static_log" 2>&1 &
   static_pid=$!
-  "$PYTHON" -m pytest -p no:cacheprovider -n "$E2E_WORKERS" --dist loadgroup --durations=15 tests/e2e || status=$?
+  "$PYTHON" -m pytest -p no:cacheprovider -n "$E2E_WORKERS" --dist loadgroup --durations=15 tests/e2e 2>&1 \
+    | tee -a "$pytest_log" || status=$?
   wait "$static_pid" || status=$?
-  cat "$static_log"
+  cat "$static_log" | tee -a "$pytest_log"
   rm -f "$static_log"
 fi
 if [[ $status -ne 0 ]]; then
   echo "---- tests failed (exit $status); tail of the Kafka broker log ----" >&2
   bash ops/kafka/kafka.sh log 2>/dev/null | tail -n 150 >&2 || true
+  # What failed goes last: a CI log is read from its end, and the broker's log is long.
+  echo "---- what failed (the pytest summaries and checks above) ----" >&2
+  grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error).* =+$|: error: |^Found [0-9]+ error' "$pytest_log" >&2 || true
 fi
+rm -f "$pytest_log"
 exit $status
