@@ -120,19 +120,19 @@ def floor_rows(floor: Drain, embedstream: Drain, broker: str) -> list[Row]:
     ]  # fmt: skip
 
 
-def stages_until(last: str) -> tuple[tuple[str, str], ...]:
-    """The stages from the first moment up to ``last``."""
-    return tuple(itertools.pairwise(MOMENTS[: MOMENTS.index(last) + 1]))
+def stages_until(last: str, order: Sequence[str] = MOMENTS) -> tuple[tuple[str, str], ...]:
+    """The stages from the first moment of ``order`` up to ``last``."""
+    return tuple(itertools.pairwise(order[: order.index(last) + 1]))
 
 
 def stage_durations(
-    moments: Mapping[str, Mapping[str, float]], last: str = "read"
+    moments: Mapping[str, Mapping[str, float]], last: str = "read", order: Sequence[str] = MOMENTS
 ) -> dict[tuple[str, str], list[float]]:
     """Seconds each request spent in each stage up to ``last``, from its moments (name ->
     time, one clock). A stage counts only requests with both of its ends; a negative span (two
     clocks of one event ordered by different observers, e.g. a send noted after its fetch)
     counts as 0."""
-    stages = stages_until(last)
+    stages = stages_until(last, order)
     spans: dict[tuple[str, str], list[float]] = {stage: [] for stage in stages}
     for times in moments.values():
         for begin, end in stages:
@@ -142,12 +142,17 @@ def stage_durations(
 
 
 def stage_rows(
-    moments: Mapping[str, Mapping[str, float]], label: str, seconds: float, last: str = "read"
+    moments: Mapping[str, Mapping[str, float]],
+    label: str,
+    seconds: float,
+    last: str = "read",
+    order: Sequence[str] = MOMENTS,
+    note: str = "per-request timeline through Kafka (debug timestamps of the bench)",
 ) -> list[Row]:
-    """One row per stage up to ``last`` with its P50/P95/P99 (and the whole way, scheduled to
-    ``last``)."""
+    """One row per stage of ``order`` up to ``last`` with its P50/P95/P99 (and the whole way,
+    scheduled to ``last``)."""
     rows = []
-    spans = stage_durations(moments, last)
+    spans = stage_durations(moments, last, order)
     whole = [t[last] - t["scheduled"] for t in moments.values() if {last, "scheduled"} <= t.keys()]
     for (begin, end), durations in [*spans.items(), (("scheduled", last), whole)]:
         rows.append(
@@ -162,7 +167,7 @@ def stage_rows(
                 inputs=0,
                 client_cpu_s=0.0,
                 provider_cpu_s=None,
-                note="per-request timeline through Kafka (debug timestamps of the bench)",
+                note=note,
             )
         )
     return rows

@@ -10,6 +10,9 @@ three arms in one run on one broker and one provider.
 The callers arrive at Poisson times (one text each, one in ten an array of 16); each request's
 latency runs from its scheduled time to its answer. Then the HTTP front's own CPU per request
 beside an in-process `BatchingClient` call. The rows are built by the pure ``online_figures``.
+With ``stages`` (``--timeline``), a row per stage of the lane's requests: the callers note
+when each was scheduled and answered, the processor's tracer when the lane took it, when the
+provider call carrying it started and ended and when the lane answered (bench/timeline.py).
 """
 
 from __future__ import annotations
@@ -36,10 +39,18 @@ from embedstream.tools.bench.kafka_scenarios import (
     scenario_topics,
     unique_prefix,
 )
-from embedstream.tools.bench.online_figures import Callers, FrontCpu, front_cpu_row, online_rows
+from embedstream.tools.bench.model import Row
+from embedstream.tools.bench.online_figures import (
+    Callers,
+    FrontCpu,
+    front_cpu_row,
+    online_rows,
+    online_stage_rows,
+)
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
-from embedstream.tools.bench.remote_callers import CallersChild
+from embedstream.tools.bench.remote_callers import CallerFigures, CallersChild
 from embedstream.tools.bench.scenarios import GRACE_S
+from embedstream.tools.bench.timeline import Timeline, TimelineTracer
 from embedstream.tools.bench.workload import make_texts
 from embedstream.tools.embedded import free_port
 
@@ -47,9 +58,15 @@ FRONT_REQUESTS = 2_000
 
 
 async def _arm(
-    ctx: BenchContext, broker: KafkaBroker, texts: Sequence[str], rate: float, arm: str
+    ctx: BenchContext,
+    broker: KafkaBroker,
+    texts: Sequence[str],
+    rate: float,
+    arm: str,
+    timeline: Timeline | None = None,
 ) -> tuple[Drain, Callers | None]:
-    """One drain on topics of its own; ``arm``: "alone", "lane" or "direct"."""
+    """One drain on topics of its own; ``arm``: "alone", "lane" or "direct". ``timeline``:
+    the lane's requests' moments are noted there."""
     settings = broker.settings(ctx.settings, unique_prefix("online"))
     if arm == "lane":
         settings = dataclasses.replace(settings, http_port=free_port())
@@ -70,10 +87,11 @@ async def _arm(
         # their client side waited for the drain's turns of this event loop in both arms.
         callers = CallersChild(url, settings.model, rate if arm != "alone" else 0.0, bound_s)
         label = f"online {rate:g}/s, {arm}: {len(texts):,} low"
+        tracer = TimelineTracer(timeline) if timeline is not None else None
         async with (
             callers,
             reporting(ctx.progress, label, len(texts), "items", done),
-            running_processor(settings, backend, metrics),
+            running_processor(settings, backend, metrics, tracer=tracer),
         ):
             backend.restart()
             cpu.start()
@@ -84,12 +102,21 @@ async def _arm(
                 await asyncio.sleep(POLL_S)
             seconds = loop.time() - start
             cpu.stop()
-            latencies, sent, failed = await callers.finish()
+            figures = await callers.finish()
     drain = Drain(int(done()), seconds, backend.calls, backend.inputs, cpu.client_s,
                   cpu.provider_s, len(texts))  # fmt: skip
+    if timeline is not None:
+        _note_callers(timeline, figures)
     if arm == "alone":
         return drain, None
-    return drain, Callers(latencies, sent, failed, seconds)
+    return drain, Callers(figures.latencies_s, figures.sent, figures.failed, seconds)
+
+
+def _note_callers(timeline: Timeline, figures: CallerFigures) -> None:
+    """The callers' moments beside the processor's, by request number."""
+    for number, scheduled, answered in figures.answered:
+        timeline.note(str(number), "scheduled", scheduled)
+        timeline.note(str(number), "answered", answered)
 
 
 def _url(settings: Settings, engine: Settings, arm: str) -> str:
@@ -143,19 +170,25 @@ async def _cpu_of(requests: int, call: Callable[[int], Awaitable[object]]) -> fl
 
 
 async def kafka_online(
-    ctx: BenchContext, broker: KafkaBroker, low_items: int, rate: float
+    ctx: BenchContext, broker: KafkaBroker, low_items: int, rate: float, stages: bool = False
 ) -> list[ScenarioResult]:
     """The drain alone, with callers through the lane, with callers straight to the provider;
-    then the front's CPU per request."""
+    then the front's CPU per request. ``stages``: a row per stage of the lane's requests."""
     texts = make_texts(low_items, tokens=ctx.tokens, seed=ctx.seed)
     alone, _ = await _arm(ctx, broker, texts, rate, "alone")
     ctx.progress.end(f"{alone.per_s:,.0f} items/s")
-    lane, lane_callers = await _arm(ctx, broker, texts, rate, "lane")
+    timeline = Timeline() if stages else None
+    lane, lane_callers = await _arm(ctx, broker, texts, rate, "lane", timeline)
     ctx.progress.end(f"{lane.per_s:,.0f} items/s")
     direct, direct_callers = await _arm(ctx, broker, texts, rate, "direct")
     ctx.progress.end(f"{direct.per_s:,.0f} items/s")
     assert lane_callers is not None and direct_callers is not None
     rows = online_rows(alone, (lane, lane_callers), (direct, direct_callers), rate, broker.name)
+    if timeline is not None:
+        label = f"online {rate:g}/s beside {low_items:,} low: the lane's requests"
+        answered = {n: t for n, t in timeline.moments.items() if "answered" in t}
+        stage: list[Row] = online_stage_rows(answered, label, lane.seconds)
+        rows[3:3] = stage  # after the lane's callers' row
     ctx.progress.begin("online front: CPU per request", None, "requests")
     front = await front_cpu(ctx.settings)
     rows.append(front_cpu_row(front))

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from embedstream.app import Service, build_service
+from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.kafka.admin import (
     TopicNames,
@@ -141,10 +142,12 @@ async def running_processor(
     *,
     timeline: Timeline | None = None,
     result_linger_ms: int | None = None,
+    tracer: Tracer | None = None,
 ) -> AsyncIterator[Service]:
     """A processor running until the block ends, entered once it holds its partitions.
     ``timeline``: its clients and backend note each request's moments (bench/timeline.py);
-    ``result_linger_ms``: its results producer's linger instead of the library's."""
+    ``result_linger_ms``: its results producer's linger instead of the library's; ``tracer``:
+    its tracer instead of the settings' (``TimelineTracer`` notes the online requests')."""
     overrides = {} if result_linger_ms is None else {"linger_ms": result_linger_ms}
     consumer: Any = make_consumer(settings)
     producer: Any = make_producer(settings, **overrides)
@@ -154,7 +157,7 @@ async def running_processor(
         producer = TimelineProducer(producer, timeline)
         engine = TimelineBackend(backend, timeline)
     service = build_service(settings, engine, metrics=metrics, consumer=consumer,
-                            producer=producer)  # fmt: skip
+                            producer=producer, tracer=tracer)  # fmt: skip
     task = asyncio.create_task(service.run())
     try:
         assigned = asyncio.create_task(service.processor.assigned.wait())

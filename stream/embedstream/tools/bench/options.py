@@ -276,7 +276,8 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeline",
         action="store_true",
         help="kafka-poisson, kafka-flood, kafka-mixed: note each request's moments (published, "
-        "fetched, call, written, acked, read) and report the P50/P95/P99 of every stage",
+        "fetched, call, written, acked, read) and report the P50/P95/P99 of every stage; "
+        "online: the same for the lane's requests (received, call, returned, answered)",
     )
     kafka.add_argument(
         "--poisson-ab",

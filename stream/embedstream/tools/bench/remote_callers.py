@@ -18,11 +18,13 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import aiohttp
 import orjson
 
 from embedstream.tools.bench import BenchError
+from embedstream.tools.bench.timeline import traceparent_for
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 
 ARRAY_EVERY = 10  # one request in ten carries an array
@@ -33,9 +35,22 @@ STOP = "stop"
 START_TIMEOUT_S = 30.0
 
 
+@dataclass(frozen=True, slots=True)
+class CallerFigures:
+    """What the callers measured: each answered request's latency from its scheduled time
+    (s), how many were sent and how many got no 200, and (number, scheduled, answered) of each
+    answered request, `time.monotonic()` values, for a timeline across processes."""
+
+    latencies_s: list[float]
+    sent: int
+    failed: int
+    answered: list[tuple[int, float, float]]
+
+
 class OnlineCallers:
     """Requests at Poisson times from a start until stopped, each on its own task (an open
-    loop: a slow answer delays nobody else). Texts and times are made before the start."""
+    loop: a slow answer delays nobody else). Texts and times are made before the start. Each
+    request carries its number in a ``traceparent`` header (``timeline.traceparent_for``)."""
 
     def __init__(self, url: str, model: str, rate: float, seconds: float) -> None:
         self._url = url
@@ -49,17 +64,18 @@ class OnlineCallers:
             body = {"model": model, "input": chosen, "encoding_format": "base64"}
             self._plan.append((offset, orjson.dumps(body)))
         self.latencies_s: list[float] = []
+        self.answered: list[tuple[int, float, float]] = []
         self.failed = 0
         self.sent = 0
         self._inflight: set[asyncio.Task[None]] = set()
 
     async def run(self, session: aiohttp.ClientSession, start: float) -> None:
         loop = asyncio.get_running_loop()
-        for offset, body in self._plan:
+        for number, (offset, body) in enumerate(self._plan):
             due = start + offset
             if due > loop.time():
                 await asyncio.sleep(due - loop.time())
-            task = asyncio.create_task(self._one(session, body, due))
+            task = asyncio.create_task(self._one(session, number, body, due))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
             self.sent += 1
@@ -73,17 +89,22 @@ class OnlineCallers:
         if self._inflight:
             await asyncio.wait(set(self._inflight))
 
-    async def _one(self, session: aiohttp.ClientSession, body: bytes, due: float) -> None:
+    async def _one(
+        self, session: aiohttp.ClientSession, number: int, body: bytes, due: float
+    ) -> None:
         loop = asyncio.get_running_loop()
         try:
-            headers = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
+            headers = {"Content-Type": "application/json", "Authorization": "Bearer bench",
+                       "traceparent": traceparent_for(number)}  # fmt: skip
             async with session.post(self._url, data=body, headers=headers) as answer:
                 await answer.read()
                 ok = answer.status == 200
         except (aiohttp.ClientError, asyncio.CancelledError):
             ok = False
         if ok:
-            self.latencies_s.append(loop.time() - due)
+            answered = loop.time()
+            self.latencies_s.append(answered - due)
+            self.answered.append((number, due, answered))
         else:
             self.failed += 1
 
@@ -108,7 +129,8 @@ async def serve_once(url: str, model: str, rate: float, seconds: float) -> dict[
         with contextlib.suppress(asyncio.CancelledError):
             await calling
         await callers.settle(ANSWER_WAIT_S)
-    return {"latencies_s": callers.latencies_s, "sent": callers.sent, "failed": callers.failed}
+    return {"latencies_s": callers.latencies_s, "sent": callers.sent, "failed": callers.failed,
+            "answered": callers.answered}  # fmt: skip
 
 
 class CallersChild:
@@ -149,8 +171,8 @@ class CallersChild:
         """Send from ``start``, a `time.monotonic()` value."""
         self._write(f"{start!r}\n")
 
-    async def finish(self) -> tuple[list[float], int, int]:
-        """Stop sending; the latencies of the answers (s), how many were sent, how many failed."""
+    async def finish(self) -> CallerFigures:
+        """Stop sending; what the callers measured."""
         self._write(f"{STOP}\n")
         process = self._process
         assert process is not None and process.stdout is not None
@@ -159,7 +181,9 @@ class CallersChild:
         if not line:
             raise BenchError("the online callers' process ended without its figures")
         figures = orjson.loads(line)
-        return list(figures["latencies_s"]), int(figures["sent"]), int(figures["failed"])
+        answered = [(int(n), float(due), float(at)) for n, due, at in figures["answered"]]
+        return CallerFigures(list(figures["latencies_s"]), int(figures["sent"]),
+                             int(figures["failed"]), answered)  # fmt: skip
 
     def _write(self, text: str) -> None:
         assert self._process is not None and self._process.stdin is not None
