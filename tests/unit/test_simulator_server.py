@@ -595,3 +595,33 @@ async def test_flaky_texts_fail_exactly_fail_times_then_succeed(
     assert server.calls[0].inputs == ("fine", "FLAKY one")
     status, _, _ = await post(http, server, {"model": "m", "input": ["FLAKY two"]})
     assert status == 500  # counted per text, not per call
+
+
+async def test_a_big_calls_own_work_runs_off_the_event_loop_and_answers_the_same(
+    start: Start, http: aiohttp.ClientSession
+) -> None:
+    """A call of more than OFF_LOOP_INPUTS inputs is parsed and built by ``off_loop`` (a worker
+    thread by default: on the loop, a 2,048-input call's own work held every other call's
+    answer); a small call stays inline; both answer the vectors of their texts, in order."""
+    from embedsim.server import OFF_LOOP_BODY_BYTES, OFF_LOOP_INPUTS
+
+    offloaded: list[str] = []
+
+    async def recording(function: Callable[..., Any], *args: Any) -> Any:
+        offloaded.append(function.__name__)
+        return await asyncio.to_thread(function, *args)
+
+    server = await start(FAST, off_loop=recording)
+    big = [f"text {i} " + "word " * 200 for i in range(OFF_LOOP_INPUTS + 1)]
+    assert len(orjson.dumps(big)) > OFF_LOOP_BODY_BYTES
+    for texts in (["one small call"], big):
+        async with http.post(
+            f"{server.url}/embeddings", json={"model": MODEL, "input": texts}
+        ) as answer:
+            assert answer.status == 200
+            body = orjson.loads(await answer.read())
+        assert [d["index"] for d in body["data"]] == list(range(len(texts)))
+        assert [d["embedding"] for d in body["data"]] == [
+            expected_vector(MODEL, t, FAST.default_dimensions) for t in texts
+        ]
+    assert offloaded == ["parse_request", "_encoded_answer"]  # the big call only
