@@ -25,14 +25,18 @@ if [[ "${1:-}" == "--fast" ]]; then
 fi
 
 static_checks() {
-  "$PYTHON" -m ruff check .
-  "$PYTHON" -m ruff format --check .
-  "$PYTHON" -m mypy
+  # Every check runs, so one failing does not hide the next one's finding.
+  local failed=0
+  "$PYTHON" -m ruff check . || failed=1
+  "$PYTHON" -m ruff format --check . || failed=1
+  "$PYTHON" -m mypy || failed=1
   # The layers' contracts (pyproject [tool.importlinter]): core pure, one importer per library.
-  "$PYTHON" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" --no-cache
+  "$PYTHON" -c "from importlinter.cli import lint_imports_command; lint_imports_command()" \
+    --no-cache || failed=1
   # The documentation site (mkdocs.yml): a broken link or anchor, a missing page or a page
   # left out of the navigation fails. Into site/ (git-ignored); nothing fetched while building.
-  NO_MKDOCS_2_WARNING=1 "$PYTHON" -m mkdocs build --strict --quiet
+  NO_MKDOCS_2_WARNING=1 "$PYTHON" -m mkdocs build --strict --quiet || failed=1
+  return $failed
 }
 
 if ((fast)); then
@@ -97,7 +101,7 @@ if [[ $status -ne 0 ]]; then
   bash ops/kafka/kafka.sh log 2>/dev/null | tail -n 150 >&2 || true
   # What failed goes last: a CI log is read from its end, and the broker's log is long.
   echo "---- what failed (the pytest summaries and checks above) ----" >&2
-  grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error).* =+$|: error: |^Found [0-9]+ error' "$pytest_log" >&2 || true
+  grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error).* =+$|: error: |^Found [0-9]+ error|BROKEN' "$pytest_log" >&2 || true
 fi
 rm -f "$pytest_log"
 exit $status

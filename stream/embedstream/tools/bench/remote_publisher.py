@@ -22,10 +22,10 @@ import sys
 from collections.abc import Mapping, Sequence
 
 import orjson
-from aiokafka import AIOKafkaProducer
 
 from embedstream.errors import env_var
 from embedstream.kafka.clients import make_producer
+from embedstream.kafka.protocols import Producer
 from embedstream.settings import FIELDS, Settings, load_settings
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
@@ -61,11 +61,12 @@ def connection_environment(settings: Settings) -> dict[str, str]:
 
 
 async def publish_on_schedule(
-    producer: AIOKafkaProducer, topic: str, plan: Plan, start: float, stopped: asyncio.Event
+    producer: Producer, topic: str, plan: Plan, start: float, stopped: asyncio.Event
 ) -> dict[str, float]:
     """Send each event at ``start`` + its offset (every event due at a wake-up in that turn)
     until ``stopped``; the moment each was handed to the producer, by id."""
     published: dict[str, float] = {}
+    delivered: list[asyncio.Future[object]] = []
     loop = asyncio.get_running_loop()
     i = 0
     while i < len(plan) and not stopped.is_set():
@@ -77,10 +78,10 @@ async def publish_on_schedule(
         while i < len(plan) and start + plan[i][0] <= now:
             _, request_id, text = plan[i]
             value = orjson.dumps({"id": request_id, "text": text})
-            await producer.send(topic, value, key=request_id.encode())
+            delivered.append(await producer.send(topic, value, key=request_id.encode()))
             published[request_id] = loop.time()
             i += 1
-    await producer.flush()
+    await asyncio.gather(*delivered)  # every event acknowledged before the figures go back
     return published
 
 
