@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from embedstream.app_online_thread import OnlineThread
 from embedstream.core import configured
 from embedstream.core.clock import Clock
 from embedstream.core.generations import GenerationIds, IndexGeneration
@@ -63,7 +64,7 @@ from embedstream.kafka.topics import configured_topics, topic_settings
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import EngineJob
-from embedstream.online.server import OnlineServer, build_online_server
+from embedstream.online.server import OnlineFront, build_online_server
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
@@ -88,7 +89,7 @@ class Service:
         ops_server: OpsServer | None,
         registry: RegistryClient | None = None,
         result_schema: ResultSchemaRegistration | None = None,
-        online: OnlineServer | None = None,
+        online: OnlineFront | None = None,
         metrics: Metrics | None = None,
         watch: StoreWatch | None = None,
     ) -> None:
@@ -319,8 +320,10 @@ def build_service(
             backfills.append(watch.backfills)
     health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
-    online = None
-    if settings.http_port:
+    online: OnlineFront | None = None
+    if settings.http_port and settings.online_thread:
+        online = OnlineThread(settings, engine.governor, metrics, tracer)
+    elif settings.http_port:
         online = build_online_server(
             settings, CallerIntake(batcher, cache), engine.governor, batcher, engine.cost,
             clock=clock, token_counter=token_counter, observer=metrics.online, tracer=tracer,

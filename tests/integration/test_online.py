@@ -8,6 +8,7 @@ import asyncio
 import base64
 import contextlib
 import math
+import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -16,6 +17,8 @@ import openai
 import pytest
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
+from embedstream.app_online_thread import THREAD_NAME
+from embedstream.core.lanes import Priority
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.testing import eventually
@@ -58,11 +61,20 @@ def online_settings(bootstrap: str, prefix: str, url: str, **values: Any) -> Set
     )
 
 
+def online_threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name == THREAD_NAME}
+
+
+@pytest.mark.parametrize("own_thread", [False, True], ids=["on-the-loop", "online-thread"])
 async def test_callers_get_the_providers_vectors_beside_kafka_work(
-    bootstrap: str, unique_prefix: str
+    bootstrap: str, unique_prefix: str, own_thread: bool
 ) -> None:
+    """The same answers, metrics and Kafka results with the lane on the processor's loop and
+    on a thread of its own (online_thread); either way the processor's governor counts the
+    lane's calls: right after an answer, the Kafka lanes' calls are capped for it."""
     async with SimulatorServer() as simulator:
-        settings = online_settings(bootstrap, unique_prefix, simulator.url, max_batch_size=256)
+        settings = online_settings(bootstrap, unique_prefix, simulator.url, max_batch_size=256,
+                                   online_thread=own_thread)  # fmt: skip
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         backlog = [request(f"low-{i}", f"bulk text {i}") for i in range(3000)]
@@ -75,6 +87,9 @@ async def test_callers_get_the_providers_vectors_beside_kafka_work(
             )
             # The SDK asks for base64 unless told otherwise, and decodes it.
             decoded = await client.embeddings.create(model=model, input="what is a lane?")
+            governor = service.processor.parts.governor
+            capped = governor.call_cap(Priority.LOW, 2048)  # the lane active: low cut for it
+            threads_while_serving = online_threads()
             short = await client.embeddings.create(model=model, input="short", dimensions=64)
             ids = await client.embeddings.create(model=model, input=[[10, 20, 30], [40]])
             raw = await client.embeddings.with_raw_response.create(
@@ -93,6 +108,10 @@ async def test_callers_get_the_providers_vectors_beside_kafka_work(
                 "embedstream_online_requests_total", {"key": "rag", "status": "200"}
             )
             online_items = sample("embedstream_item_wait_seconds_count", {"lane": "online"})
+            await eventually(lambda: governor.lane_in_flight(Priority.ONLINE) == 0)
+        assert capped <= 256
+        assert threads_while_serving == ({THREAD_NAME} if own_thread else set())
+        assert online_threads() == set()  # stopped with the processor
         dims = 256  # the simulator's default
         assert [d.index for d in floats.data] == list(range(600))
         for text, datum in zip(texts, floats.data, strict=True):

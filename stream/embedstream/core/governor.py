@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
+from typing import Protocol
 
 from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
 from embedstream.core.lanes import Priority
@@ -49,6 +50,20 @@ def default_lanes(
     }
 
 
+class GovernorEcho(Protocol):
+    """Told what a governor of another engine starts and spends, so that this one counts it:
+    the online lane on a thread of its own (``online_thread``) echoes its calls to the
+    processor's governor, which keeps its reservations and budget for them."""
+
+    def saw(self, lane: Priority) -> None: ...
+
+    def started(self, lane: Priority) -> None: ...
+
+    def finished(self, lane: Priority, oldest_s: float | None) -> None: ...
+
+    def reserved(self, tokens: int) -> None: ...
+
+
 class Governor:
     def __init__(
         self,
@@ -78,6 +93,7 @@ class Governor:
         self._lane_in_flight: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._outage = OutageDetector()  # when the provider counts as down (see core/outage)
         self._refused = False  # the last answer refused everyone (bad key, unknown model)
+        self.echo: GovernorEcho | None = None  # another engine's governor that counts ours
 
     @property
     def provider_usable(self) -> bool:
@@ -105,6 +121,8 @@ class Governor:
     def saw(self, lane: Priority) -> None:
         """An item of ``lane`` arrived (or is still buffered): the lane counts as active."""
         self.reservations.saw(lane, self._clock())
+        if self.echo is not None:
+            self.echo.saw(lane)
 
     def call_cap(self, lane: Priority, max_items: int) -> int:
         """Most inputs in the next call of ``lane`` (fewer while an upper lane is active)."""
@@ -134,6 +152,8 @@ class Governor:
     def started(self, lane: Priority) -> None:
         self.in_flight += 1
         self._lane_in_flight[lane] += 1
+        if self.echo is not None:
+            self.echo.started(lane)
 
     def finished(self, lane: Priority, oldest_s: float | None = None) -> None:
         """A call of ``lane`` ended; ``oldest_s``: how long its oldest item took, from
@@ -142,10 +162,14 @@ class Governor:
         self._lane_in_flight[lane] -= 1
         if oldest_s is not None:
             self.reservations.observe(lane, oldest_s, self._clock())
+        if self.echo is not None:
+            self.echo.finished(lane, oldest_s)
 
     def reserve(self, tokens: int) -> float:
         """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""
         now = self._clock()
+        if self.echo is not None:
+            self.echo.reserved(tokens)
         return max(self._rates.reserve(tokens, now), self.announced.reserve(tokens, now))
 
     def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:

@@ -70,6 +70,14 @@ class OnlineFields:
         ge=0,
         le=_HOUR_S * 1000,
     )
+    online_thread: bool = setting(
+        False,
+        "Serve the online lane (embedstream run with http_port) on a thread and event loop of "
+        "its own, with its own provider connections and in-process cache, so its requests "
+        "never wait for the Kafka lanes' turns of the processor's loop; its calls still count "
+        "in the processor's concurrency limit and RPM/TPM budget (a loop turn later).",
+        _ON,
+    )
     online_url: str | None = setting(
         None,
         "A processor's online lane (http://host:port/v1) that `sink search` and `demo --rag` "
