@@ -12,8 +12,10 @@ it (``ONLINE_LANE.reserved_slots``), and its governor echoes every item seen, ca
 ended and token spent to the processor's governor (`LoopEcho`, one call posted to the
 processor's loop each), which counts them in its in-flight total, its reservations and
 ``online_target_ms``, and its RPM/TPM buckets: the Kafka lanes wait for what the online lane
-spends. The lane's own calls are never held by those buckets (they are counted, a loop turn
-later), and the processor's adaptive limit decides from the Kafka lanes' calls only.
+spends. The provider's 429 pauses hold both engines: the lane's failures are echoed too, and
+the lane's governor holds its calls while the processor's gate is closed. The lane's own calls
+are never held by the RPM/TPM buckets (they are counted, a loop turn later), and the
+processor's adaptive limit decides from the Kafka lanes' answers and every failure.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from embedstream.core.configured import ONLINE_LANE
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Priority
 from embedstream.core.tracing import CallSpan, RecordHeaders, RequestSpan, Tracer
+from embedstream.errors import EmbedStreamError
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 
@@ -73,6 +76,14 @@ class LoopEcho:
 
     def reserved(self, tokens: int) -> None:
         self._post(functools.partial(self._reserved_there, tokens))
+
+    def failed(self, error: EmbedStreamError) -> None:
+        self._post(functools.partial(self._target.on_failure, error))
+
+    def held_for(self) -> float:
+        # A read across threads of one float the processor's loop sets: at worst a moment
+        # stale, never torn (the interpreter's lock); the 429's pause holds both engines.
+        return self._target.gate.blocked_for(self._clock())
 
     def _started_there(self, lane: Priority) -> None:
         self._target.saw(lane)

@@ -160,6 +160,7 @@ async def test_the_lane_keeps_serving_through_a_rebalance(
 
         async with running_service(settings) as first, sdk(settings) as client:
             querying = asyncio.create_task(query(client))
+            await asyncio.wait_for(more.wait(), 10)  # serving before the group changes
             await publish(
                 bootstrap, names.requests_low, [request(f"r{i}", "t") for i in range(200)]
             )

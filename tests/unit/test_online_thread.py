@@ -12,6 +12,7 @@ from embedstream.app_online_thread import SAW_EVERY_S, LoopEcho, online_thread_s
 from embedstream.core import configured
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Priority
+from embedstream.errors import Reason, TransientError
 from embedstream.settings import Settings, load_settings
 
 ONLINE, LOW = Priority.ONLINE, Priority.LOW
@@ -108,3 +109,19 @@ def test_the_lanes_engine_has_the_slots_kept_for_it_and_no_buckets_of_its_own(
     assert (lane.http_port, lane.model, lane.base_url) == (
         settings.http_port, settings.model, settings.base_url,
     )  # fmt: skip
+
+
+def test_a_429_pause_holds_both_engines_whichever_met_it() -> None:
+    clock = Clock()
+    target = configured.governor(processor_settings(), clock)
+    lane = configured.governor(online_thread_settings(processor_settings()), clock)
+    echo, posted = echo_to(target, clock)
+    lane.echo = echo
+    limited = TransientError(Reason.RATE_LIMITED, "429", retry_after=2.0)
+    target.on_failure(limited)  # a Kafka call met it: the lane holds its calls too
+    assert lane.blocked_for() == pytest.approx(2.0) and run(posted) == 0
+    clock.now += 2.5
+    assert lane.blocked_for() == 0.0 and target.blocked_for() == 0.0
+    lane.on_failure(limited)  # the lane's call met it: the Kafka lanes hold theirs once run
+    assert target.blocked_for() == 0.0
+    assert run(posted) == 1 and target.blocked_for() == pytest.approx(2.0)

@@ -63,6 +63,13 @@ class GovernorEcho(Protocol):
 
     def reserved(self, tokens: int) -> None: ...
 
+    def failed(self, error: EmbedStreamError) -> None: ...
+
+    def held_for(self) -> float:
+        """Seconds the other governor still holds every call (a 429's retry-after, a
+        provider down): this one holds its calls as long."""
+        ...
+
 
 class Governor:
     def __init__(
@@ -108,7 +115,10 @@ class Governor:
     def blocked_for(self) -> float:
         """Seconds until a call may start: the gate, then the request budgets' pace."""
         now = self._clock()
-        return max(self.gate.blocked_for(now), self._rates.wait(now), self.announced.wait(now))
+        held = self.echo.held_for() if self.echo is not None else 0.0
+        return max(
+            self.gate.blocked_for(now), self._rates.wait(now), self.announced.wait(now), held
+        )
 
     def pick(self, ready: Collection[Priority]) -> Priority | None:
         """The lane that may start a call now, of those with a batch ``ready``, or None;
@@ -197,6 +207,8 @@ class Governor:
                 self.gate.block_until(now + pause)
         elif isinstance(error, ProviderWideError) and error.retry_after:
             self.gate.block_until(now + error.retry_after)
+        if self.echo is not None:
+            self.echo.failed(error)
 
     def hold(self, seconds: float) -> None:
         """Close the gate for everyone (e.g. while the key is refused)."""

@@ -35,6 +35,7 @@ BENCH_SETTINGS = (
     "min_low_share",
     "high_target_ms",
     "online_target_ms",
+    "online_thread",
     "cache",
     "max_concurrency",
     "concurrency_mode",
