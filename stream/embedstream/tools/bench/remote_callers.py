@@ -23,16 +23,13 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from embedstream.tools.bench import BenchError
+from embedstream.tools.bench.child import READY, START_TIMEOUT_S, BenchChild, stdin_lines
 from embedstream.tools.bench.timeline import traceparent_for
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 
 ARRAY_EVERY = 10  # one request in ten carries an array
 ARRAY_INPUTS = 16
 ANSWER_WAIT_S = 10.0  # after the stop, for the requests already sent
-READY = "ready"
-STOP = "stop"
-START_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,17 +106,10 @@ class OnlineCallers:
             self.failed += 1
 
 
-async def _lines() -> asyncio.StreamReader:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    return reader
-
-
 async def serve_once(url: str, model: str, rate: float, seconds: float) -> dict[str, object]:
     """The child's whole life: plan, ready, start, call until stopped, the figures."""
     callers = OnlineCallers(url, model, rate, seconds)
-    reader = await _lines()
+    reader = await stdin_lines()
     async with aiohttp.ClientSession() as session:
         print(READY, flush=True)
         start = float((await reader.readline()).decode() or time.monotonic())
@@ -133,61 +123,22 @@ async def serve_once(url: str, model: str, rate: float, seconds: float) -> dict[
             "answered": callers.answered}  # fmt: skip
 
 
-class CallersChild:
-    """The parent's side: start the child, give it the start, stop it, read its figures."""
+class CallersChild(BenchChild):
+    """The parent's side of the callers' process."""
 
     def __init__(self, url: str, model: str, rate: float, seconds: float) -> None:
-        self._args = [
-            "--url",
-            url,
-            "--model",
-            model,
-            "--rate",
-            str(rate),
-            "--seconds",
-            str(seconds),
-        ]
-        self._process: asyncio.subprocess.Process | None = None
-
-    async def __aenter__(self) -> CallersChild:
-        self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "embedstream.tools.bench.remote_callers", *self._args,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        args = ["--url", url, "--model", model, "--rate", str(rate), "--seconds", str(seconds)]
+        super().__init__(
+            "embedstream.tools.bench.remote_callers", args, "the online callers'",
+            figures_timeout_s=ANSWER_WAIT_S + START_TIMEOUT_S,
         )  # fmt: skip
-        assert self._process.stdout is not None
-        line = await asyncio.wait_for(self._process.stdout.readline(), START_TIMEOUT_S)
-        if line.decode().strip() != READY:
-            await self._process.wait()
-            raise BenchError(f"the online callers' process did not start: {line!r}")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        process = self._process
-        if process is not None and process.returncode is None:
-            process.kill()
-            await process.wait()
-
-    def begin(self, start: float) -> None:
-        """Send from ``start``, a `time.monotonic()` value."""
-        self._write(f"{start!r}\n")
 
     async def finish(self) -> CallerFigures:
         """Stop sending; what the callers measured."""
-        self._write(f"{STOP}\n")
-        process = self._process
-        assert process is not None and process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), ANSWER_WAIT_S + START_TIMEOUT_S)
-        await process.wait()
-        if not line:
-            raise BenchError("the online callers' process ended without its figures")
-        figures = orjson.loads(line)
+        figures = await self.figures()
         answered = [(int(n), float(due), float(at)) for n, due, at in figures["answered"]]
         return CallerFigures(list(figures["latencies_s"]), int(figures["sent"]),
                              int(figures["failed"]), answered)  # fmt: skip
-
-    def _write(self, text: str) -> None:
-        assert self._process is not None and self._process.stdin is not None
-        self._process.stdin.write(text.encode())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

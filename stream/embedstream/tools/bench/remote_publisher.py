@@ -27,12 +27,9 @@ from embedstream.errors import env_var
 from embedstream.kafka.clients import make_producer
 from embedstream.kafka.protocols import Producer
 from embedstream.settings import FIELDS, Settings, load_settings
-from embedstream.tools.bench import BenchError
+from embedstream.tools.bench.child import READY, BenchChild, stdin_lines
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 
-READY = "ready"
-STOP = "stop"
-START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 CONNECTION_PREFIXES = ("bootstrap_servers", "security_", "sasl_", "ssl_")
 START_DELAY_S = 0.05  # the first event's offset from the start
@@ -89,8 +86,7 @@ async def _publish(topic: str, rate: float, seconds: float) -> dict[str, float]:
     settings = load_settings(env=os.environ)
     plan = high_plan(rate, seconds)
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    reader = await stdin_lines()
     producer = make_producer(settings, linger_ms=1)
     await producer.start()  # connected before the start: the first events wait for nothing
     try:
@@ -112,53 +108,22 @@ async def _publish(topic: str, rate: float, seconds: float) -> dict[str, float]:
             await producer.stop()
 
 
-class PublisherChild:
-    """The parent's side: start the child, give it the start, stop it, read what it sent."""
+class PublisherChild(BenchChild):
+    """The parent's side of the publisher's process."""
 
     def __init__(self, settings: Settings, topic: str, rate: float, seconds: float) -> None:
-        self._args = ["--topic", topic, "--rate", str(rate), "--seconds", str(seconds)]
+        args = ["--topic", topic, "--rate", str(rate), "--seconds", str(seconds)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDSTREAM_")}
-        self._env = env | connection_environment(settings)
-        self.plan = high_plan(rate, seconds)
-        self._process: asyncio.subprocess.Process | None = None
-
-    async def __aenter__(self) -> PublisherChild:
-        self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "embedstream.tools.bench.remote_publisher", *self._args,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=self._env,
+        super().__init__(
+            "embedstream.tools.bench.remote_publisher", args, "the high publisher's",
+            env=env | connection_environment(settings), figures_timeout_s=STOP_TIMEOUT_S,
         )  # fmt: skip
-        assert self._process.stdout is not None
-        line = await asyncio.wait_for(self._process.stdout.readline(), START_TIMEOUT_S)
-        if line.decode().strip() != READY:
-            await self._process.wait()
-            raise BenchError(f"the high publisher's process did not start: {line!r}")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        process = self._process
-        if process is not None and process.returncode is None:
-            process.kill()
-            await process.wait()
-
-    def begin(self, start: float) -> None:
-        """Publish from ``start``, a `time.monotonic()` value."""
-        self._write(f"{start!r}\n")
+        self.plan = high_plan(rate, seconds)
 
     async def finish(self) -> Mapping[str, float]:
         """Stop publishing; each sent event's publication moment, by id."""
-        self._write(f"{STOP}\n")
-        process = self._process
-        assert process is not None and process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), STOP_TIMEOUT_S)
-        await process.wait()
-        if not line:
-            raise BenchError("the high publisher's process ended without its figures")
-        published = orjson.loads(line)
+        published = await self.figures()
         return {str(k): float(v) for k, v in published.items()}
-
-    def _write(self, text: str) -> None:
-        assert self._process is not None and self._process.stdin is not None
-        self._process.stdin.write(text.encode())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
