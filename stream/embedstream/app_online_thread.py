@@ -156,9 +156,11 @@ class OnlineThread:
             raise self._failure
 
     async def stop_accepting(self) -> None:
-        """Refuse new requests; the ones in flight are answered (within drain_timeout_s)."""
+        """Refuse new requests; the ones in flight are answered (within drain_timeout_s).
+        Once: a second `Gateway.stop` would cut that drain short."""
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None:
+            self._stop = None
             with contextlib.suppress(RuntimeError):  # its loop already ended
                 loop.call_soon_threadsafe(stop)
 

@@ -15,11 +15,16 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+from embedsim import SimulatorConfig
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
-from embedstream.app_online_thread import THREAD_NAME
+from embedstream.app_online_thread import THREAD_NAME, OnlineThread
+from embedstream.core import configured
 from embedstream.core.lanes import Priority
+from embedstream.core.tracing import NULL_TRACER
+from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.kafka.admin import topic_names
+from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 from embedstream.testing import eventually
 from embedstream.tools.embedded import free_port
@@ -252,3 +257,25 @@ async def test_sink_search_embeds_the_question_through_an_online_lane() -> None:
                 await serving
     assert [hit.doc_id for hit in hits] == ["alpha", "beta"]
     assert answered == 1.0
+
+
+async def test_the_lanes_thread_answers_what_is_in_flight_when_the_processor_stops(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    """The processor stops the lane twice over (stop accepting, then stop): a request already
+    sent still gets its vector; a second stop must not cut the lane's drain short."""
+    async with SimulatorServer(SimulatorConfig(base_ms=600)) as simulator:
+        settings = online_settings(bootstrap, unique_prefix, simulator.url)
+        governor = configured.governor(settings, SYSTEM_CLOCK.monotonic)
+        lane = OnlineThread(settings, governor, Metrics(), NULL_TRACER)
+        await lane.start(settings.http_host, settings.http_port)
+        async with sdk(settings) as client:
+            asking = asyncio.create_task(
+                client.embeddings.create(model=settings.model, input="in flight")
+            )
+            await eventually(lambda: simulator.stats.calls > 0)
+            await lane.stop_accepting()
+            await lane.stop_accepting()
+            await lane.stop()
+            answer = await asking
+        assert len(answer.data) == 1 and online_threads() == set()
