@@ -14,7 +14,9 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from embedstream.app_high_thread import HighParts, HighThread, WithHighThread, high_builder
 from embedstream.app_online_thread import OnlineThread
+from embedstream.app_service import Service
 from embedstream.core import configured
 from embedstream.core.clock import Clock
 from embedstream.core.generations import GenerationIds, IndexGeneration
@@ -24,14 +26,13 @@ from embedstream.core.migration import DualWrites
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
-from embedstream.engine.bounded import bounded, in_daemon_thread
+from embedstream.engine.bounded import bounded
 from embedstream.engine.build import Engine, build_engine
 from embedstream.engine.cache import build_cache, undersized_warning
 from embedstream.engine.callers import CallerIntake, CallerRequest, Callers, CallersBeside
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.formats import registry_client, schema_decoders, uses_registry
-from embedstream.engine.registry import RegistryClient
 from embedstream.engine.result_schema import ResultSchemaRegistration
 from embedstream.errors import ConfigError
 from embedstream.kafka.admin import require_topics
@@ -65,7 +66,7 @@ from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import EngineJob
 from embedstream.online.server import OnlineFront, build_online_server
-from embedstream.ops.health import Health
+from embedstream.ops.health import Health, Observed
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
 from embedstream.ops.task_stacks import log_task_stacks
@@ -77,90 +78,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-class Service:
-    """A processor with its health loop, ops server and (with `http_port`) the online lane's
-    listener: what `embedstream run` runs."""
-
-    def __init__(
-        self,
-        processor: Processor,
-        health: Health,
-        ops_server: OpsServer | None,
-        registry: RegistryClient | None = None,
-        result_schema: ResultSchemaRegistration | None = None,
-        online: OnlineFront | None = None,
-        metrics: Metrics | None = None,
-        watch: StoreWatch | None = None,
-    ) -> None:
-        self.processor = processor
-        self.watch = watch  # the store's generations followed (with store_dsn)
-        self.metrics = metrics or Metrics()  # what its ops server exposes
-        self.health = health
-        self.ops_server = ops_server
-        self.registry = registry  # the schema registry, with a registry input or output format
-        self.result_schema = result_schema  # with a registry output format
-        self.online = online
-        self._stop_accepting: asyncio.Future[None] | None = None
-
-    @property
-    def metrics_port(self) -> int | None:
-        return self.ops_server.port if self.ops_server is not None else None
-
-    def stop(self) -> None:
-        if self.online is not None:  # new online requests are refused from now on
-            self._stop_accepting = asyncio.ensure_future(self.online.stop_accepting())
-        self.processor.stop()
-
-    async def run(self) -> None:
-        settings = self.processor.parts.settings
-        try:
-            if self.ops_server is not None:  # first: /healthz answers from process start
-                await self.ops_server.start(settings.metrics_host, settings.metrics_port)
-            if self.online is not None:  # serves while the group joins, rebalances, Kafka is out
-                await self.online.start(settings.http_host, settings.http_port)
-        except BaseException:  # a port taken: the one-line error, nothing left open behind it
-            if self.ops_server is not None:
-                await self.ops_server.stop()
-            await self.processor.close_unstarted()
-            raise
-        health_task = asyncio.create_task(self._health())
-        try:
-            if self.result_schema is not None:  # before anything is consumed
-                encoder = await self.result_schema.encoder(self.processor.stopping)
-                if self.processor.stopping.is_set():  # while the registry was out
-                    await self.processor.close_unstarted()
-                    return
-                self.processor.parts.outcomes.sink.result_values = encoder
-                changelog = self.processor.parts.outcomes.documents.changelog
-                if changelog is not None and self.result_schema.changelog_values is not None:
-                    changelog.values = self.result_schema.changelog_values
-            if self.watch is None:
-                await self.processor.run()
-            else:  # the store's generations first: the first versions read are dual-written
-                await self.watch.refresh()
-                await asyncio.gather(self.processor.run(), self.watch.run(self.processor.stopping))
-        finally:
-            # The spans still buffered, exported off the loop (a collector in this process
-            # would otherwise wait on the loop that waits on it). Each step has a deadline,
-            # from the time the processor's closes share (engine/bounded.py).
-            step_s = self.processor.closing.step_s
-            export = in_daemon_thread(self.processor.parts.tracer.close)
-            await bounded(export, step_s(), "exporting the last spans")
-            health_task.cancel()
-            await bounded(health_task, step_s(), "the health loop's end")
-            if self.online is not None:  # the drain answered its callers; close it
-                await bounded(self.online.stop(), step_s(), "the online listener's stop")
-            if self.ops_server is not None:
-                await bounded(self.ops_server.stop(), step_s(), "the ops server's stop")
-            if self.registry is not None:
-                await bounded(self.registry.close(), step_s(), "the registry client's close")
-
-    async def _health(self) -> None:
-        # Probing the broker through a producer that has not bootstrapped yet fails (and
-        # aiokafka logs it): the first probe waits for the clients.
-        await self.processor.clients_started.wait()
-        await self.health.run()
+__all__ = ["Service", "build_service", "default_backend", "run_service"]
 
 
 def default_backend(settings: Settings) -> EmbeddingBackend:
@@ -193,14 +111,30 @@ def build_service(
     clock: Clock = SYSTEM_CLOCK,
     tracer: Tracer | None = None,
     state_reader: StateReader | None = None,
+    high_parts: Callable[[Settings], HighParts] | None = None,
+    high_only: bool = False,
 ) -> Service:
     """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
     transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
     pass the in-memory fakes of `embedstream.testing.kafka`. Every part reads time from
-    `clock`. `state_reader` reads the chunk changelog's state topic (with `topic_changelog`)."""
+    `clock`. `state_reader` reads the chunk changelog's state topic (with `topic_changelog`).
+    With `high_thread`, the high topics are read by a processor of its own on a thread
+    (`app_high_thread`), built there by `high_parts` (default: the settings' clients) with
+    `high_only`."""
     metrics = metrics or Metrics()
     backend = backend or default_backend(settings)
     names = configured_topics(settings)  # ConfigError if a topic has two roles
+    inputs = names.inputs
+    if high_only:
+        inputs = list(names.high)
+    elif settings.high_thread:
+        if settings.store_dsn:
+            raise ConfigError(
+                "high_thread",
+                "cannot be combined with store_dsn yet (a migration's dual writes are the "
+                "main processor's): set high_thread=false",
+            )
+        inputs = [topic for topic in inputs if topic not in names.high]
     consumer = consumer or make_consumer(settings)
     producer = producer or make_producer(settings)
     assignment = Assignment(names.lane_of)
@@ -271,7 +205,7 @@ def build_service(
     processor = Processor(
         Parts(
             settings=settings,
-            topics=names.inputs,
+            topics=inputs,
             consumer=consumer,
             producer=producer,
             assignment=assignment,
@@ -318,7 +252,14 @@ def build_service(
         )
         if watch.backfills is not None:
             backfills.append(watch.backfills)
-    health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)
+    high: HighThread | None = None
+    observed: Observed = processor
+    if settings.high_thread and not high_only:
+        parts_of = high_parts or (lambda s: HighParts(default_backend(s)))
+        build_high = high_builder(build_service, metrics, tracer, parts_of)
+        high = HighThread(settings, engine.governor, build_high)
+        observed = WithHighThread(processor, high)
+    health = Health(observed, metrics, broker_probe(producer), registry_outage=registry_outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
     online: OnlineFront | None = None
     if settings.http_port and settings.online_thread:
@@ -328,7 +269,10 @@ def build_service(
             settings, CallerIntake(batcher, cache), engine.governor, batcher, engine.cost,
             clock=clock, token_counter=token_counter, observer=metrics.online, tracer=tracer,
         )  # fmt: skip
-    return Service(processor, health, ops_server, registry, result_schema, online, metrics, watch)
+    return Service(
+        processor, None if high_only else health, ops_server, registry, result_schema, online,
+        metrics, watch, high,
+    )  # fmt: skip
 
 
 async def run_service(

@@ -102,7 +102,7 @@ def online_thread_settings(settings: Settings) -> Settings:
     )
 
 
-class _KeptOpen:
+class KeptOpenTracer:
     """The processor's tracer, which the processor closes (not the lane's engine)."""
 
     def __init__(self, inner: Tracer) -> None:
@@ -133,7 +133,7 @@ class OnlineThread:
         self._settings = online_thread_settings(settings)
         self._governor = governor
         self._metrics = metrics
-        self._tracer = _KeptOpen(tracer)
+        self._tracer = KeptOpenTracer(tracer)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: Callable[[], None] | None = None

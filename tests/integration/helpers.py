@@ -194,7 +194,7 @@ async def running_service(settings: Settings) -> AsyncIterator[Service]:
     service = build_service(settings, backend)
     task = asyncio.create_task(service.run())
     try:
-        await asyncio.wait_for(_assigned_or_failed(service.processor, task), 60)
+        await asyncio.wait_for(_assigned_or_failed(service, task), 60)
         yield service
     finally:
         service.stop()
@@ -212,8 +212,8 @@ async def running_processor(settings: Settings) -> AsyncIterator[Processor]:
         yield service.processor
 
 
-async def _assigned_or_failed(processor: Processor, task: asyncio.Task[None]) -> None:
-    waiter = asyncio.ensure_future(processor.assigned.wait())
+async def _assigned_or_failed(service: Service, task: asyncio.Task[None]) -> None:
+    waiter = asyncio.ensure_future(service.wait_assigned())
     done, _ = await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
     if task in done:
         waiter.cancel()

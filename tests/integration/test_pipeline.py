@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
@@ -9,6 +10,7 @@ import aiohttp
 import pytest
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
+from embedstream.app_high_thread import SNAPSHOT_EVERY_S
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.tools.embedded import free_port
@@ -20,6 +22,7 @@ from tests.integration.helpers import (
     read_topic,
     request,
     running_processor,
+    running_service,
     settings_for,
     wait_for_ids,
 )
@@ -61,25 +64,40 @@ def _texts(n: int) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("high_thread", [False, True], ids=["one-processor", "high-thread"])
 async def test_every_request_gets_exactly_one_correct_result(
-    bootstrap: str, unique_prefix: str
+    bootstrap: str, unique_prefix: str, high_thread: bool
 ) -> None:
     async with SimulatorServer() as simulator:
         settings = settings_for(
-            bootstrap, unique_prefix, simulator.url, max_batch_size=64, metrics_port=free_port()
-        )
+            bootstrap, unique_prefix, simulator.url, max_batch_size=64, metrics_port=free_port(),
+            high_thread=high_thread,
+        )  # fmt: skip
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         texts = _texts(N)
         ids = list(texts)
         high = [request(i, texts[i]) for i in ids[: N // 5]]
         low = [request(i, texts[i]) for i in ids[N // 5 :]]
-        async with running_processor(settings):
+        async with running_service(settings) as service:
             await publish(bootstrap, names.requests_high, high)
             await publish(bootstrap, names.requests_low, low)
             seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=180)
             assert set(seen) == set(ids)
+            main_lanes = set(service.processor.lane_by_partition().values())
+            if high_thread:  # the group gave the high topic to the thread's member, all of it
+                assert service.high is not None and main_lanes == {"low", "retry"}
+                await asyncio.sleep(2 * SNAPSHOT_EVERY_S)
+                high_partitions = service.high.snapshot.lanes
+                assert set(high_partitions.values()) == {"high"}
+                assert {tp.topic for tp in high_partitions} == {names.requests_high}
+            else:
+                assert service.high is None and main_lanes == {"high", "low", "retry"}
+            await asyncio.sleep(1.5)  # a health sample after the last results
             exposition = await _get(settings, "/metrics")
+            # the health loop reports both processors' partitions
+            labels = f'lane="high",partition="0",topic="{names.requests_high}"'
+            assert f"embedstream_consumer_lag{{{labels}}}" in exposition
             assert _sample(exposition, 'embedstream_results_total{lane="high"}') == N // 5
             assert _sample(exposition, 'embedstream_results_total{lane="low"}') == N - N // 5
             assert _sample(exposition, "embedstream_batch_size_count") < N / 4

@@ -9,11 +9,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from embedstream.core.lanes import Priority
-from embedstream.core.offsets import PartitionOffsets
 from embedstream.core.policy import BatchLimits, wait_budget
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import Readiness
@@ -21,6 +20,12 @@ from embedstream.ops.server import Readiness
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 3.0
+
+
+class OldestTracked(Protocol):
+    """A partition's unfinished work, as far as its lag in seconds goes."""
+
+    def oldest_timestamp_ms(self) -> int | None: ...
 
 
 class Observed(Protocol):
@@ -33,7 +38,7 @@ class Observed(Protocol):
     @property
     def limits(self) -> BatchLimits: ...
 
-    def partitions(self) -> dict[Any, PartitionOffsets]: ...
+    def partitions(self) -> Mapping[Any, OldestTracked]: ...
     def lag_by_partition(self) -> dict[Any, int]: ...
     def lane_by_partition(self) -> dict[Any, str]: ...
     def paused_count(self) -> int: ...

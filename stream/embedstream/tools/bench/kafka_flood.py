@@ -110,7 +110,9 @@ async def _drain(
         async with (
             publisher,
             reporting(ctx.progress, label, len(texts), "items", done),
-            running_processor(settings, backend, metrics, timeline=timeline),
+            running_processor(
+                settings, backend, metrics, timeline=timeline, make_backend=ctx.embedder
+            ),
         ):
             backend.restart()
             cpu.start()

@@ -20,13 +20,9 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
-from embedstream.app import Service, build_service
-from embedstream.core.tracing import Tracer
-from embedstream.engine.backend import EmbeddingBackend
 from embedstream.kafka.admin import (
     TopicNames,
     TopicSpec,
@@ -37,28 +33,22 @@ from embedstream.kafka.admin import (
 )
 from embedstream.kafka.clients import (
     connection_for,
-    make_consumer,
-    make_producer,
     make_reader,
     partitions_of,
     producer_for,
 )
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, validate
-from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
 from embedstream.tools.bench.model import Row, latency_percentiles
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
+from embedstream.tools.bench.running import running_processor as running_processor
 from embedstream.tools.bench.scenarios import GRACE_S, summary
 from embedstream.tools.bench.timeline import (
     Timeline,
-    TimelineBackend,
-    TimelineConsumer,
-    TimelineProducer,
 )
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 
-JOIN_TIMEOUT_S = 60.0
 PUBLISH_CHUNK = 5000
 WAVE_S = 0.002  # the Poisson publisher wakes at least this often
 
@@ -132,47 +122,6 @@ async def publish(settings: Settings, topic: str, texts: Sequence[str], id_prefi
 
 def results_total(metrics: Metrics) -> float:
     return metrics.results_counted("high", "low")
-
-
-@contextlib.asynccontextmanager
-async def running_processor(
-    settings: Settings,
-    backend: TimedBackend,
-    metrics: Metrics,
-    *,
-    timeline: Timeline | None = None,
-    result_linger_ms: int | None = None,
-    tracer: Tracer | None = None,
-) -> AsyncIterator[Service]:
-    """A processor running until the block ends, entered once it holds its partitions.
-    ``timeline``: its clients and backend note each request's moments (bench/timeline.py);
-    ``result_linger_ms``: its results producer's linger instead of the library's; ``tracer``:
-    its tracer instead of the settings' (``TimelineTracer`` notes the online requests')."""
-    overrides = {} if result_linger_ms is None else {"linger_ms": result_linger_ms}
-    consumer: Any = make_consumer(settings)
-    producer: Any = make_producer(settings, **overrides)
-    engine: EmbeddingBackend = backend
-    if timeline is not None:
-        consumer = TimelineConsumer(consumer, timeline)
-        producer = TimelineProducer(producer, timeline)
-        engine = TimelineBackend(backend, timeline)
-    service = build_service(settings, engine, metrics=metrics, consumer=consumer,
-                            producer=producer, tracer=tracer)  # fmt: skip
-    task = asyncio.create_task(service.run())
-    try:
-        assigned = asyncio.create_task(service.processor.assigned.wait())
-        await asyncio.wait([assigned, task], timeout=JOIN_TIMEOUT_S, return_when="FIRST_COMPLETED")
-        if task.done():
-            task.result()  # the processor failed: say why
-        if not assigned.done():
-            assigned.cancel()
-            raise BenchError(f"the processor got no partitions within {JOIN_TIMEOUT_S:g} s")
-        yield service
-    finally:
-        service.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 60)
-        await backend.close()
 
 
 async def kafka_backlog(ctx: BenchContext, broker: KafkaBroker, items: int) -> ScenarioResult:

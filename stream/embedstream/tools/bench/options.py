@@ -36,6 +36,7 @@ BENCH_SETTINGS = (
     "high_target_ms",
     "online_target_ms",
     "online_thread",
+    "high_thread",
     "cache",
     "max_concurrency",
     "concurrency_mode",

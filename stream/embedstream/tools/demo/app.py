@@ -232,7 +232,7 @@ class _Demo:
         top: asyncio.Task[int] | None = None
         try:
             try:
-                await asyncio.wait_for(self.service.processor.assigned.wait(), _JOIN_TIMEOUT_S)
+                await asyncio.wait_for(self.service.wait_assigned(), _JOIN_TIMEOUT_S)
             except TimeoutError:
                 raise EmbedStreamError(
                     f"the demo's processor was given no partitions within {_JOIN_TIMEOUT_S:g}s"

@@ -161,7 +161,7 @@ async def _ingest(settings: Settings, docs: Sequence[CorpusDocument], err: TextI
     writer = build_store_writer(settings, metrics=store_metrics)
     tasks = [asyncio.create_task(service.run()), asyncio.create_task(writer.run())]
     try:
-        await _first(tasks, service.processor.assigned.wait(), "the processor joined")
+        await _first(tasks, service.wait_assigned(), "the processor joined")
         await _first(tasks, writer.feed.joined.wait(), "the store writer joined")
         print(f"publishing {len(docs)} documents ...", file=err, flush=True)
         await _publish(settings, docs)

@@ -1,0 +1,133 @@
+"""A processor's service: the processor with its health loop, ops server, online lane and
+(with `high_thread`) the high lane's own processor, started and stopped together. Built by
+`embedstream.app.build_service`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from embedstream.app_high_thread import HighThread
+from embedstream.engine.bounded import bounded, in_daemon_thread
+from embedstream.engine.registry import RegistryClient
+from embedstream.engine.result_schema import ResultSchemaRegistration
+from embedstream.kafka.processor import CLOSE_BUDGET_S, Processor
+from embedstream.online.server import OnlineFront
+from embedstream.ops.health import Health
+from embedstream.ops.metrics import Metrics
+from embedstream.ops.server import OpsServer
+
+if TYPE_CHECKING:
+    from embedstream.app_backfill import StoreWatch
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    """A processor with its health loop, ops server and (with `http_port`) the online lane's
+    listener: what `embedstream run` runs."""
+
+    def __init__(
+        self,
+        processor: Processor,
+        health: Health | None,
+        ops_server: OpsServer | None,
+        registry: RegistryClient | None = None,
+        result_schema: ResultSchemaRegistration | None = None,
+        online: OnlineFront | None = None,
+        metrics: Metrics | None = None,
+        watch: StoreWatch | None = None,
+        high: HighThread | None = None,
+    ) -> None:
+        """`health`: None for the high lane's own processor (`high`, on its thread: the main
+        processor's health loop reports it)."""
+        self.processor = processor
+        self.high = high
+        self.watch = watch  # the store's generations followed (with store_dsn)
+        self.metrics = metrics or Metrics()  # what its ops server exposes
+        self.health = health
+        self.ops_server = ops_server
+        self.registry = registry  # the schema registry, with a registry input or output format
+        self.result_schema = result_schema  # with a registry output format
+        self.online = online
+        self._stop_accepting: asyncio.Future[None] | None = None
+
+    async def wait_assigned(self) -> None:
+        """Until the processor holds partitions (and the high lane's, with `high_thread`)."""
+        await self.processor.assigned.wait()
+        if self.high is not None:
+            await self.high.wait_assigned()
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.ops_server.port if self.ops_server is not None else None
+
+    def stop(self) -> None:
+        if self.online is not None:  # new online requests are refused from now on
+            self._stop_accepting = asyncio.ensure_future(self.online.stop_accepting())
+        if self.high is not None:
+            self.high.stop()
+        self.processor.stop()
+
+    async def run(self) -> None:
+        settings = self.processor.parts.settings
+        try:
+            if self.ops_server is not None:  # first: /healthz answers from process start
+                await self.ops_server.start(settings.metrics_host, settings.metrics_port)
+            if self.online is not None:  # serves while the group joins, rebalances, Kafka is out
+                await self.online.start(settings.http_host, settings.http_port)
+            if self.high is not None:  # first: both members join the group together
+                await self.high.start(on_failure=self.stop)
+        except BaseException:  # a port taken: the one-line error, nothing left open behind it
+            if self.online is not None:
+                await self.online.stop()
+            if self.ops_server is not None:
+                await self.ops_server.stop()
+            await self.processor.close_unstarted()
+            raise
+        health_task = asyncio.create_task(self._health())
+        try:
+            if self.result_schema is not None:  # before anything is consumed
+                encoder = await self.result_schema.encoder(self.processor.stopping)
+                if self.processor.stopping.is_set():  # while the registry was out
+                    await self.processor.close_unstarted()
+                    return
+                self.processor.parts.outcomes.sink.result_values = encoder
+                changelog = self.processor.parts.outcomes.documents.changelog
+                if changelog is not None and self.result_schema.changelog_values is not None:
+                    changelog.values = self.result_schema.changelog_values
+            if self.watch is None:
+                await self.processor.run()
+            else:  # the store's generations first: the first versions read are dual-written
+                await self.watch.refresh()
+                await asyncio.gather(self.processor.run(), self.watch.run(self.processor.stopping))
+        finally:
+            # The spans still buffered, exported off the loop (a collector in this process
+            # would otherwise wait on the loop that waits on it). Each step has a deadline,
+            # from the time the processor's closes share (engine/bounded.py).
+            step_s = self.processor.closing.step_s
+            export = in_daemon_thread(self.processor.parts.tracer.close)
+            await bounded(export, step_s(), "exporting the last spans")
+            health_task.cancel()
+            await bounded(health_task, step_s(), "the health loop's end")
+            if self.high is not None:  # told to stop with the processor: drained meanwhile
+                self.high.stopping()
+                join_s = settings.drain_timeout_s + CLOSE_BUDGET_S
+                await bounded(self.high.join(), join_s, "the high lane's stop")
+            if self.online is not None:  # the drain answered its callers; close it
+                await bounded(self.online.stop(), step_s(), "the online listener's stop")
+            if self.ops_server is not None:
+                await bounded(self.ops_server.stop(), step_s(), "the ops server's stop")
+            if self.registry is not None:
+                await bounded(self.registry.close(), step_s(), "the registry client's close")
+        if self.high is not None and self.high.failure is not None:
+            raise self.high.failure  # (it stopped the processor): the run's failure
+
+    async def _health(self) -> None:
+        if self.health is None:
+            return
+        # Probing the broker through a producer that has not bootstrapped yet fails (and
+        # aiokafka logs it): the first probe waits for the clients.
+        await self.processor.clients_started.wait()
+        await self.health.run()
