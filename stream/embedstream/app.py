@@ -270,8 +270,8 @@ def build_service(
             clock=clock, token_counter=token_counter, observer=metrics.online, tracer=tracer,
         )  # fmt: skip
     return Service(
-        processor, None if high_only else health, ops_server, registry, result_schema, online,
-        metrics, watch, high,
+        processor, health, ops_server, registry, result_schema, online, metrics, watch, high,
+        sampled=not high_only,
     )  # fmt: skip
 
 

@@ -31,7 +31,7 @@ class Service:
     def __init__(
         self,
         processor: Processor,
-        health: Health | None,
+        health: Health,
         ops_server: OpsServer | None,
         registry: RegistryClient | None = None,
         result_schema: ResultSchemaRegistration | None = None,
@@ -39,14 +39,17 @@ class Service:
         metrics: Metrics | None = None,
         watch: StoreWatch | None = None,
         high: HighThread | None = None,
+        *,
+        sampled: bool = True,
     ) -> None:
-        """`health`: None for the high lane's own processor (`high`, on its thread: the main
-        processor's health loop reports it)."""
+        """`high`: the high lane's own processor, on its thread (`high_thread`); `sampled`
+        False for that processor's own service (the main one's health loop reports it)."""
         self.processor = processor
         self.high = high
         self.watch = watch  # the store's generations followed (with store_dsn)
         self.metrics = metrics or Metrics()  # what its ops server exposes
         self.health = health
+        self._sampled = sampled
         self.ops_server = ops_server
         self.registry = registry  # the schema registry, with a registry input or output format
         self.result_schema = result_schema  # with a registry output format
@@ -125,7 +128,7 @@ class Service:
             raise self.high.failure  # (it stopped the processor): the run's failure
 
     async def _health(self) -> None:
-        if self.health is None:
+        if not self._sampled:
             return
         # Probing the broker through a producer that has not bootstrapped yet fails (and
         # aiokafka logs it): the first probe waits for the clients.
