@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from embedstream.app_online_thread import KeptOpenTracer, LoopEcho
+from embedstream.core.flow import high_reserve
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import BatchLimits
@@ -67,12 +68,18 @@ BuildHigh = Callable[[Settings], HighProcessor]
 
 
 def high_thread_settings(settings: Settings) -> Settings:
-    """The high lane's processor: its slots, no buckets of its own (the processor's count its
-    tokens), no ops port, no online lane (the processor serves both)."""
+    """The high lane's processor: its slots, the high lane's reserve of the memory bound (the
+    main processor's low input stops at the rest: one bound for both), no buckets of its own
+    (the processor's count its tokens), no ops port, no online lane (the processor serves
+    both)."""
     slots = max(1, min(HIGH_THREAD_SLOTS, settings.max_concurrency - 1))
+    items = settings.buffered_items_limit
+    reserve = high_reserve(items)
     return dataclasses.replace(
         settings,
         max_concurrency=slots,
+        max_buffered_items=max(1, reserve),
+        max_buffered_bytes=max(1, settings.max_buffered_bytes * reserve // items),
         rate_limit_rpm=0.0,
         rate_limit_tpm=0.0,
         metrics_port=0,

@@ -31,26 +31,34 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.integration
 
 
-async def test_results_and_offsets_commit_together(bootstrap: str, unique_prefix: str) -> None:
+@pytest.mark.parametrize("high_thread", [False, True], ids=["one-processor", "high-thread"])
+async def test_results_and_offsets_commit_together(
+    bootstrap: str, unique_prefix: str, high_thread: bool
+) -> None:
+    """With high_thread the high topic's transactions are the thread's processor's own."""
     async with SimulatorServer() as simulator:
         settings = settings_for(
-            bootstrap, unique_prefix, simulator.url, delivery="exactly_once", max_batch_size=64
-        )
+            bootstrap, unique_prefix, simulator.url, delivery="exactly_once", max_batch_size=64,
+            high_thread=high_thread,
+        )  # fmt: skip
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         ids = [f"x{i}" for i in range(3000)]
+        high_ids = [f"h{i}" for i in range(500)]
         bad = [(b"bad", b"{not json")]
         async with running_processor(settings):
             await publish(bootstrap, names.requests_low, [request(i, f"t {i}") for i in ids] + bad)
-            seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=120)
-        assert set(seen) == set(ids)
+            await publish(bootstrap, names.requests_high, [request(i, f"u {i}") for i in high_ids])
+            seen = await wait_for_ids(bootstrap, names.results, {*ids, *high_ids}, timeout_s=120)
+        assert set(seen) == {*ids, *high_ids}
         report = await verify(
             bootstrap, unique_prefix, check_vectors=True, default_model=settings.model
         )
         assert report.ok, report.summary()
         assert report.duplicates == {} and report.dead_letters == 1
-        lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
-        assert lag == {names.requests_low: 0}
+        topics = [names.requests_low, names.requests_high]
+        lag = await committed_lag(bootstrap, settings.group_id, topics)
+        assert lag == {names.requests_low: 0, names.requests_high: 0}
 
 
 async def test_a_fenced_producer_leaves_no_exception_unretrieved(

@@ -19,6 +19,7 @@ from embedstream.app_high_thread import (
 )
 from embedstream.app_online_thread import LoopEcho
 from embedstream.core import configured
+from embedstream.core.flow import LOW_SHARE, low_ceiling
 from embedstream.core.lanes import Priority
 from embedstream.errors import ConfigError
 from embedstream.kafka.processor import Processor
@@ -52,6 +53,12 @@ def test_the_high_processor_has_its_slots_and_nothing_the_main_one_serves(
     assert high.high_thread is False  # (it builds no thread of its own)
     assert high.client_id == f"{main.client_id}-high"
     assert high.group_id == main.group_id  # a member of the same group
+    # One memory bound for both: low input stops at 80% of it in the main processor, the high
+    # processor holds at most the rest.
+    assert high.buffered_items_limit == main.buffered_items_limit - low_ceiling(
+        main.buffered_items_limit
+    )
+    assert high.max_buffered_bytes <= main.max_buffered_bytes * (1 - LOW_SHARE) + 1
 
 
 class Clock:

@@ -202,6 +202,13 @@ class Handoff:
         self._stopping = True
         self._stop_by = drain_by
 
+    def drained(self) -> None:
+        """The shutdown's drain is over: what is unfinished now never will be, so a revoke
+        from now on (another member of the group leaving: the high lane's own, with
+        high_thread) commits and lets go at once."""
+        self._stopping = True
+        self._stop_by = self._monotonic()
+
     async def close(self) -> None:
         """At shutdown: stop taking partitions on."""
         self._stopping = True

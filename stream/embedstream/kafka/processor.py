@@ -217,6 +217,7 @@ class Processor:
             hand_back = p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.sink)
             await bounded(hand_back, p.settings.drain_timeout_s, "writing held retries back")
             await self._drain(batcher_task, deadline)
+            p.handoff.drained()
             self.closing.start()
             stop_commits.set()  # let a commit in progress finish rather than cut it short
             commit_s = min(FINAL_COMMIT_TIMEOUT_S, self.closing.step_s())
