@@ -77,6 +77,26 @@ async def test_a_revoke_past_the_drain_timeout_leaves_the_unfinished_record_to_t
         assert h.committed(LOW) == 0  # ... but its offset is the next owner's to commit
 
 
+async def test_a_revoke_waiting_for_its_work_lets_go_once_the_shutdowns_drain_is_over() -> None:
+    """A revoke during the shutdown (another member of the group leaving: with high_thread,
+    the high lane's own) waits for its work no longer than the drain: once the drain is over
+    (a second stop cut it short), it commits and lets go at once, so the consumer's close is
+    not held for the rest of drain_timeout_s."""
+    backend = GatedBackend()
+    async with running(backend, max_concurrency=4, drain_timeout_s=30) as h:
+        h.request(LOW, "slow", "SLOW text")
+        h.request(LOW, "fast", "fast text")
+        await eventually(lambda: h.result_ids() == ["fast"])
+        handoff = h.service.processor.parts.handoff
+        revoke = asyncio.create_task(h.consumer.revoke({LOW}))
+        await settled()
+        assert not revoke.done()  # waiting for the slow batch, for up to 30 s
+        handoff.drained()
+        await asyncio.wait_for(revoke, 1)
+        assert h.committed(LOW) == 0  # the slow record is the next owner's to read
+        backend.gate.set()
+
+
 async def test_a_retry_due_later_waits_without_blocking_its_partition() -> None:
     backend = GatedBackend()
     async with running(backend) as h:

@@ -152,17 +152,19 @@ class Handoff:
             if state is not None:
                 state.handing_off = True
         try:
-            deadline = self._monotonic() + self._drain_timeout_s
-            if self._stop_by is not None:  # no later than the shutdown's own drain
-                deadline = min(deadline, self._stop_by)
+            own_deadline = self._monotonic() + self._drain_timeout_s
+
+            def deadline() -> float:  # no later than the shutdown's drain (which may come now)
+                return own_deadline if self._stop_by is None else min(own_deadline, self._stop_by)
+
             hand_back = self._waiting.hand_back(revoked, self._sink)
-            await bounded(hand_back, deadline - self._monotonic(), "writing held retries back")
+            await bounded(hand_back, deadline() - self._monotonic(), "writing held retries back")
             self._batcher.hurry()
-            while self._assignment.pending_in(revoked) and self._monotonic() < deadline:
+            while self._assignment.pending_in(revoked) and self._monotonic() < deadline():
                 self._assignment.progress.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
-                        self._assignment.progress.wait(), deadline - self._monotonic()
+                        self._assignment.progress.wait(), deadline() - self._monotonic()
                     )
             unfinished = self._assignment.pending_in(revoked)
             if unfinished:
@@ -201,6 +203,7 @@ class Handoff:
         waits for one in progress) waits no longer for its work than the shutdown's drain."""
         self._stopping = True
         self._stop_by = drain_by
+        self._assignment.progress.set()  # a revoke waiting for its work: by drain_by at most
 
     def drained(self) -> None:
         """The shutdown's drain is over: what is unfinished now never will be, so a revoke
@@ -208,6 +211,7 @@ class Handoff:
         high_thread) commits and lets go at once."""
         self._stopping = True
         self._stop_by = self._monotonic()
+        self._assignment.progress.set()  # a revoke waiting for its work: wait no longer
 
     async def close(self) -> None:
         """At shutdown: stop taking partitions on."""
