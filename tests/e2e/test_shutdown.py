@@ -51,11 +51,12 @@ async def unreachable_provider(kind: str) -> AsyncIterator[str]:
 
 
 def _options(
-    bootstrap: str, prefix: str, base_url: str, drain_timeout_s: float
-) -> ProcessorOptions:
+    bootstrap: str, prefix: str, base_url: str, drain_timeout_s: float,
+    more_args: tuple[str, ...] = (),
+) -> ProcessorOptions:  # fmt: skip
     return ProcessorOptions(
         bootstrap, prefix, prefix + "group", base_url,
-        extra_args=("--drain-timeout-s", str(drain_timeout_s), "--max-attempts", "2"),
+        extra_args=("--drain-timeout-s", str(drain_timeout_s), "--max-attempts", "2", *more_args),
     )  # fmt: skip
 
 
@@ -122,17 +123,20 @@ async def test_sigterm_with_the_provider_unreachable_exits_within_the_drain_time
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("more_args", [(), ("--high-thread",)], ids=["one-member", "high-thread"])
 async def test_a_second_sigint_stops_the_drain_at_once(
-    bootstrap: str, unique_prefix: str, tmp_path: Path
+    bootstrap: str, unique_prefix: str, tmp_path: Path, more_args: tuple[str, ...]
 ) -> None:
     """SIGTERM starts a drain that could last a minute (drain_timeout_s=60); a SIGINT then
-    ends it at once, still with exit status 0 and nothing lost."""
+    ends it at once, still with exit status 0 and nothing lost. With --high-thread the idle
+    high member leaves at once and the main one's revoke waits for its drain: the SIGINT
+    ends that wait too."""
     await create_topics(bootstrap, load_topic_specs(unique_prefix))
     names = topic_names(unique_prefix)
     ids = [f"i{i}" for i in range(REQUESTS)]
     await publish(bootstrap, names.requests_low, [request(i, f"text {i}") for i in ids])
     async with unreachable_provider("refusing") as base_url:
-        options = _options(bootstrap, unique_prefix, base_url, 60.0)
+        options = _options(bootstrap, unique_prefix, base_url, 60.0, more_args)
         async with Fleet(options, tmp_path) as fleet:
             proc = fleet.add("stuck", metrics_port=free_port())
             await proc.start()
