@@ -201,8 +201,7 @@ class HighThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._processor: Processor | None = None
         self._built = threading.Event()
-        self.assigned = threading.Event()  # set once it holds partitions
-        self._assigned_main = asyncio.Event()  # the same, on the main loop (made in start)
+        self._assigned = asyncio.Event()  # (the main loop's) set once it holds partitions
         self.snapshot = HighSnapshot()
         self.failure: BaseException | None = None
         self._stops = 0
@@ -212,7 +211,6 @@ class HighThread:
         """Built and running on its thread once this returns; a failure to build (a bad
         setting) is raised here; a failure later calls ``on_failure`` on this loop."""
         main = asyncio.get_running_loop()
-        self._assigned_main = asyncio.Event()
         echo = LoopEcho(self._governor, main.call_soon_threadsafe, main.time)
 
         def failed() -> None:
@@ -280,13 +278,12 @@ class HighThread:
 
     async def _note_assigned(self, processor: Processor, main: asyncio.AbstractEventLoop) -> None:
         await processor.assigned.wait()
-        self.assigned.set()
         with contextlib.suppress(RuntimeError):  # the main loop already ended
-            main.call_soon_threadsafe(self._assigned_main.set)
+            main.call_soon_threadsafe(self._assigned.set)
 
     async def wait_assigned(self) -> None:
         """(On the main loop, once started) until it holds partitions."""
-        await self._assigned_main.wait()
+        await self._assigned.wait()
 
     async def _sample(self, processor: Processor) -> None:
         while True:
