@@ -119,7 +119,9 @@ class TokenBucket:
 @dataclass
 class Stats:
     """Counters for GET /stats. ``inputs`` and ``tokens`` count successfully served calls;
-    ``calls`` counts every embeddings request, whatever its outcome."""
+    ``calls`` counts every embeddings request, whatever its outcome. The Batch API's apart:
+    ``batches`` created, and the ``batch_inputs`` and ``batch_tokens`` of their lines answered
+    200 (counted when a batch ends), what a provider bills at its batch price."""
 
     calls: int = 0
     inputs: int = 0
@@ -128,6 +130,9 @@ class Stats:
     peak_concurrency: int = 0
     in_flight: int = 0
     rejected_429: int = 0
+    batches: int = 0
+    batch_inputs: int = 0
+    batch_tokens: int = 0
 
     def record_error(self, status: int) -> None:
         key = str(status)
@@ -139,6 +144,10 @@ class Stats:
         self.inputs += len(request.inputs)
         self.tokens += request.total_tokens
 
+    def served_batch(self, inputs: int, tokens: int) -> None:
+        self.batch_inputs += inputs
+        self.batch_tokens += tokens
+
     def enter(self) -> None:
         self.in_flight += 1
         self.peak_concurrency = max(self.peak_concurrency, self.in_flight)
@@ -149,6 +158,7 @@ class Stats:
     def reset(self) -> None:
         """Zero the counters; calls still being served stay counted as in flight."""
         self.calls = self.inputs = self.tokens = self.rejected_429 = 0
+        self.batches = self.batch_inputs = self.batch_tokens = 0
         self.errors = {}
         self.peak_concurrency = self.in_flight
 

@@ -485,6 +485,8 @@ def test_stats_counting_and_reset() -> None:
     stats.record_error(429)
     stats.record_error(500)
     stats.record_served(validate({"model": "m", "input": ["a b", "c"]}))
+    stats.batches += 1
+    stats.served_batch(5, 40)
     assert stats.to_json() == {
         "calls": 3,
         "inputs": 2,
@@ -493,6 +495,9 @@ def test_stats_counting_and_reset() -> None:
         "peak_concurrency": 2,
         "in_flight": 1,
         "rejected_429": 2,
+        "batches": 1,
+        "batch_inputs": 5,
+        "batch_tokens": 40,
     }
     stats.reset()
     assert stats.to_json() == {
@@ -503,4 +508,7 @@ def test_stats_counting_and_reset() -> None:
         "peak_concurrency": 1,
         "in_flight": 1,
         "rejected_429": 0,
+        "batches": 0,
+        "batch_inputs": 0,
+        "batch_tokens": 0,
     }

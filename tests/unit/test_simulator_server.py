@@ -486,6 +486,9 @@ async def test_stats_and_reset(start: Start, http: aiohttp.ClientSession) -> Non
         "peak_concurrency": 1,
         "in_flight": 0,
         "rejected_429": 0,
+        "batches": 0,
+        "batch_inputs": 0,
+        "batch_tokens": 0,
     }
     async with http.post(f"{server.root_url}/admin/reset-stats") as response:
         assert response.status == 200
