@@ -186,5 +186,5 @@ def test_prices_by_tier_with_the_presets_discount() -> None:
     assert prices.per_million("unknown", Tier.SYNC) is None
     assert Prices(table, "vllm").per_million("small", Tier.BATCH) is None
     for bad in ("small", "small=cheap", "=1", "small=1/x", "small=-1"):
-        with pytest.raises(ValueError, match="small|=1"):
+        with pytest.raises(ValueError, match=r"small|=1"):
             parse_prices(bad)
