@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from embedstream.app_batch import BatchJobs, ProcessorParts, batch_wanted, build_batch_jobs
 from embedstream.app_high_thread import HighParts, HighThread, WithHighThread, high_builder
 from embedstream.app_online_thread import OnlineThread
 from embedstream.app_service import Service
@@ -38,6 +39,7 @@ from embedstream.errors import ConfigError
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.attribution import AttributedAdmission, Sources
 from embedstream.kafka.backfill import BackfillDirect, Backfills, SharedEngine
+from embedstream.kafka.batchjobs.writer import JobOutputsRouter
 from embedstream.kafka.changelog import (
     ChunkChangelog,
     ChunkCountsLoader,
@@ -61,7 +63,7 @@ from embedstream.kafka.partitions import Assignment
 from embedstream.kafka.processor import Parts, Processor
 from embedstream.kafka.protocols import Consumer, Producer, TransactionalProducer
 from embedstream.kafka.sink import DirectWriter, Sink, Writer
-from embedstream.kafka.topics import configured_topics, topic_settings
+from embedstream.kafka.topics import BATCH_JOBS_KEY, configured_topics, topic_settings
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import EngineJob
@@ -146,6 +148,10 @@ def build_service(
             transactional_producer or (lambda tid: make_transactional_producer(settings, tid)),
         )
         writer = BackfillDirect(transactions, writer)
+    wants_batch = batch_wanted(settings) and not high_only  # ConfigError: not this provider
+    if wants_batch:  # a batch job's outputs go to the job (kafka/batchjobs/writer.py)
+        exactly_once = settings.delivery == "exactly_once"
+        writer = JobOutputsRouter(writer, DirectWriter(producer, clock), exactly_once)
     sink = Sink(writer, names, clock)
     changelog = None
     if names.changelog is not None and names.changelog_state is not None:
@@ -189,14 +195,22 @@ def build_service(
     waiting = WaitingRetries(batcher, clock)
     documents.bind(waiting.hold_or_submit)
     committer = OffsetCommitter(consumer, assignment.offsets(), transactions)
+    intake = Intake(settings, limits, token_counter)
+    registry = registry_client(settings) if uses_registry(settings) else None
+    decoders = None if registry is None else schema_decoders(settings, registry)
+    batch: BatchJobs | None = None
+    if wants_batch:
+        parts = ProcessorParts(
+            settings, names, sink, outcomes, batcher, cache, intake, intake_of, decoders,
+            producer, metrics, clock,
+        )  # fmt: skip
+        batch = build_batch_jobs(parts, lambda items: processor.submit(items))
     handoff = Handoff(
         assignment, batcher, waiting, sink, committer, transactions,
         drain_timeout_s=settings.drain_timeout_s, consumer=consumer, clock=clock,
         chunk_counts=None if changelog is None else changelog.loader,
+        batch_jobs=None if batch is None else batch.lane,
     )  # fmt: skip
-    intake = Intake(settings, limits, token_counter)
-    registry = registry_client(settings) if uses_registry(settings) else None
-    decoders = None if registry is None else schema_decoders(settings, registry)
     admission = AttributedAdmission(
         intake, names, max_delay_ms=int(settings.retry_backoff_cap_ms), decoders=decoders,
         max_event_bytes=settings.max_event_bytes, max_document_bytes=settings.max_document_bytes,
@@ -222,6 +236,7 @@ def build_service(
             cache=cache,
             clock=clock,
             tracer=tracer,
+            batch_lane=None if batch is None else batch.lane,
         )
     )
     result_schema = (
@@ -248,7 +263,7 @@ def build_service(
             commit_interval_s=settings.commit_interval_ms / 1000.0,
         )  # fmt: skip
         watch = store_watch(
-            settings, names, dual_writes, shared, intake_of, decoders, metrics.migration
+            settings, names, dual_writes, shared, intake_of, decoders, metrics.migration, batch
         )
         if watch.backfills is not None:
             backfills.append(watch.backfills)
@@ -271,7 +286,7 @@ def build_service(
         )  # fmt: skip
     return Service(
         processor, health, ops_server, registry, result_schema, online, metrics, watch, high,
-        sampled=not high_only,
+        sampled=not high_only, batch=batch,
     )  # fmt: skip
 
 
@@ -289,7 +304,7 @@ async def run_service(
     configured_topics(settings)  # a topic setting at fault fails before any connection
     # Before anything is consumed: one line naming bootstrap_servers, or the missing topics.
     await check_broker(settings)
-    await require_topics(connection_for(settings), topic_settings(settings))
+    await require_topics(connection_for(settings), _required_topics(settings))
     backend = backend or default_backend(settings)
     service = build_service(settings, backend)
     loop = asyncio.get_running_loop()
@@ -310,6 +325,14 @@ async def run_service(
                 loop.remove_signal_handler(sig)
     log.info("embedstream stopped cleanly")
     return service
+
+
+def _required_topics(settings: Settings) -> dict[str, str]:
+    """Every topic the processor reads or writes: the batch jobs topic when it runs jobs."""
+    required = topic_settings(settings)
+    if batch_wanted(settings):
+        required.update(topic_settings(settings, [BATCH_JOBS_KEY]))
+    return required
 
 
 def _still_wanted(job: EngineJob) -> bool:

@@ -20,6 +20,7 @@ from embedstream.ops.server import OpsServer
 
 if TYPE_CHECKING:
     from embedstream.app_backfill import StoreWatch
+    from embedstream.app_batch import BatchJobs
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +42,14 @@ class Service:
         high: HighThread | None = None,
         *,
         sampled: bool = True,
+        batch: BatchJobs | None = None,
     ) -> None:
         """`high`: the high lane's own processor, on its thread (`high_thread`); `sampled`
         False for that processor's own service (the main one's health loop reports it)."""
         self.processor = processor
         self.high = high
         self.watch = watch  # the store's generations followed (with store_dsn)
+        self.batch = batch  # its batch jobs' watcher (app_batch.py)
         self.metrics = metrics or Metrics()  # what its ops server exposes
         self.health = health
         self._sampled = sampled
@@ -100,11 +103,14 @@ class Service:
                 changelog = self.processor.parts.outcomes.documents.changelog
                 if changelog is not None and self.result_schema.changelog_values is not None:
                     changelog.values = self.result_schema.changelog_values
-            if self.watch is None:
-                await self.processor.run()
-            else:  # the store's generations first: the first versions read are dual-written
+            runs = [self.processor.run()]
+            if self.watch is not None:  # the store's generations first: dual-written at once
                 await self.watch.refresh()
-                await asyncio.gather(self.processor.run(), self.watch.run(self.processor.stopping))
+                runs.append(self.watch.run(self.processor.stopping))
+            if self.batch is not None:
+                stopping, started = self.processor.stopping, self.processor.clients_started
+                runs.append(self.batch.run(stopping, started))
+            await asyncio.gather(*runs)
         finally:
             # The spans still buffered, exported off the loop (a collector in this process
             # would otherwise wait on the loop that waits on it). Each step has a deadline,

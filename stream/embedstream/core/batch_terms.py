@@ -6,7 +6,7 @@ Azure OpenAI's global batch deployments take the same files at the same discount
 server takes them only when the user says it serves ``/v1/files`` and ``/v1/batches``; the
 other presets (vLLM, TEI, Ollama, DashScope's compatible mode) have no such API.
 
-Prices are per million tokens, per model (``model_prices``): ``model=sync`` or
+Prices are per million tokens, per model (``token_prices``): ``model=sync`` or
 ``model=sync/batch``; without a batch price, the preset's discount applies to the sync one.
 """
 
@@ -29,7 +29,7 @@ BATCH_PRICE_SHARE: Mapping[str, float] = {"openai": 0.5, "azure": 0.5, "generic"
 OPT_IN = frozenset({"generic"})  # takes batch jobs only when the user says it does
 
 # OpenAI's list prices of its embedding models (USD per million tokens, sync/batch), the
-# default of `model_prices`; a price changed since is the setting's to say.
+# default of `token_prices`; a price changed since is the setting's to say.
 DEFAULT_PRICES = (
     "text-embedding-3-small=0.02/0.01,text-embedding-3-large=0.13/0.065,"
     "text-embedding-ada-002=0.10/0.05"

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import FlushReason
 from embedstream.ops.accounting import SOURCE_METRIC_NAMES, SourceAccounting
+from embedstream.ops.batch_metrics import BATCH_METRIC_NAMES, BatchMetrics
 from embedstream.ops.migration_metrics import MIGRATION_METRIC_NAMES, MigrationMetrics
 from embedstream.ops.online_metrics import ONLINE_METRIC_NAMES, OnlineMetrics
 from embedstream.ops.store_metrics import STORE_METRIC_NAMES
@@ -59,6 +60,7 @@ PROCESSOR_METRIC_NAMES: frozenset[str] = frozenset(
         *SOURCE_METRIC_NAMES,
         *ONLINE_METRIC_NAMES,
         *MIGRATION_METRIC_NAMES,
+        *BATCH_METRIC_NAMES,
     }
 )
 # ... and every family of embedstream's processes: the store writer's own too.
@@ -234,6 +236,7 @@ class Metrics:
         self.sources = SourceAccounting(r)
         self.online = OnlineMetrics(r)  # the online lane's (embedstream.online)
         self.migration = MigrationMetrics(r)  # a migration's (dual-writes, the backfill)
+        self.batch = BatchMetrics(r)  # tokens by price tier, the batch lane's jobs
         self._create_known_series()
 
     def _create_known_series(self) -> None:
@@ -328,6 +331,9 @@ class Metrics:
 
     def count_generation_tokens(self, generation: str, lane: str, tokens: int) -> None:
         self.migration.count_tokens(generation, lane, tokens)
+
+    def count_tier_tokens(self, tier: str, model: str, tokens: int) -> None:
+        self.batch.count_tier_tokens(tier, model, tokens)
 
     def count_backfill_document(self, outcome: str) -> None:
         self.migration.count_document(outcome)

@@ -1,0 +1,139 @@
+"""Batch jobs end to end on Apache Kafka and the real simulator's Batch API: a low topic marked
+for batch jobs gets every request answered through them (results as the sync path writes
+them, each exactly once), the jobs recorded in the jobs topic, the provider paid at its batch
+price only; failing lines are retried or dead-lettered; an expired job's rest goes sync."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+from embedsim import SimulatorConfig, SimulatorServer, expected_vector
+from embedstream.kafka.admin import topic_names
+from embedstream.wire.batch_jobs import decode_job
+
+from tests.integration.helpers import (
+    committed_lag,
+    create_all_topics,
+    publish,
+    read_topic,
+    request,
+    running_service,
+    settings_for,
+    wait_for_ids,
+)
+
+pytestmark = pytest.mark.integration
+
+MODEL = "text-embedding-3-small"
+
+
+def _batch_settings(bootstrap: str, prefix: str, url: str, **overrides: Any) -> Any:
+    values: dict[str, Any] = {
+        "batch_topics": prefix + "requests.low",
+        "batch_form_s": 0.5,
+        "batch_poll_s": 0.2,
+        "dimensions": 8,
+    }
+    values.update(overrides)
+    return settings_for(bootstrap, prefix, url, **values)
+
+
+def _same_partition(prefix: str, count: int, partitions: int = 4) -> list[str]:
+    """Request ids (keys) the producer puts in one partition."""
+    by_partition: dict[int, list[str]] = {}
+    partitioner = DefaultPartitioner()
+    for i in range(1000):
+        key = f"{prefix}{i}"
+        found = by_partition.setdefault(partitioner(key.encode(), list(range(partitions)), []), [])
+        found.append(key)
+        if len(found) == count:
+            return found
+    raise AssertionError("no partition got them")
+
+
+async def _stats(simulator: SimulatorServer) -> dict[str, Any]:
+    simulator.batches.advance()
+    return dict(simulator.stats.to_json())
+
+
+async def test_a_marked_topic_is_embedded_through_batch_jobs_at_the_batch_price(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    config = SimulatorConfig(base_ms=0, batch_completion_s=0.5)
+    async with SimulatorServer(config) as simulator:
+        settings = _batch_settings(bootstrap, unique_prefix, simulator.url,
+                                   batch_max_inputs=150)  # fmt: skip
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        texts = {f"r-{i}": f"text number {i} " + "word " * (i % 7) for i in range(400)}
+        twins = _same_partition("dup-", 2)  # one job: the text asked once for both
+        for twin in twins:
+            texts[twin] = "the same text twice"
+        async with running_service(settings):
+            await publish(bootstrap, names.requests_low,
+                          [request(i, t, metadata={"n": i}) for i, t in texts.items()])  # fmt: skip
+            found = await wait_for_ids(bootstrap, names.results, set(texts), timeout_s=90)
+            await asyncio.sleep(1.0)  # anything written twice would show by now
+            again = await wait_for_ids(bootstrap, names.results, set(texts), timeout_s=30)
+            lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
+        assert {i: len(docs) for i, docs in again.items() if len(docs) != 1} == {}
+        for request_id, [doc] in found.items():
+            assert doc["embedding"] == pytest.approx(expected_vector(MODEL, texts[request_id], 8))
+            assert doc["metadata"] == {"n": request_id} and doc["model"] == MODEL
+        stats = await _stats(simulator)
+        assert stats["tokens"] == 0, "nothing went through sync calls"
+        assert stats["batch_inputs"] == len(texts) - 1  # the duplicate asked once
+        assert stats["batches"] >= 3  # 150 inputs a job at most
+        assert lag == {names.requests_low: 0}
+        jobs = [decode_job(r.value) for r in await read_topic(bootstrap, names.batch_jobs or "")
+                if r.value is not None]  # fmt: skip
+        finished = {j.id: j for j in jobs if j.state == "finished"}
+        assert finished and all(j.batch_id for j in finished.values())
+        assert sum(j.inputs for j in finished.values()) == len(texts)
+        assert max(len(r.value or b"") for r in await read_topic(bootstrap, names.batch_jobs or "")) < 100_000
+
+
+async def test_failing_lines_are_retried_and_poison_is_dead_lettered(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    config = SimulatorConfig(base_ms=0, batch_completion_s=0.3, reject_texts_containing="POISON")
+    async with SimulatorServer(config) as simulator:
+        settings = _batch_settings(bootstrap, unique_prefix, simulator.url)
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        texts = {f"ok-{i}": f"fine text {i}" for i in range(50)}
+        texts["bad"] = "this holds POISON"
+        async with running_service(settings):
+            await publish(bootstrap, names.requests_low, [request(i, t) for i, t in texts.items()])
+            good = {i for i in texts if i != "bad"}
+            found = await wait_for_ids(bootstrap, names.results, good, timeout_s=60)
+            dead = await wait_for_ids(bootstrap, names.dead_letters, set(), timeout_s=0)
+            del dead
+            letters = await read_topic(bootstrap, names.dead_letters)
+        assert set(found) == good
+        [letter] = letters
+        assert orjson.loads(letter.value)["id"] == "bad"
+        headers = dict(letter.headers)
+        assert headers["embedstream.error.reason"] == b"rejected"
+
+
+async def test_an_expired_job_writes_its_done_lines_and_sends_the_rest_sync(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    config = SimulatorConfig(base_ms=0, batch_completion_s=10.0, batch_window_s=2.0)
+    async with SimulatorServer(config) as simulator:
+        settings = _batch_settings(bootstrap, unique_prefix, simulator.url)
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        texts = {f"r-{i}": f"text {i}" for i in range(40)}
+        async with running_service(settings):
+            await publish(bootstrap, names.requests_low, [request(i, t) for i, t in texts.items()])
+            found = await wait_for_ids(bootstrap, names.results, set(texts), timeout_s=60)
+        assert {i: len(d) for i, d in found.items() if len(d) != 1} == {}
+        stats = await _stats(simulator)
+        assert 0 < stats["batch_inputs"] < len(texts)  # some done by the window, in the job
+        assert stats["inputs"] == len(texts) - stats["batch_inputs"]  # the rest sync
