@@ -162,8 +162,9 @@ def build_batch_jobs(
     lane = None
     if routing.topics or routing.after_s is not None:
         waiting = lambda: p.batcher.buffered_in(Priority.LOW)  # noqa: E731
+        round_of_calls = settings.max_concurrency * configured.batch_limits(settings).max_items
         lane = BatchLane(former, reader, routing, clock, sync_waiting=waiting,
-                         counter=p.metrics.batch)  # fmt: skip
+                         counter=p.metrics.batch, warmup_items=round_of_calls)  # fmt: skip
         _follow_pace(p.batcher, lane)
     api = BatchApi(BatchApiTarget.from_settings(settings), settings.request_timeout_s)
     plain: dict[str, Admission] = {}

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
+from prometheus_client import generate_latest
 from embedsim import SimulatorConfig, SimulatorServer, expected_vector
 from embedstream.kafka.admin import topic_names
 from embedstream.wire.batch_jobs import decode_job
@@ -137,3 +138,57 @@ async def test_an_expired_job_writes_its_done_lines_and_sends_the_rest_sync(
         stats = await _stats(simulator)
         assert 0 < stats["batch_inputs"] < len(texts)  # some done by the window, in the job
         assert stats["inputs"] == len(texts) - stats["batch_inputs"]  # the rest sync
+
+
+async def test_exactly_once_every_result_once_and_jobs_committed_with_their_offsets(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    config = SimulatorConfig(base_ms=0, batch_completion_s=0.5)
+    async with SimulatorServer(config) as simulator:
+        settings = _batch_settings(bootstrap, unique_prefix, simulator.url,
+                                   delivery="exactly_once", batch_max_inputs=100)  # fmt: skip
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        texts = {f"r-{i}": f"exactly once {i}" for i in range(300)}
+        async with running_service(settings):
+            await publish(bootstrap, names.requests_low, [request(i, t) for i, t in texts.items()])
+            await wait_for_ids(bootstrap, names.results, set(texts), timeout_s=90)
+            await asyncio.sleep(1.0)
+            lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
+        records = await read_topic(bootstrap, names.results)
+        ids = [orjson.loads(r.value)["id"] for r in records]
+        assert sorted(ids) == sorted(texts)  # read_committed: each exactly once
+        assert lag == {names.requests_low: 0}
+        assert (await _stats(simulator))["tokens"] == 0
+
+
+async def test_the_adaptive_rule_sends_what_the_sync_pace_cannot_drain_to_jobs(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    # A slow sync provider: one call at a time, 10 inputs a call, 100 ms a call: ~100 inputs/s.
+    config = SimulatorConfig(base_ms=100, capacity=1, batch_completion_s=0.5)
+    async with SimulatorServer(config) as simulator:
+        settings = _batch_settings(
+            bootstrap, unique_prefix, simulator.url, batch_topics=None, batch_after_s=1.0,
+            max_concurrency=1, max_batch_size=10,
+        )  # fmt: skip
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        texts = {f"r-{i}": f"adaptive {i}" for i in range(2_000)}
+        async with running_service(settings) as service:
+            await publish(bootstrap, names.requests_low, [request(i, t) for i, t in texts.items()])
+            found = await wait_for_ids(bootstrap, names.results, set(texts), timeout_s=120)
+            exposition = generate_latest(service.metrics.registry).decode()
+        assert {i: len(d) for i, d in found.items() if len(d) != 1} == {}
+        stats = await _stats(simulator)
+        assert stats["inputs"] + stats["batch_inputs"] == len(texts)
+        assert stats["inputs"] > 0 and stats["batch_inputs"] > stats["inputs"]
+        routed = _sample(exposition, 'embedstream_batch_routed_total{route="batch",rule="adaptive"}')
+        assert routed == stats["batch_inputs"]
+
+
+def _sample(exposition: str, series: str) -> float:
+    for line in exposition.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{series} not exported")

@@ -85,6 +85,12 @@ class PaceMeter:
         self._forget(now)
         return self._in_window / min(self.window_s, now - self._first)
 
+    def known_in(self, now: float) -> float | None:
+        """Seconds until a pace is known (None: not before something is sent)."""
+        if self._first is None:
+            return None
+        return max(0.0, self._first + self.min_span_s - now)
+
     def _forget(self, now: float) -> None:
         while self._sent and self._sent[0][0] <= now - self.window_s:
             self._in_window -= self._sent.popleft()[1]

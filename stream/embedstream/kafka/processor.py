@@ -290,6 +290,10 @@ class Processor:
         p = self.parts
         if state.floor is not None and record.offset < state.floor:
             return []  # committed by the previous owner (exactly-once): not ours to redo
+        lane = p.batch_lane
+        if lane is not None and (hold_s := lane.warming(state)) is not None:
+            p.fetcher.wait_at(state, record.offset, hold_s)
+            return None  # read again once the adaptive rule has a pace (kafka/batchjobs)
         if state.offsets.seen(record.offset):
             # Delivered again under the same assignment (the consumer's position went back,
             # e.g. to the committed offset in a rebalance): it is already in hand, once. This

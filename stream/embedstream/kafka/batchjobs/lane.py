@@ -20,7 +20,12 @@ from collections.abc import Callable
 from typing import Protocol
 
 from embedstream.core.batch_jobs import line_bytes
-from embedstream.core.batch_routing import BatchRouting, PaceMeter, waits_too_long
+from embedstream.core.batch_routing import (
+    PACE_MIN_SPAN_S,
+    BatchRouting,
+    PaceMeter,
+    waits_too_long,
+)
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.kafka.batchjobs.former import JobFormer
@@ -63,10 +68,13 @@ class BatchLane:
         whole_backfill: bool = False,
         sync_waiting: Callable[[], int] = lambda: 0,
         counter: RouteCounter | None = None,
+        warmup_items: int = 0,
     ) -> None:
         """``lane``: the input lane whose streams form jobs here (the processor's low topics,
         or a backfill's documents); ``generation``: a backfill's; ``sync_waiting``: the low
-        items waiting for a sync call (the adaptive rule's queue)."""
+        items waiting for a sync call (the adaptive rule's queue); ``warmup_items``: what the
+        sync path takes before its pace is known (a round of calls), the rest waits in Kafka
+        until it is."""
         self.former = former
         self._reader = reader
         self.routing = routing
@@ -76,6 +84,8 @@ class BatchLane:
         self._whole_backfill = whole_backfill
         self._sync_waiting = sync_waiting
         self._counter: RouteCounter = counter or _Uncounted()
+        self._warmup_items = warmup_items
+        self._let_through = 0  # low records admitted since the last flush, pace unknown
         self.pace = PaceMeter()
 
     # -- partitions ----------------------------------------------------------------------
@@ -135,6 +145,20 @@ class BatchLane:
                 verdict.span.end("batch")
         return claimed
 
+    def warming(self, state: PartitionState) -> float | None:
+        """How long to hold a low partition back (None: not at all): while the adaptive rule
+        has no sync pace to judge by, the sync path takes a round of calls and the rest of the
+        backlog stays in Kafka (rather than all of it going either way unjudged)."""
+        if self.routing.after_s is None or state.input_lane is not InputLane.LOW:
+            return None
+        now = self._clock.monotonic()
+        if self.pace.per_s(now) is not None:
+            return None
+        if self._sync_waiting() + self._let_through < self._warmup_items:
+            self._let_through += 1
+            return None
+        return self.pace.known_in(now) or PACE_MIN_SPAN_S
+
     def diverts(self, item: WorkItem) -> bool:
         """The adaptive rule: True if the item joined a job (the caller drops it)."""
         if not self.routing.adaptive(item.priority, item.attempts, item.chunk is not None):
@@ -161,6 +185,7 @@ class BatchLane:
             self.pace.sent(items, self._clock.monotonic())
 
     async def flush(self) -> None:
+        self._let_through = 0  # submitted: the batcher counts them now
         await self.former.flush()
 
     async def run(self, stop: asyncio.Event) -> None:
