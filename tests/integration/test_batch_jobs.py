@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
-from prometheus_client import generate_latest
 from embedsim import SimulatorConfig, SimulatorServer, expected_vector
 from embedstream.kafka.admin import topic_names
 from embedstream.wire.batch_jobs import decode_job
+from prometheus_client import generate_latest
 
 from tests.integration.helpers import (
     committed_lag,
@@ -95,7 +95,10 @@ async def test_a_marked_topic_is_embedded_through_batch_jobs_at_the_batch_price(
         finished = {j.id: j for j in jobs if j.state == "finished"}
         assert finished and all(j.batch_id for j in finished.values())
         assert sum(j.inputs for j in finished.values()) == len(texts)
-        assert max(len(r.value or b"") for r in await read_topic(bootstrap, names.batch_jobs or "")) < 100_000
+        assert (
+            max(len(r.value or b"") for r in await read_topic(bootstrap, names.batch_jobs or ""))
+            < 100_000
+        )
 
 
 async def test_failing_lines_are_retried_and_poison_is_dead_lettered(
@@ -183,7 +186,9 @@ async def test_the_adaptive_rule_sends_what_the_sync_pace_cannot_drain_to_jobs(
         stats = await _stats(simulator)
         assert stats["inputs"] + stats["batch_inputs"] == len(texts)
         assert stats["inputs"] > 0 and stats["batch_inputs"] > stats["inputs"]
-        routed = _sample(exposition, 'embedstream_batch_routed_total{route="batch",rule="adaptive"}')
+        routed = _sample(
+            exposition, 'embedstream_batch_routed_total{route="batch",rule="adaptive"}'
+        )
         assert routed == stats["batch_inputs"]
 
 
