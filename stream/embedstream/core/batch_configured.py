@@ -7,6 +7,15 @@ from embedstream.core.backoff import Backoff
 from embedstream.core.batch_jobs import JobLimits
 from embedstream.core.batch_routing import BatchRouting
 from embedstream.core.batch_terms import Prices, parse_prices, takes_batch_jobs
+
+__all__ = [
+    "Prices",
+    "batch_routing",
+    "job_limits",
+    "prices",
+    "refusal_backoff",
+    "require_batch_jobs",
+]
 from embedstream.errors import ConfigError
 from embedstream.settings import Settings, topic_list
 

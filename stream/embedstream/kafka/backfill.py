@@ -211,8 +211,10 @@ class BackfillFeed:
             return []
         state = self.assignment.get(tp)
         if state is None or state.floor is None or state.handing_off:
-            if state is None and tp in self._consumer.assignment():
+            unready = state is None or state.floor is None  # (its batch jobs being read)
+            if unready and tp in self._consumer.assignment():
                 self._consumer.seek(tp, records[0].offset)  # not tracked yet: read again
+                await self._idle()
             return []
         reads: list[_Read] = []
         for record in records:
