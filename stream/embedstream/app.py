@@ -18,7 +18,7 @@ from embedstream.app_batch import BatchJobs, ProcessorParts, batch_wanted, build
 from embedstream.app_high_thread import HighParts, HighThread, WithHighThread, high_builder
 from embedstream.app_online_thread import OnlineThread
 from embedstream.app_service import Service
-from embedstream.core import configured
+from embedstream.core import batch_configured, configured
 from embedstream.core.clock import Clock
 from embedstream.core.generations import GenerationIds, IndexGeneration
 from embedstream.core.intake import Intake, chunking_rules, settings_of
@@ -124,6 +124,7 @@ def build_service(
     (`app_high_thread`), built there by `high_parts` (default: the settings' clients) with
     `high_only`."""
     metrics = metrics or Metrics()
+    metrics.batch.set_prices(batch_configured.prices(settings))  # the cost by price tier
     backend = backend or default_backend(settings)
     names = configured_topics(settings)  # ConfigError if a topic has two roles
     inputs = names.inputs
@@ -302,6 +303,8 @@ async def run_service(
     A second signal stops the drain at once; unfinished work is not committed (re-read later).
     """
     configured_topics(settings)  # a topic setting at fault fails before any connection
+    batch_wanted(settings)  # as does asking for batch jobs of a provider that takes none
+    batch_configured.prices(settings)  # and a token_prices that does not parse
     # Before anything is consumed: one line naming bootstrap_servers, or the missing topics.
     await check_broker(settings)
     await require_topics(connection_for(settings), _required_topics(settings))

@@ -156,7 +156,6 @@ def build_batch_jobs(
     kafka = connection_for(settings)
     topic = names.batch_jobs
     group = settings.group_id
-    p.metrics.batch.set_prices(batch_configured.prices(settings))
     reader = JobsReader(kafka_state_reader(kafka, settings.client_id), topic, group)
     former = JobFormer(p.sink, topic, group, batch_configured.job_limits(settings), clock)
     lane = None
