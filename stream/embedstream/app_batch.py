@@ -157,7 +157,8 @@ def build_batch_jobs(
     topic = names.batch_jobs
     group = settings.group_id
     reader = JobsReader(kafka_state_reader(kafka, settings.client_id), topic, group)
-    former = JobFormer(p.sink, topic, group, batch_configured.job_limits(settings), clock)
+    direct = DirectWriter(p.producer, clock)
+    former = JobFormer(p.sink, topic, group, batch_configured.job_limits(settings), clock, direct)
     lane = None
     if routing.topics or routing.after_s is not None:
         waiting = lambda: p.batcher.buffered_in(Priority.LOW)  # noqa: E731
@@ -198,7 +199,7 @@ def build_batch_jobs(
         return make_transactional_producer(settings, f"embedstream-{group}-batchjobs-{q}")
 
     exactly_once = settings.delivery == "exactly_once"
-    commits = JobCommits(DirectWriter(p.producer, clock), transactional if exactly_once else None)
+    commits = JobCommits(direct, transactional if exactly_once else None)
     azure = settings.provider_profile == "azure"
     bodies = LineBodies(limits.wire_format, settings.extra_body_map,
                         settings.azure_deployment if azure else None)  # fmt: skip
@@ -206,7 +207,7 @@ def build_batch_jobs(
         api, commits, topic, group, read_records, admission_of, bodies, p.cache, replay, clock,
         batch_configured.refusal_backoff(settings), p.metrics.batch,
     )  # fmt: skip
-    steps = JobSteps(step_parts, lambda: reader.partitions or former.partitions)
+    steps = JobSteps(step_parts)
     consumer = consumer_for(
         kafka, group_id=jobs_group(settings), client_id=f"{settings.client_id}-batch-jobs",
         enable_auto_commit=False, auto_offset_reset="earliest", isolation_level="read_committed",

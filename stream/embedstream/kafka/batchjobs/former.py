@@ -20,9 +20,9 @@ from embedstream.core.batch_jobs import FormingJob, JobLimits, JobState
 from embedstream.core.clock import Clock
 from embedstream.kafka.batchjobs.records import StreamJobs, job_output
 from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.sink import OutputUnwritable, Sink
+from embedstream.kafka.sink import OutputUnwritable, Sink, Writer
 from embedstream.kafka.work import Origin
-from embedstream.wire.batch_jobs import JobRecord, JobStream, job_id
+from embedstream.wire.batch_jobs import JobRecord, JobStream, job_id, jobs_partition
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,19 @@ class Stream:
 
 
 class JobFormer:
-    def __init__(self, sink: Sink, topic: str, group: str, limits: JobLimits, clock: Clock) -> None:
+    def __init__(
+        self,
+        sink: Sink,
+        topic: str,
+        group: str,
+        limits: JobLimits,
+        clock: Clock,
+        direct: Writer | None = None,
+    ) -> None:
+        """``direct``: writes a job the last owner left forming, closed (at once, outside any
+        transaction: the partition may read nothing more to commit it with)."""
         self._sink = sink
+        self._direct = direct
         self.topic = topic
         self._group = group
         self.limits = limits
@@ -160,7 +171,7 @@ class JobFormer:
         orphans, stream.orphans = stream.orphans, []
         for record in orphans:
             closed = record.but(state=JobState.CLOSED, closed_at_ms=self._clock.wall_ms())
-            if not await self._write(state, closed, -1):
+            if not await self._write(state, closed, -1, direct=True):
                 stream.orphans.append(record)
         for forming in list(stream.forming):
             # What this write covers: records claimed meanwhile wait for the next one.
@@ -191,12 +202,18 @@ class JobFormer:
         f.revisions += written
         return written
 
-    async def _write(self, state: PartitionState, record: JobRecord, origin_offset: int) -> bool:
+    async def _write(
+        self, state: PartitionState, record: JobRecord, origin_offset: int, direct: bool = False
+    ) -> bool:
         tp = state.tp
         origin = Origin(tp.topic, tp.partition, origin_offset)
-        output = job_output(record, self.topic, self.partitions, origin, state)
+        partition = jobs_partition(record.stream.partition, self.partitions)
+        output = job_output(record, self.topic, partition, origin, state)
         try:
-            await self._sink.write_outputs([output])
+            if direct and self._direct is not None:
+                await self._direct.write(output)
+            else:
+                await self._sink.write_outputs([output])
         except OutputUnwritable as exc:
             log.error("batch job %s not recorded (%s); its records stay unfinished", record.id,
                       exc)  # fmt: skip

@@ -29,10 +29,10 @@ def offsets_of(job: JobRecord) -> JobOffsets:
 
 
 def job_output(
-    job: JobRecord, topic: str, partitions: int, origin: Origin, owner: object | None
+    job: JobRecord, topic: str, partition: int, origin: Origin, owner: object | None
 ) -> Output:
-    """The job's record, to its input partition's partition of the jobs topic."""
-    partition = jobs_partition(job.stream.partition, partitions)
+    """The job's record, to ``partition`` of the jobs topic (its input partition's: where its
+    first record went, and every later one of it goes)."""
     return Output(origin, topic, job.key, job.encode(), [], owner, partition=partition)
 
 

@@ -73,15 +73,13 @@ class StepParts:
 
 
 class JobSteps:
-    def __init__(self, parts: StepParts, partitions: Callable[[], int]) -> None:
-        """``partitions``: of the jobs topic (where a job's record goes)."""
+    def __init__(self, parts: StepParts) -> None:
         self._parts = parts
-        self._partitions = partitions
         self._rng = random.Random()
 
     async def record(self, job: JobRecord, partition: int) -> JobRecord:
         origin = Origin(job.stream.topic, job.stream.partition, -1)
-        output = job_output(job, self._parts.topic, self._partitions(), origin, None)
+        output = job_output(job, self._parts.topic, partition, origin, None)
         await self._parts.commits.commit(partition, [output])
         return job
 
@@ -225,7 +223,7 @@ class JobSteps:
                 noted = progress[-1].but(written=offset)
                 staged, state.staged = state.staged, []
                 origin = Origin(job.stream.topic, job.stream.partition, -1)
-                record = job_output(noted, parts.topic, self._partitions(), origin, None)
+                record = job_output(noted, parts.topic, partition, origin, None)
                 await parts.commits.commit(partition, [*staged, record])
                 progress.append(noted)
 
