@@ -11,12 +11,14 @@ import asyncio
 import random
 from collections import Counter
 from pathlib import Path
+from typing import Any, cast
 
 import orjson
 import pytest
 from embedsim import SimulatorConfig, SimulatorServer
 from embedstream.kafka.admin import configured_specs, create_topics, topic_names
 from embedstream.settings import load_settings
+from embedstream.testing import eventually
 from embedstream.wire.batch_jobs import BATCH_METADATA_KEY, decode_job
 
 from tests.e2e.chaos import UNHANDLED, Fleet, ProcessorOptions, figures
@@ -41,12 +43,6 @@ def _options(bootstrap: str, prefix: str, url: str, delivery: str) -> ProcessorO
 async def _results(bootstrap: str, topic: str) -> Counter[str]:
     return Counter(orjson.loads(r.value)["id"] for r in await read_topic(bootstrap, topic,
                                                                           idle_s=0.3))  # fmt: skip
-
-
-async def _until(condition_s: float, check: object) -> None:
-    async with asyncio.timeout(condition_s):
-        while not await check():  # type: ignore[operator]
-            await asyncio.sleep(0.2)
 
 
 @pytest.mark.timeout(420)
@@ -78,7 +74,7 @@ async def test_sigkills_lose_nothing_and_never_pay_a_job_twice(
             for kill in range(KILLS):
                 name, condition = moments[kill] if kill < len(moments) else ("random", None)
                 if condition is not None:
-                    await _until(120, condition)
+                    await eventually(condition, 120, 0.2)
                 else:
                     await asyncio.sleep(rng.uniform(0.5, 3.0))
                 await member.sigkill()
@@ -92,17 +88,19 @@ async def test_sigkills_lose_nothing_and_never_pay_a_job_twice(
                 return set(await _results(bootstrap, names.results)) >= set(texts)
 
             try:
-                await _until(240, all_answered)
-            except TimeoutError:
+                await eventually(all_answered, 240, 0.5)
+            except AssertionError:
                 answered = len(await _results(bootstrap, names.results))
-                raise AssertionError(f"{answered} of {REQUESTS} answered\n{fleet.log_tails()}")
+                said = f"{answered} of {REQUESTS} answered\n{fleet.log_tails()}"
+                raise AssertionError(said) from None
             await asyncio.sleep(1.0)
             results = await _results(bootstrap, names.results)
             codes = await fleet.stop_all()
         assert codes == [0], codes
         assert fleet.unhandled_errors() == {} or not fleet.lines_with(UNHANDLED)
         listed = simulator.batches.book.listed(None, 100, simulator.config, 1e18)
-        per_job = Counter(b["metadata"][BATCH_METADATA_KEY] for b in listed["data"])
+        batches = cast(list[dict[str, Any]], listed["data"])
+        per_job = Counter(b["metadata"][BATCH_METADATA_KEY] for b in batches)
         jobs = {j.id: j for r in await read_topic(bootstrap, names.batch_jobs or "")
                 if r.value is not None and (j := decode_job(r.value))}  # fmt: skip
         duplicates = {i: n for i, n in results.items() if n > 1}
@@ -111,7 +109,7 @@ async def test_sigkills_lose_nothing_and_never_pay_a_job_twice(
             delivery=delivery,
             requests=REQUESTS,
             jobs=len(jobs),
-            batches=len(listed["data"]),
+            batches=len(batches),
             duplicate_results=len(duplicates),
             batch_inputs=simulator.stats.batch_inputs,
             sync_inputs=simulator.stats.inputs,
