@@ -6,14 +6,29 @@ price only; failing lines are retried or dead-lettered; an expired job's rest go
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+import openai
 import orjson
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 from embedsim import SimulatorConfig, SimulatorServer, expected_vector
+from embedstream.core.batch_jobs import JobOffsets
+from embedstream.core.lanes import BucketKey, Priority
 from embedstream.kafka.admin import topic_names
-from embedstream.wire.batch_jobs import decode_job
+from embedstream.kafka.batchjobs.job_file import LineBodies
+from embedstream.kafka.clients import consumer_for, producer_for
+from embedstream.wire.batch_jobs import (
+    BATCH_ATTEMPT_KEY,
+    BATCH_GROUP_KEY,
+    BATCH_METADATA_KEY,
+    JobRecord,
+    JobStream,
+    decode_job,
+    job_id,
+)
 from prometheus_client import generate_latest
 
 from tests.integration.helpers import (
@@ -197,3 +212,99 @@ def _sample(exposition: str, series: str) -> float:
         if line.startswith(series + " "):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{series} not exported")
+
+
+async def test_a_job_submitted_just_before_a_crash_is_found_by_its_metadata_not_paid_again(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    """The previous owner recorded a job (closed) and created its batch, then died before
+    recording the batch's id: the watcher lists the provider's batches, finds the one its
+    metadata names, and follows it: no second batch."""
+    config = SimulatorConfig(base_ms=0, batch_completion_s=0.3)
+    async with SimulatorServer(config) as simulator:
+        settings = _batch_settings(bootstrap, unique_prefix, simulator.url)
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        texts = {f"early-{i}": f"submitted before the crash {i}" for i in range(5)}
+        producer = producer_for(bootstrap, acks="all")
+        await producer.start()
+        try:
+            for i, text in texts.items():
+                await producer.send_and_wait(names.requests_low, request(i, text)[1],
+                                             key=i.encode(), partition=0)  # fmt: skip
+        finally:
+            await producer.stop()
+        stream = JobStream(names.requests_low, 0, "low")
+        offsets = JobOffsets()
+        for offset in range(len(texts)):
+            offsets.add(offset)
+        job = JobRecord(
+            id=job_id(settings.group_id, stream, MODEL, 0), group=settings.group_id,
+            stream=stream, seq=0, whole=True, model=MODEL, state="closed", offsets_first=0,
+            offsets_bits=offsets.bits, inputs=len(texts), size=1000, tokens=30,
+            opened_at_ms=int(time.time() * 1000), closed_at_ms=int(time.time() * 1000),
+        )  # fmt: skip
+        await publish_to(bootstrap, names.batch_jobs or "", job.key, job.encode(), partition=0)
+        await commit_group(bootstrap, settings.group_id, names.requests_low, 0, len(texts))
+        bodies = LineBodies("base64", {})
+        lines = b"".join(bodies.line(str(o), BucketKey(Priority.LOW, MODEL, "float", 8), t)
+                         for o, t in enumerate(texts.values()))  # fmt: skip
+        async with openai.AsyncOpenAI(base_url=simulator.url, api_key="k") as client:
+            uploaded = await client.files.create(file=("job.jsonl", lines), purpose="batch")
+            await client.batches.create(
+                input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h",
+                metadata={BATCH_METADATA_KEY: job.id, BATCH_GROUP_KEY: settings.group_id,
+                          BATCH_ATTEMPT_KEY: "1"},
+            )  # fmt: skip
+        async with running_service(settings):
+            found = await wait_for_ids(bootstrap, names.results, set(texts), timeout_s=60)
+        for request_id, [doc] in found.items():
+            assert doc["embedding"] == pytest.approx(expected_vector(MODEL, texts[request_id], 8))
+        assert len(simulator.batches.book) == 1, "followed, not submitted again"
+
+
+async def test_a_job_refused_for_its_enqueued_tokens_waits_in_kafka_and_goes_again(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    # Room for one job's tokens at a time at the provider: the second is refused until the
+    # first is done, then goes again after batch_retry_s.
+    config = SimulatorConfig(base_ms=0, batch_completion_s=1.0, batch_enqueued_tokens=600)
+    async with SimulatorServer(config) as simulator:
+        settings = _batch_settings(bootstrap, unique_prefix, simulator.url, batch_retry_s=0.5,
+                                   batch_max_inputs=100)  # fmt: skip
+        names = topic_names(unique_prefix)
+        await create_all_topics(settings)
+        texts = {f"t-{i}": f"four tokens {i}" for i in range(300)}  # ~3 tokens each
+        async with running_service(settings) as service:
+            await publish(bootstrap, names.requests_low, [request(i, t) for i, t in texts.items()])
+            found = await wait_for_ids(bootstrap, names.results, set(texts), timeout_s=120)
+            exposition = generate_latest(service.metrics.registry).decode()
+        assert {i: len(d) for i, d in found.items() if len(d) != 1} == {}
+        refused = _sample(exposition, 'embedstream_batch_jobs_ended_total{status="refused"}')
+        completed = _sample(exposition, 'embedstream_batch_jobs_ended_total{status="completed"}')
+        stats = await _stats(simulator)
+        assert refused >= 1 and stats["batches"] == refused + completed
+        assert stats["tokens"] == 0 and stats["batch_inputs"] == len(texts)
+
+
+async def publish_to(
+    bootstrap: str, topic: str, key: bytes, value: bytes, *, partition: int
+) -> None:
+    producer = producer_for(bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=key, partition=partition)
+    finally:
+        await producer.stop()
+
+
+async def commit_group(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
+    """The group's commit, as the previous owner left it."""
+    consumer = consumer_for(bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        await consumer.commit({tp: offset})
+    finally:
+        await consumer.stop()
