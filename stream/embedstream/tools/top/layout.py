@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from embedstream.tools.top.backfill import backfill_line
+from embedstream.tools.top.money import money_line
 from embedstream.tools.top.online import online_line
 from embedstream.tools.top.rates import TargetView
 from embedstream.tools.top.rows import (
@@ -235,6 +236,9 @@ def render(screen: Screen, width: int) -> Group:
     sources = sources_line(views)
     if sources is not None:
         parts.append(_line(sources, width))
+    money = money_line(views)
+    if money is not None:
+        parts.append(_line(money, width))
     parts.extend(_line(text, width, STYLES[state]) for state, text in problems(views))
     if screen.show_partitions:
         rows = partition_rows(views)

@@ -137,6 +137,12 @@ class Snapshot:
     online_requests: Mapping[str, float] = field(default_factory=frozen_mapping)
     online_latency: Histogram = field(default_factory=Histogram)
     backfill: BackfillProgress | None = None  # None while no generation is being filled
+    # The money (`ops/batch_metrics.py`): provider tokens and their cost by price tier (sync,
+    # batch), batch jobs by state and the oldest one's age at the provider.
+    tier_tokens: Mapping[str, float] = field(default_factory=frozen_mapping)
+    tier_cost: Mapping[str, float] = field(default_factory=frozen_mapping)
+    batch_jobs: Mapping[str, float] = field(default_factory=frozen_mapping)
+    batch_oldest_s: float = 0.0
 
     @property
     def online_used(self) -> bool:
@@ -201,6 +207,8 @@ class _Collector:
         self.online_requests: dict[str, float] = {}
         self.online_latency = _HistogramParts()
         self.backfill: dict[str, float] = {}
+        self.money: dict[str, dict[str, float]] = {"tokens": {}, "cost": {}, "jobs": {}}
+        self.batch_oldest_s = 0.0
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if not name.startswith(_PREFIX):
@@ -238,6 +246,14 @@ class _Collector:
             self._histogram_part(self.online_latency, suffix, labels, value)
         elif short.startswith("backfill_") or short == "generation_tokens_total":
             self._backfill(short, labels, value)
+        elif short == "provider_tokens_total":  # every model
+            _add(self.money["tokens"], labels.get("tier", ""), value)
+        elif short == "provider_cost_usd_total":
+            _add(self.money["cost"], labels.get("tier", ""), value)
+        elif short == "batch_jobs":
+            _add(self.money["jobs"], labels.get("state", ""), value)
+        elif short == "batch_job_oldest_seconds":
+            self.batch_oldest_s = max(self.batch_oldest_s, value)
 
     def _backfill(self, short: str, labels: Mapping[str, str], value: float) -> None:
         if short == "backfill_planned":
@@ -325,6 +341,10 @@ class _Collector:
             online_requests=frozen_mapping(self.online_requests),
             online_latency=self.online_latency.build(),
             backfill=self._backfill_progress(),
+            tier_tokens=frozen_mapping(self.money["tokens"]),
+            tier_cost=frozen_mapping(self.money["cost"]),
+            batch_jobs=frozen_mapping(self.money["jobs"]),
+            batch_oldest_s=self.batch_oldest_s,
         )
 
 
