@@ -59,12 +59,12 @@ class Parts:
 
 
 def item(state: PartitionState, offset: int, text: str = "some text", model: str = MODEL,
-         attempts: int = 0) -> WorkItem:  # fmt: skip
+         attempts: int = 0, born_ms: int = 0) -> WorkItem:  # fmt: skip
     request = EmbedRequest(id=f"r{offset}", text=text)
     return WorkItem(
         id=request.id, text=text, tokens=3, request=request, attempts=attempts,
         origin=Origin(LOW, state.tp.partition, offset), raw=b"", priority=Priority.LOW,
-        partition=state, timestamp_ms=0, model=model, encoding_format="float",
+        partition=state, timestamp_ms=born_ms, model=model, encoding_format="float",
     )  # fmt: skip
 
 
@@ -160,14 +160,18 @@ async def test_the_adaptive_rule_waits_for_a_pace_then_sends_what_would_wait_too
     assert p.lane.warming(state) is None  # 100 items a second: known
     p.waiting = 199  # under 100/s x 2 s
     track(state, 0)
-    assert not p.lane.diverts(item(state, 0))
+    assert not p.lane.diverts(item(state, 0, born_ms=p.clock.wall_ms()))
     p.waiting = 200
     track(state, 1)
-    assert p.lane.diverts(item(state, 1))
+    assert p.lane.diverts(item(state, 1, born_ms=p.clock.wall_ms()))
+    p.waiting = 100  # 1 s of sync work ahead, and 1 s waited in Kafka already: 2 s
+    track(state, 2)
+    track(state, 3)
+    assert p.lane.diverts(item(state, 3, born_ms=p.clock.wall_ms() - 1_000))
     assert not p.lane.diverts(item(state, 2, attempts=1))  # a retry goes on sync
     await p.lane.flush()
     [job] = p.jobs().values()
-    assert (job.whole, list(offsets_of(job))) == (False, [1])
+    assert (job.whole, list(offsets_of(job))) == (False, [1, 3])
 
 
 def test_a_50000_input_jobs_record_fits_kafkas_default_limit() -> None:

@@ -63,8 +63,16 @@ def test_an_item_goes_to_a_job_once_the_sync_wait_reaches_batch_after_s() -> Non
     # 200 items/s, 30 s: the sync path takes what it sends in 30 s, 6,000 items.
     assert not waits_too_long(5_999, 200.0, 30.0)
     assert waits_too_long(6_000, 200.0, 30.0)
-    assert not waits_too_long(10**9, None, 30.0)  # no pace yet: sync, as without the rule
+    assert not waits_too_long(10**9, None, 30.0)  # no pace yet: nothing judged
     assert waits_too_long(1, 0.0, 30.0)  # nothing sent lately: anything waiting waits too long
+    assert not waits_too_long(0, 0.0, 30.0, waited_s=29.999)
+
+
+def test_the_time_waited_in_kafka_counts_to_the_millisecond() -> None:
+    # 1,000 waiting at 200/s: 5 s more. An item 24.999 s old is sent by 29.999 s: sync.
+    assert not waits_too_long(1_000, 200.0, 30.0, waited_s=24.999)
+    assert waits_too_long(1_000, 200.0, 30.0, waited_s=25.000)
+    assert waits_too_long(0, 200.0, 30.0, waited_s=30.000)  # waited its time in Kafka already
 
 
 def test_the_pace_is_unknown_for_its_first_second_then_counts_the_last_ten() -> None:

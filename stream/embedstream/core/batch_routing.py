@@ -7,11 +7,13 @@ Three ways in, all of work that can wait:
   ``migrate_via = batch``), and the low-lane topics the user lists in ``batch_topics``. Every
   record of such a partition goes into a job, in order (so a document's versions and its delete
   stay in order: `core/batch_jobs.py` ends a stream's jobs in order too);
-- the adaptive rule (``batch_after_s``): a low-lane request fetched while the sync lane already
-  has more waiting than it sends in ``batch_after_s`` at its current pace would wait longer than
-  that: it goes to a job. The pace is the low lane's sync flush rate over the last
-  ``PACE_WINDOW_S``, known once ``PACE_MIN_SPAN_S`` of it has been seen; until then, work goes
-  sync (the fetch's backpressure bounds it, as without the rule);
+- the adaptive rule (``batch_after_s``): a low-lane request that would not be sent within
+  ``batch_after_s`` of entering Kafka goes to a job: the time it has waited already (in Kafka,
+  behind the backlog) plus what waits for sync calls ahead of it at the lane's current pace.
+  A backlog of N at a pace of P a second thus sends its first P x ``batch_after_s`` or so
+  through sync calls and the rest to jobs; a steady stream the sync path keeps up with, none.
+  The pace is the low lane's sync flush rate over the last ``PACE_WINDOW_S``, known once
+  ``PACE_MIN_SPAN_S`` of it has been seen; until then the lane's records wait in Kafka;
 - never: high and online work, retries (already paid for once, they go on where they were),
   the chunks of a document read by a stream that is not batched whole.
 """
@@ -51,12 +53,17 @@ class BatchRouting:
         return self.after_s is not None and priority is Priority.LOW and attempts == 0 and not chunk
 
 
-def waits_too_long(sync_waiting: int, pace_per_s: float | None, after_s: float) -> bool:
-    """The adaptive rule: an item behind ``sync_waiting`` sync items would wait more than
-    ``after_s`` at ``pace_per_s`` (items sent per second); None (no pace yet): it would not."""
+def waits_too_long(
+    sync_waiting: int, pace_per_s: float | None, after_s: float, waited_s: float = 0.0
+) -> bool:
+    """The adaptive rule: an item that has waited ``waited_s`` already, behind ``sync_waiting``
+    sync items, would be sent more than ``after_s`` after it came, at ``pace_per_s`` (items sent
+    a second); None (no pace yet): nothing is judged to."""
     if pace_per_s is None:
         return False
-    return sync_waiting >= pace_per_s * after_s
+    if pace_per_s <= 0:  # nothing sent lately: anything waiting behind others waits too long
+        return sync_waiting > 0 or waited_s >= after_s
+    return waited_s + sync_waiting / pace_per_s >= after_s
 
 
 class PaceMeter:

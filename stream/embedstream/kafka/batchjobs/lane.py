@@ -5,8 +5,8 @@ batch jobs instead of the sync path (`core/batch_routing.py` decides which).
   read from the jobs topic (`records.py`);
 - `claims`: a record just read: one already in a job is done at once (read again after a
   crash); a record of a stream batched whole joins its stream's job;
-- `diverts`: a low request the sync path would make wait longer than ``batch_after_s`` (the
-  adaptive rule, after the cache's look-up) joins a job;
+- `diverts`: a low request the sync path would not send within ``batch_after_s`` of its
+  arrival (the adaptive rule, after the cache's look-up) joins a job;
 - `flush`: after each fetch, the jobs changed are recorded, and only then are their records done;
 - `let_go`: a partition revoked (or the processor stopping): its forming jobs close.
 """
@@ -168,7 +168,8 @@ class BatchLane:
             return False
         after_s = self.routing.after_s or 0.0
         pace = self.pace.per_s(self._clock.monotonic())
-        if not waits_too_long(self._sync_waiting(), pace, after_s):
+        waited_s = max(0.0, (self._clock.wall_ms() - item.timestamp_ms) / 1000.0)
+        if not waits_too_long(self._sync_waiting(), pace, after_s, waited_s):
             self._counter.count_routed("adaptive", "sync")
             return False
         size = line_bytes(len(item.text.encode()), item.model)
