@@ -51,7 +51,6 @@ from embedstream.kafka.clients import connection_for, make_reader, partitions_of
 from embedstream.kafka.topics import configured_topics
 from embedstream.settings import Settings, load_settings
 from embedstream.tools.bench.documents import publish_records
-from embedstream.tools.embedded import free_port
 from embedstream.tools.local_postgres import start_postgres
 
 from bench.bench_backfill import statuses, until
