@@ -29,6 +29,7 @@ from embedstream.engine.batcher import Batcher
 from embedstream.engine.bounded import bounded
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.schema_decoders import SchemaDecoders
+from embedstream.errors import ConfigError
 from embedstream.kafka.admission import Admission
 from embedstream.kafka.batchjobs.former import JobFormer
 from embedstream.kafka.batchjobs.inputs import kafka_records
@@ -49,7 +50,7 @@ from embedstream.kafka.documents import DocumentFlow
 from embedstream.kafka.outcomes import KafkaOutcomes
 from embedstream.kafka.protocols import Producer, TransactionalProducer
 from embedstream.kafka.sink import DirectWriter, Sink
-from embedstream.kafka.topics import TopicNames
+from embedstream.kafka.topics import TopicNames, configured_topics
 from embedstream.kafka.work import EngineJob, WorkItem
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
@@ -61,8 +62,17 @@ WATCHER_STOP_S = 2.0  # a job step still running at a stop: cancelled after this
 
 
 def batch_wanted(settings: Settings) -> bool:
-    """The processor runs batch jobs: asked for, or a store's migration may ask."""
-    routing = batch_configured.batch_routing(settings)  # ConfigError: a provider without them
+    """The processor runs batch jobs: asked for, or a store's migration may ask. ConfigError
+    for a provider without them, or a batch_topics entry that is not a low request topic."""
+    routing = batch_configured.batch_routing(settings)
+    low = configured_topics(settings).low
+    for topic in sorted(routing.topics):
+        if topic not in low:
+            raise ConfigError(
+                "batch_topics",
+                f"lists {topic}, which is not a low-lane request topic ({', '.join(low)}): "
+                "a documents topic goes through batch jobs by a migration (--via batch)",
+            )
     store = settings.store_dsn is not None and takes_batch_jobs(
         settings.provider_profile, settings.generic_batch_api
     )

@@ -189,6 +189,7 @@ def test_ids_out_needs_plain(tmp_path: Path) -> None:
         (["run", "--provider-profile", "vllm", "--batch-after-s", "30"], "batch_after_s"),
         (["run", "--provider-profile", "generic", "--batch-topics", "bulk"], "batch_topics"),
         (["run", "--token-prices", "text-embedding-3-small=cheap"], "token_prices"),
+        (["run", "--batch-topics", "embed.requests.high"], "batch_topics"),
     ],
 )
 def test_a_bad_topic_or_provider_setting_is_one_line_before_any_connection(
