@@ -117,7 +117,10 @@ class JobWatcher:
                 continue
             self._consumer.seek(tp, 0)
             self._reading.add(tp.partition)
-        log.info("batch jobs partitions assigned: %s", sorted(tp.partition for tp in assigned))
+        log.info(
+            "batch jobs: this watcher follows the jobs of partitions %s",
+            sorted(tp.partition for tp in assigned),
+        )
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         gone = {tp.partition for tp in revoked}
