@@ -268,6 +268,8 @@ def build_service(
         )
         if watch.backfills is not None:
             backfills.append(watch.backfills)
+        if batch is not None:  # a migration cancelled: its jobs are abandoned
+            batch.watcher.keeps = watch.keeps
     high: HighThread | None = None
     observed: Observed = processor
     if settings.high_thread and not high_only:

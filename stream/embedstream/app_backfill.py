@@ -87,7 +87,16 @@ class StoreWatch:
         self._metrics = metrics
         self._interval_s = WATCH_INTERVAL_S if interval_s is None else interval_s
         self._failing = False
+        self._read_once = False
         self._unsourced: str | None = None
+
+    def keeps(self, generation_id: str) -> bool:
+        """The store keeps this index generation, as it was read last (a backfill's batch jobs
+        of one it dropped are abandoned); True until it has been read once."""
+        if not self._read_once:
+            return True
+        kept = self.dual_writes.generations.kept
+        return any(generation_id in k.ids for k in kept)
 
     async def refresh(self) -> None:
         """Read the registry once and follow it."""
@@ -101,6 +110,7 @@ class StoreWatch:
         if self._failing:
             log.info("the store's generations are readable again")
         self._failing = False
+        self._read_once = True
         if generations != self.dual_writes.generations:
             ids = ", ".join(k.generation.id for k in generations.kept) or "none"
             log.info("the store keeps generations %s; filling %s", ids,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 import uuid
+from typing import cast
 
 import orjson
 import pytest
@@ -90,3 +92,45 @@ async def test_a_backfill_via_batch_fills_the_new_generation_at_the_batch_price(
         assert stats.tokens == sync_before, "the new model was never called sync"
         assert stats.batch_tokens > 0 and batch_tokens == stats.batch_tokens
         assert any("(backfill through batch jobs)" in line for line in status)
+
+
+async def test_a_cancelled_migrations_jobs_are_cancelled_at_the_provider(
+    bootstrap: str,
+    unique_prefix: str,
+    postgres: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    config = SimulatorConfig(base_ms=1, batch_completion_s=600.0)  # not done before the cancel
+    async with SimulatorServer(config) as simulator:
+        settings = settings_for(
+            bootstrap, unique_prefix, simulator.url, store_dsn=postgres.dsn,
+            store_table=f"bc_{uuid.uuid4().hex[:10]}", store_group_id=unique_prefix + "sink",
+            store_model=OLD_MODEL, dimensions=16, topic_documents=unique_prefix + "documents",
+            batch_form_s=0.5, batch_poll_s=0.2,
+        )  # fmt: skip
+        await create_all_topics(settings)
+        rng = random.Random(43)
+        corpus = {f"doc-{d:03}": text_of(rng, d) for d in range(20)}
+        events = [(d.encode(), orjson.dumps({"doc_id": d, "text": t})) for d, t in corpus.items()]
+        async with running_service(settings) as service, running_writer(settings):
+            await publish(bootstrap, unique_prefix + "documents", events)
+
+            async def stored() -> bool:
+                found = await statuses(settings)
+                return len(found) == 1 and found[0].complete == len(corpus)
+
+            await eventually(stored, 60, 0.2)
+            await run_migration(settings, "start", model=NEW_MODEL, dimensions=NEW_DIMENSIONS,
+                                via="batch")  # fmt: skip
+
+            def submitted() -> list[str]:
+                listed = simulator.batches.book.listed(None, 100, simulator.config, time.time())
+                return [str(b["status"]) for b in cast(list[dict[str, object]], listed["data"])]
+
+            await eventually(lambda: bool(submitted()), 60, 0.2)
+            await run_migration(settings, "cancel")
+            await eventually(lambda: set(submitted()) <= {"cancelling", "cancelled"}, 30, 0.2)
+            abandoned = sample(service.metrics, "embedstream_batch_jobs_ended_total",
+                               {"status": "abandoned"})  # fmt: skip
+        assert abandoned >= len(submitted()) > 0

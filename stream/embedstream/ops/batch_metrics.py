@@ -28,7 +28,7 @@ BATCH_METRIC_NAMES: frozenset[str] = frozenset(
 MAX_MODELS = 16
 OTHER = "other"
 ROUTES = (("whole", "batch"), ("adaptive", "batch"), ("adaptive", "sync"))
-JOB_ENDINGS = ("completed", "expired", "failed", "cancelled", "refused")
+JOB_ENDINGS = ("completed", "expired", "failed", "cancelled", "refused", "abandoned")
 LINE_OUTCOMES = ("answered", "failed", "unanswered", "missing")
 
 
@@ -71,7 +71,7 @@ class BatchMetrics:
         self._ended = Counter(
             "embedstream_batch_jobs_ended",
             "Attempts of jobs the provider ended, by how (refused: for the model's enqueued "
-            "tokens, submitted again later).",
+            "tokens, submitted again later; abandoned: their generation no longer kept).",
             ["status"],
             registry=r,
         )

@@ -26,6 +26,7 @@ from embedstream.core.lanes import InputLane
 from embedstream.engine.batch_api import BatchApi, BatchInfo
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.jobs import Job
+from embedstream.errors import EmbedStreamError
 from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.batchjobs.inputs import ReadRecords
 from embedstream.kafka.batchjobs.job_file import LineBodies, Verdict, Wanted, write_job_file
@@ -203,6 +204,26 @@ class JobSteps:
             state=JobState.ENDED, status=info.status, output_file_id=info.output_file_id,
             error_file_id=info.error_file_id, error_codes=tuple(codes), ended_at_ms=now,
             refusals=refusals,
+        ), partition)  # fmt: skip
+
+    # -- abandon -------------------------------------------------------------------------
+
+    async def abandon(self, job: JobRecord, partition: int) -> JobRecord:
+        """A job whose index generation the store no longer keeps (a migration cancelled):
+        cancelled at the provider if it is there, its outcomes never written (the store would
+        refuse them), finished."""
+        if job.state == JobState.SUBMITTED and job.batch_id is not None:
+            try:
+                await self._parts.api.cancel(job.batch_id)
+            except EmbedStreamError as exc:  # ended meanwhile, or the provider is out
+                log.info("batch job %s: cancelling %s: %s", job.id, job.batch_id, exc)
+        self._parts.observer.count_ended("abandoned")
+        log.info("batch job %s abandoned: generation %s is no longer kept by the store",
+                 job.id, job.stream.generation_id)  # fmt: skip
+        last = offsets_of(job).last
+        return await self.record(job.but(
+            state=JobState.FINISHED, status="abandoned", finished_at_ms=self._parts.clock.wall_ms(),
+            written=None if last is None else last + 1,
         ), partition)  # fmt: skip
 
     # -- write ---------------------------------------------------------------------------

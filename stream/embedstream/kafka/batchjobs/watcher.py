@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -79,7 +79,10 @@ class JobWatcher:
         enqueued_limit: int | None,
         gauges: JobsGauges | None = None,
         group: str = "",
+        keeps: Callable[[str], bool] = lambda generation: True,
     ) -> None:
+        """``keeps``: whether the store still keeps an index generation (a backfill's jobs of
+        one it dropped, a migration cancelled, are abandoned)."""
         self._consumer = consumer
         self.topic = topic
         self._steps = steps
@@ -90,6 +93,7 @@ class JobWatcher:
         self._limit = enqueued_limit
         self._gauges: JobsGauges = gauges or _Unmeasured()
         self._group = group
+        self.keeps = keeps
         self.jobs: dict[str, Followed] = {}
         self._reading: set[int] = set()  # partitions not yet read to their end
         self._stop = asyncio.Event()
@@ -220,6 +224,10 @@ class JobWatcher:
         self, followed: Followed, wall: int, busy: dict[str, int]
     ) -> Coroutine[Any, Any, JobRecord] | None:
         job, partition, steps = followed.job, followed.partition, self._steps
+        generation = job.stream.generation_id
+        live = job.state in (JobState.CLOSED, JobState.SUBMITTED, JobState.ENDED)
+        if live and generation is not None and not self.keeps(generation):
+            return steps.abandon(job, partition)
         if job.state == JobState.FORMING:
             if wall - job.opened_at_ms < self._orphan_after_ms:
                 return None
