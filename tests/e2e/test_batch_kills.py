@@ -17,9 +17,10 @@ import orjson
 import pytest
 from embedsim import SimulatorConfig, SimulatorServer
 from embedstream.kafka.admin import configured_specs, create_topics, topic_names
+from embedstream.kafka.topics import TopicNames
 from embedstream.settings import load_settings
 from embedstream.testing import eventually
-from embedstream.wire.batch_jobs import BATCH_METADATA_KEY, decode_job
+from embedstream.wire.batch_jobs import BATCH_METADATA_KEY, JobRecord, decode_job
 
 from tests.e2e.chaos import UNHANDLED, Fleet, ProcessorOptions, figures
 from tests.integration.helpers import publish, read_topic, request
@@ -43,6 +44,12 @@ def _options(bootstrap: str, prefix: str, url: str, delivery: str) -> ProcessorO
 async def _results(bootstrap: str, topic: str) -> Counter[str]:
     return Counter(orjson.loads(r.value)["id"] for r in await read_topic(bootstrap, topic,
                                                                           idle_s=0.3))  # fmt: skip
+
+
+async def _jobs(bootstrap: str, names: TopicNames) -> dict[str, JobRecord]:
+    """Each job's last record."""
+    records = await read_topic(bootstrap, names.batch_jobs or "", idle_s=0.2)
+    return {j.id: j for r in records if r.value is not None and (j := decode_job(r.value))}
 
 
 @pytest.mark.timeout(420)
@@ -93,7 +100,11 @@ async def test_sigkills_lose_nothing_and_never_pay_a_job_twice(
                 answered = len(await _results(bootstrap, names.results))
                 said = f"{answered} of {REQUESTS} answered\n{fleet.log_tails()}"
                 raise AssertionError(said) from None
-            await asyncio.sleep(1.0)
+
+            async def all_finished() -> bool:  # (a job's last record follows its results)
+                return all(j.state == "finished" for j in (await _jobs(bootstrap, names)).values())
+
+            await eventually(all_finished, 60, 0.5)
             results = await _results(bootstrap, names.results)
             codes = await fleet.stop_all()
         assert codes == [0], codes
@@ -101,8 +112,7 @@ async def test_sigkills_lose_nothing_and_never_pay_a_job_twice(
         listed = simulator.batches.book.listed(None, 100, simulator.config, 1e18)
         batches = cast(list[dict[str, Any]], listed["data"])
         per_job = Counter(b["metadata"][BATCH_METADATA_KEY] for b in batches)
-        jobs = {j.id: j for r in await read_topic(bootstrap, names.batch_jobs or "")
-                if r.value is not None and (j := decode_job(r.value))}  # fmt: skip
+        jobs = await _jobs(bootstrap, names)
         duplicates = {i: n for i, n in results.items() if n > 1}
         figures(
             "batch kills",

@@ -20,6 +20,7 @@ from embedstream.core.lanes import BucketKey, Priority
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.batchjobs.job_file import LineBodies
 from embedstream.kafka.clients import consumer_for, producer_for
+from embedstream.testing import eventually
 from embedstream.wire.batch_jobs import (
     BATCH_ATTEMPT_KEY,
     BATCH_GROUP_KEY,
@@ -71,6 +72,16 @@ def _same_partition(prefix: str, count: int, partitions: int = 4) -> list[str]:
     raise AssertionError("no partition got them")
 
 
+async def _jobs(bootstrap: str, topic: str) -> list[JobRecord]:
+    """Each job's last record."""
+    last = {}
+    for record in await read_topic(bootstrap, topic, idle_s=0.2):
+        if record.value is not None:
+            job = decode_job(record.value)
+            last[job.id] = job
+    return list(last.values())
+
+
 async def _stats(simulator: SimulatorServer) -> dict[str, Any]:
     simulator.batches.advance()
     return dict(simulator.stats.to_json())
@@ -103,6 +114,14 @@ async def test_a_marked_topic_is_embedded_through_batch_jobs_at_the_batch_price(
                           [request(i, t) for i, t in repeats.items()])  # fmt: skip
             cached = await wait_for_ids(bootstrap, names.results, set(repeats), timeout_s=60)
             after = await _stats(simulator)
+
+            async def all_finished() -> bool:  # (a job's last record follows its results)
+                jobs = await _jobs(bootstrap, names.batch_jobs or "")
+                return sum(j.inputs for j in jobs if j.state == "finished") == len(texts) + len(
+                    repeats
+                )
+
+            await eventually(all_finished, 30, 0.3)
         assert {i: len(docs) for i, docs in again.items() if len(docs) != 1} == {}
         assert all(cached[i][0]["cached"] for i in repeats)
         assert (after["batches"], after["tokens"]) == (before["batches"], 0)
@@ -114,8 +133,7 @@ async def test_a_marked_topic_is_embedded_through_batch_jobs_at_the_batch_price(
         assert stats["batch_inputs"] == len(texts) - 1  # the duplicate asked once
         assert stats["batches"] >= 3  # 150 inputs a job at most
         assert lag == {names.requests_low: 0}
-        jobs = [decode_job(r.value) for r in await read_topic(bootstrap, names.batch_jobs or "")
-                if r.value is not None]  # fmt: skip
+        jobs = await _jobs(bootstrap, names.batch_jobs or "")
         finished = {j.id: j for j in jobs if j.state == "finished"}
         paid = {j.id for j in finished.values() if j.batch_id}  # the repeats' job: none
         assert len(paid) == stats["batches"] and len(finished) > len(paid)
