@@ -189,3 +189,29 @@ def test_a_50000_input_jobs_record_fits_kafkas_default_limit() -> None:
     assert len(value) < 1_048_576
     back = decode_job(value)
     assert list(offsets_of(back)) == offsets and back.but().rev == 1
+
+
+async def test_a_job_finished_long_ago_no_longer_holds_its_records() -> None:
+    """Records read again after a crash are a recent job's; a job finished an hour ago and
+    more holds nothing: its records are read again only by a rewind of the group."""
+    p = Parts()
+    stream = JobStream(LOW, 0, "low")
+    now = p.clock.wall_ms()
+    for first, finished_ms in ((0, now - 3_600_001), (3, now - 600_000)):
+        bits = JobOffsets()
+        for offset in (first, first + 1):
+            bits.add(offset)
+        job = JobRecord(
+            id=f"job-{first}", group=GROUP, stream=stream, seq=first, whole=True, model=MODEL,
+            state="finished", offsets_first=first, offsets_bits=bits.bits, inputs=2, size=400,
+            tokens=6, opened_at_ms=0, finished_at_ms=finished_ms,
+        )  # fmt: skip
+        p.cluster.produce(JOBS, job.encode(), job.key, partition=0)
+    state = await p.state()
+    for offset in range(5):
+        track(state, offset)
+        assert p.lane.claims(state, record(offset), item(state, offset))
+    await p.lane.flush()
+    assert state.offsets.safe_offset() == 5  # 3 and 4 done at once; 0, 1, 2 in a new job
+    new = [j for j in p.jobs().values() if j.state == "forming"]
+    assert [list(offsets_of(j)) for j in new] == [[0, 1, 2]]

@@ -41,6 +41,9 @@ from embedstream.wire.document_events import DocumentTombstone
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25  # how often forming jobs are looked at for their form time
+# A job finished longer ago than this no longer holds its records when its partition is
+# assigned: they are read again only by a rewind of the group (see StreamJobs.forget_finished).
+FINISHED_HOLD_S = 3600.0
 
 
 class RouteCounter(Protocol):
@@ -101,6 +104,7 @@ class BatchLane:
         except Exception as exc:
             log.warning("could not read the batch jobs of %s (%r)", state.tp, exc)
             return False
+        jobs.forget_finished(self._clock.wall_ms() - int(FINISHED_HOLD_S * 1000))
         self.former.partitions = self._reader.partitions or self.former.partitions
         stream = JobStream(state.tp.topic, state.tp.partition, self._lane.value, self._generation)
         self.former.attach(state, stream, jobs)

@@ -47,6 +47,15 @@ class StreamJobs:
         self.jobs[job.id] = job
         self._offsets[job.id] = offsets_of(job)
 
+    def forget_finished(self, before_ms: int) -> None:
+        """Jobs finished before ``before_ms`` hold their records no more: read again then, it
+        is because the group was rewound on purpose, not a crash between a job's record and
+        its offsets' commit (a job of those cannot be finished so long before its records'
+        partition is assigned again)."""
+        for job_id, job in list(self.jobs.items()):
+            if job.state == JobState.FINISHED and (job.finished_at_ms or 0) < before_ms:
+                del self._offsets[job_id]
+
     def holds(self, offset: int) -> bool:
         """The record at ``offset`` is in a job already."""
         return any(
