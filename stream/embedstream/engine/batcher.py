@@ -1,9 +1,9 @@
 """The asyncio shell around the pure policy: buffers items, asks the policy, launches calls.
 
 It owns no I/O of its own: ``dispatch`` (the batch-call path) is injected, and so are the
-clock, the backlog source (consumer lag), the observer of cut batches and the governor that
-says whether, and for which lane, another call may start. That keeps every timing rule
-testable.
+clock, the backlog source (consumer lag), the observer of cut batches and the provider budget
+(`core/budget.py`): its plan says whether, and for which lane, another call may start, and
+each call holds a lease of it. That keeps every timing rule testable.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
 
 from embedstream.core.arrivals import ArrivalRate
+from embedstream.core.budget import Lease, LeaseWait, ProviderBudget
 from embedstream.core.costmodel import CostModels, cost_key
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority, Source
@@ -31,6 +32,7 @@ from embedstream.core.policy import (
     fill_wait,
     spread_length,
 )
+from embedstream.engine.budget_local import LocalBudget
 
 T = TypeVar("T")
 Dispatch = Callable[[BucketKey, list[Pending[T]], FlushReason], Awaitable[None]]
@@ -44,7 +46,7 @@ class Batcher(Generic[T]):
         limits: BatchLimits,
         dispatch: Dispatch[T],
         *,
-        governor: Governor | None = None,
+        budget: ProviderBudget | None = None,
         max_concurrency: int = 4,
         clock: Callable[[], float] = time.monotonic,
         backlog: Callable[[Priority], int] = lambda lane: 0,
@@ -56,7 +58,8 @@ class Batcher(Generic[T]):
         self._limits = limits
         self._dispatch = dispatch
         self._clock = clock
-        self.governor = governor or Governor(max_concurrency=max_concurrency, clock=clock)
+        self.budget = budget or LocalBudget(Governor(max_concurrency=max_concurrency, clock=clock))
+        self.governor = self.budget.plan  # what the cuts are planned with
         self._backlog = backlog
         self._observer = observer or NullObserver()
         self._awaited = 0  # jobs that will be added again later (retries waiting in memory)
@@ -163,6 +166,7 @@ class Batcher(Generic[T]):
         self._wake.set()
 
     async def run(self) -> None:
+        await self.budget.open()
         try:
             while not self._abandoned and not (
                 self._draining and self._buffered == 0 and not self._in_flight and not self._awaited
@@ -174,6 +178,7 @@ class Batcher(Generic[T]):
         finally:
             if self._in_flight:
                 await asyncio.gather(*list(self._in_flight), return_exceptions=True)
+            await self.budget.close()
 
     async def _woken(self, wake_in_s: float | None) -> None:
         """Until the next event, or `wake_in_s` seconds. A timer that sets the event, not
@@ -296,17 +301,23 @@ class Batcher(Generic[T]):
         self._observer.observe_flush(lane.label, reason, len(items), tokens, waits)
         if self.on_flush is not None:
             self.on_flush(bucket.key, items, reason, now)
-        self.governor.started(lane)
-        delay = self.governor.reserve(tokens)
-        task = asyncio.create_task(self._call(bucket.key, items, reason, delay))
+        lease = self.budget.admit(lane, len(items), tokens)
+        task = asyncio.create_task(self._call(bucket.key, items, reason, lease, tokens))
         self._in_flight[task] = items
 
     async def _call(
-        self, key: BucketKey, items: list[Pending[T]], reason: FlushReason, delay: float
+        self,
+        key: BucketKey,
+        items: list[Pending[T]],
+        reason: FlushReason,
+        lease: Lease | None,
+        tokens: int,
     ) -> None:
         try:
-            if delay > 0:
-                await asyncio.sleep(delay)  # RPM/TPM budget: hold the slot, not the loop
+            if lease is None:  # the fleet decides: ask, and wait for a slot if need be
+                lease = await self._ask(key.priority, len(items), tokens)
+            if lease.go_in_s > 0:
+                await asyncio.sleep(lease.go_in_s)  # RPM/TPM budget: hold the slot, not the loop
             started = self._clock()
             await self._dispatch(key, items, reason)
             if self._observe_dispatch:
@@ -318,11 +329,18 @@ class Batcher(Generic[T]):
             log.exception("dispatch of a batch of %d failed", len(items))
         finally:
             oldest = self._clock() - min(p.arrival for p in items) if items else None
-            self.governor.finished(key.priority, oldest)
+            self.budget.release(key.priority, lease, oldest)
             task = asyncio.current_task()
             if task is not None:
                 self._in_flight.pop(task, None)
             self._wake.set()
+
+    async def _ask(self, lane: Priority, inputs: int, tokens: int) -> Lease:
+        while True:
+            answer = await self.budget.ask(lane, inputs, tokens)
+            if not isinstance(answer, LeaseWait):
+                return answer
+            await self.budget.woken(answer)
 
 
 def _bucket_order(bucket: Bucket[T]) -> tuple[int, float]:

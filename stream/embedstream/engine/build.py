@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from embedstream.core import configured
+from embedstream.core.budget import ProviderBudget
 from embedstream.core.clock import Clock
 from embedstream.core.costmodel import CostModels
 from embedstream.core.governor import Governor
@@ -20,6 +21,7 @@ from embedstream.core.policy import FlushReason
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.budget_local import LocalBudget
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.jobs import Job, Outcomes
@@ -30,10 +32,15 @@ J = TypeVar("J", bound=Job)
 
 @dataclass(frozen=True)
 class Engine(Generic[J]):
-    governor: Governor
+    budget: ProviderBudget
     cost: CostModels
     caller: BatchCaller[J]
     batcher: Batcher[J]
+
+    @property
+    def governor(self) -> Governor:
+        """The budget's plan: this process's view of the budget."""
+        return self.budget.plan
 
 
 class _Dispatch(Generic[J]):
@@ -64,15 +71,18 @@ def build_engine(
     backlog: Callable[[Priority], int] | None = None,
     keep: Callable[[J], bool] | None = None,
     tracer: Tracer = NULL_TRACER,
+    budget: ProviderBudget | None = None,
 ) -> Engine[J]:
     """`backlog` is the consumer lag per lane (the processor's), `keep` drops jobs nobody
-    waits for any more (the client's callers that gave up)."""
-    governor = configured.governor(settings, clock.monotonic)
+    waits for any more (the client's callers that gave up), `budget` the provider budget to
+    draw on (default: the process's own, from the settings)."""
+    if budget is None:
+        budget = LocalBudget(configured.governor(settings, clock.monotonic))
     cost = CostModels()  # learned from calls, shared by the caller and the batcher
     caller: BatchCaller[J] = BatchCaller(
         backend,
         outcomes,
-        governor,
+        budget,
         max_attempts=settings.max_attempts,
         backoff=configured.backoff(settings),
         observer=observer,
@@ -85,7 +95,7 @@ def build_engine(
     batcher: Batcher[J] = Batcher(
         configured.batch_limits(settings),
         _Dispatch(caller, keep),
-        governor=governor,
+        budget=budget,
         clock=clock.monotonic,
         backlog=backlog or _no_backlog,
         observer=observer,
@@ -93,7 +103,7 @@ def build_engine(
         observe_dispatch=False,  # the batch-call path reports real call latencies
         source_weights=settings.source_weight_map,
     )
-    return Engine(governor, cost, caller, batcher)
+    return Engine(budget, cost, caller, batcher)
 
 
 def _no_backlog(lane: Priority) -> int:

@@ -37,9 +37,10 @@ from collections.abc import Callable, Sequence
 from typing import Generic
 
 from embedstream.core.backoff import Backoff
+from embedstream.core.budget import ProviderBudget
 from embedstream.core.costmodel import CostModels, cost_key
 from embedstream.core.dedup import unique_texts
-from embedstream.core.governor import OUTAGE_REASONS, Governor
+from embedstream.core.governor import OUTAGE_REASONS
 from embedstream.core.lanes import BucketKey, Pending
 from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import FlushReason
@@ -106,7 +107,7 @@ class BatchCaller(Generic[J]):
         self,
         backend: EmbeddingBackend,
         outcomes: Outcomes[J],
-        governor: Governor,
+        budget: ProviderBudget,
         *,
         max_attempts: int,
         backoff: Backoff,
@@ -120,7 +121,8 @@ class BatchCaller(Generic[J]):
     ) -> None:
         self._backend = backend
         self._outcomes = outcomes
-        self._governor = governor
+        self._budget = budget
+        self._governor = budget.plan  # what the budget looks like here, for holds
         self._max_attempts = max_attempts
         self._backoff = backoff
         self._rng = rng or random.Random()
@@ -190,7 +192,7 @@ class BatchCaller(Generic[J]):
                 span.end(error=exc.reason)
                 self._observer.observe_call(time.perf_counter() - started, ok=False)
                 self._observer.observe_error(type(exc).__name__, exc.reason)
-                self._governor.on_failure(exc)
+                self._budget.failed(exc)
                 if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
                     raise
                 verdict = await self._verdict(batch, exc, split_from_ms or sent_ms, split_from_ms)
@@ -220,7 +222,7 @@ class BatchCaller(Generic[J]):
                     cost_key(key), tokens, len(distinct), outcome.latency_s, self._monotonic()
                 )
             self._observer.observe_call(outcome.latency_s, ok=True)
-            self._governor.on_success(outcome.latency_s, outcome.headers)
+            self._budget.succeeded(outcome.latency_s, outcome.headers)
             await self._succeeded(key, batch, mapping, outcome)
             if self._cache is not None:
                 await self._cache.store(key, distinct, outcome.vectors)
@@ -307,7 +309,7 @@ class BatchCaller(Generic[J]):
                 refused = isinstance(exc, ProviderWideError)
                 what = "provider refuses calls" if refused else "provider down"
                 log.error("%s (%s): %s; retrying in %.1fs", what, exc.reason, exc, delay)
-                self._governor.hold(delay)  # nobody else calls meanwhile either
+                self._budget.hold(delay)  # nobody else calls meanwhile either
             else:
                 # Not known to be down (core/outage.py): the calls sent since this batch first
                 # failed are unanswered yet, on a slow provider, or they were served. Only this
