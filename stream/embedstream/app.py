@@ -27,7 +27,7 @@ from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.bounded import bounded
-from embedstream.engine.build import Engine, build_engine
+from embedstream.engine.build import Engine, build_budget, build_engine
 from embedstream.engine.cache import build_cache, undersized_warning
 from embedstream.engine.callers import CallerIntake, CallerRequest, Callers, CallersBeside
 from embedstream.engine.clock import SYSTEM_CLOCK
@@ -180,9 +180,10 @@ def build_service(
             return sum(b.lag for b in backfills)
         return assignment.lag_of(lane)
 
+    budget = build_budget(settings, clock, role="processor", observer=metrics.budget)
     engine: Engine[EngineJob] = build_engine(
         settings, backend, CallersBeside(callers, outcomes), clock=clock, observer=metrics,
-        cache=cache, backlog=backlog, keep=_still_wanted, tracer=tracer,
+        cache=cache, backlog=backlog, keep=_still_wanted, tracer=tracer, budget=budget,
     )  # fmt: skip
     batcher = engine.batcher
     callers.attach(batcher)

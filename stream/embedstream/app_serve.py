@@ -20,7 +20,7 @@ from embedstream.core.governor import GovernorEcho
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
-from embedstream.engine.build import Engine, build_engine
+from embedstream.engine.build import Engine, build_budget, build_engine
 from embedstream.engine.cache import build_cache
 from embedstream.engine.callers import CallerIntake, CallerRequest, Callers
 from embedstream.engine.clock import SYSTEM_CLOCK
@@ -87,9 +87,10 @@ class Gateway:
         self._cache = build_cache(settings, self.metrics)
         callers = Callers()
         self._tracer = tracer or build_tracer(settings)
+        budget = build_budget(settings, clock, role="gateway", observer=self.metrics.budget)
         self._engine: Engine[CallerRequest] = build_engine(
             settings, self._backend, callers, clock=clock, observer=self.metrics,
-            cache=self._cache, keep=_still_awaited, tracer=self._tracer,
+            cache=self._cache, keep=_still_awaited, tracer=self._tracer, budget=budget,
         )  # fmt: skip
         callers.attach(self._engine.batcher)
         self._engine.governor.echo = governor_echo

@@ -104,6 +104,14 @@ class Governor:
         self.echo: GovernorEcho | None = None  # another engine's governor that counts ours
         # The rest of the fleet as last seen, when the budget is shared (`core/budget.py`).
         self.fleet: FleetView | None = None
+        self.seen_here: dict[Priority, float] = {}  # lanes' items seen in this process
+
+    def active_here(self) -> list[Priority]:
+        """The lanes with items seen in this process within their ``recent_s`` (what a
+        member tells the fleet is active here)."""
+        now = self._clock()
+        terms = self.reservations.terms
+        return [lane for lane, at in self.seen_here.items() if now - at <= terms[lane].recent_s]
 
     def see_fleet(self, view: FleetView) -> None:
         """The fleet's use of the budget, as a store answer gave it: other members' calls
@@ -157,7 +165,9 @@ class Governor:
 
     def saw(self, lane: Priority) -> None:
         """An item of ``lane`` arrived (or is still buffered): the lane counts as active."""
-        self.reservations.saw(lane, self._clock())
+        now = self._clock()
+        self.reservations.saw(lane, now)
+        self.seen_here[lane] = now
         if self.echo is not None:
             self.echo.saw(lane)
 

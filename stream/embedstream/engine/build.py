@@ -6,6 +6,9 @@ here, so a part added to the engine (a limit, a cache, an observer) reaches both
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -16,7 +19,7 @@ from embedstream.core.clock import Clock
 from embedstream.core.costmodel import CostModels
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import BucketKey, Pending, Priority
-from embedstream.core.observer import EngineObserver
+from embedstream.core.observer import BudgetObserver, EngineObserver
 from embedstream.core.policy import FlushReason
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import EmbeddingBackend
@@ -60,6 +63,41 @@ class _Dispatch(Generic[J]):
         await self._caller.dispatch(key, batch, reason)
 
 
+def build_budget(
+    settings: Settings,
+    clock: Clock,
+    *,
+    role: str = "client",
+    observer: BudgetObserver | None = None,
+) -> ProviderBudget:
+    """The provider budget the settings ask for: the process's own, or with ``budget_url``
+    the fleet's in Redis, this process a member of it as ``role`` (processor, gateway)."""
+    governor = configured.governor(settings, clock.monotonic)
+    if not settings.budget_url:
+        return LocalBudget(governor)
+    from embedstream.engine.budget_redis import RedisBudgetStore
+    from embedstream.engine.budget_shared import STORE_TIMEOUT_S, SharedBudget
+    from embedstream.engine.redis_link import RedisLink
+
+    link = RedisLink(settings.budget_url, timeout_s=STORE_TIMEOUT_S * 4)
+    return SharedBudget(
+        RedisBudgetStore(link, configured.budget_namespace(settings)),
+        governor,
+        member=member_name(),
+        role=role,
+        monotonic=clock.monotonic,
+        rpm=settings.rate_limit_rpm or None,
+        tpm=settings.rate_limit_tpm or None,
+        observer=observer,
+    )
+
+
+def member_name() -> str:
+    """This process in a fleet's roster: host, pid and a random tag (a pid is reused)."""
+    host = socket.gethostname().replace("|", "_")
+    return f"{host}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
 def build_engine(
     settings: Settings,
     backend: EmbeddingBackend,
@@ -77,7 +115,7 @@ def build_engine(
     waits for any more (the client's callers that gave up), `budget` the provider budget to
     draw on (default: the process's own, from the settings)."""
     if budget is None:
-        budget = LocalBudget(configured.governor(settings, clock.monotonic))
+        budget = build_budget(settings, clock)
     cost = CostModels()  # learned from calls, shared by the caller and the batcher
     caller: BatchCaller[J] = BatchCaller(
         backend,

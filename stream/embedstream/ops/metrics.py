@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import FlushReason
 from embedstream.ops.accounting import SOURCE_METRIC_NAMES, SourceAccounting
+from embedstream.ops.budget_metrics import BUDGET_METRIC_NAMES, BudgetMetrics
 from embedstream.ops.migration_metrics import MIGRATION_METRIC_NAMES, MigrationMetrics
 from embedstream.ops.online_metrics import ONLINE_METRIC_NAMES, OnlineMetrics
 from embedstream.ops.store_metrics import STORE_METRIC_NAMES
@@ -59,6 +60,7 @@ PROCESSOR_METRIC_NAMES: frozenset[str] = frozenset(
         *SOURCE_METRIC_NAMES,
         *ONLINE_METRIC_NAMES,
         *MIGRATION_METRIC_NAMES,
+        *BUDGET_METRIC_NAMES,
     }
 )
 # ... and every family of embedstream's processes: the store writer's own too.
@@ -233,6 +235,7 @@ class Metrics:
         )
         self.sources = SourceAccounting(r)
         self.online = OnlineMetrics(r)  # the online lane's (embedstream.online)
+        self.budget = BudgetMetrics(r)  # the provider budget's (a shared one's fleet)
         self.migration = MigrationMetrics(r)  # a migration's (dual-writes, the backfill)
         self._create_known_series()
 

@@ -231,6 +231,15 @@ class CoreFields:
     rate_limit_tpm: float = setting(
         0.0, "Most estimated tokens per minute (token bucket); 0 is unlimited.", _L, ge=0
     )
+    budget_url: str | None = setting(
+        None,
+        "One provider budget for the fleet: redis://[:password@]host:port/db (or rediss://, "
+        "unix://), where every process and replica of the deployment shares call slots, "
+        "RPM/TPM and the 429 gate (max_concurrency and the rate limits are then the fleet's, "
+        "each process given the same). Unset: this process's own. Password never logged.",
+        _L,
+        secret=True,
+    )
     max_buffered_items: int | None = setting(
         None,
         "Most items held in memory; above it fetching pauses. Unset: two full calls per slot "

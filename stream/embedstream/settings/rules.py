@@ -152,6 +152,15 @@ def validate_cache(s: Settings) -> None:
         )
 
 
+def validate_budget(s: Settings) -> None:
+    """A shared budget's store is a URL redis-py understands."""
+    if s.budget_url and not s.budget_url.startswith(CACHE_URL_SCHEMES):
+        raise ConfigError(
+            "budget_url",
+            f"must start with redis://, rediss:// or unix://, got {scrub_url(s.budget_url)!r}",
+        )
+
+
 def validate_documents(s: Settings) -> None:
     """The overlap leaves room for new text, and small chunks stay under big ones. (A document
     over max_buffered_bytes is still admitted, whole: the bound is then exceeded by at most
