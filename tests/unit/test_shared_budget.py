@@ -48,7 +48,7 @@ def member(
         targets=targets,
     )
     return SharedBudget(
-        store.link(),  # type: ignore[arg-type]
+        store.link(),
         governor,
         member=name,
         role=role,

@@ -82,7 +82,8 @@ class MemoryBudgetLink:
         seen = store._generation
         while True:
             async with store._released:
-                await store._released.wait_for(lambda: store._generation > seen)
+                while store._generation <= seen:
+                    await store._released.wait()
                 seen = store._generation
             yield None
 
