@@ -3,14 +3,19 @@ as the reference rule (`core/ledger.FleetLedger`) does, answer for answer, on th
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 
 import pytest
-from embedstream.core.governor import default_lanes
+from embedstream.core.budget import Lease, LeaseWait
+from embedstream.core.configured import ONLINE_LANE
+from embedstream.core.governor import Governor, default_lanes
 from embedstream.core.lanes import Priority
 from embedstream.core.ledger import AskTerms, FleetLedger, lease_id
 from embedstream.core.reservations import LaneTerms, Reservations
 from embedstream.engine.budget_redis import RedisBudgetStore
+from embedstream.engine.budget_shared import LEASE_TTL_S, SharedBudget
 from embedstream.engine.redis_link import RedisLink
 from embedstream.testing.redis import RedisServer
 
@@ -84,3 +89,93 @@ async def test_the_lua_store_decides_exactly_as_the_reference_ledger(
     # The sequence exercised every kind of answer, so the equality above means something.
     assert decided["granted"] > 20 and decided["slots"] > 5
     assert decided["gate"] + decided["rates"] > 5
+
+
+def _member(url: str, name: str, namespace: str, limit: int = 4) -> SharedBudget:
+    governor = Governor(
+        max_concurrency=limit, clock=time.monotonic, lanes=default_lanes(0.1, online=ONLINE_LANE)
+    )
+    link = RedisLink(url, timeout_s=1.0)
+    return SharedBudget(
+        RedisBudgetStore(link, namespace), governor, member=name, role="processor",
+        monotonic=time.monotonic,
+    )  # fmt: skip
+
+
+async def _lease(budget: SharedBudget) -> Lease | LeaseWait:
+    assert budget.admit(Priority.HIGH, 1, 10) is None
+    return await budget.ask(Priority.HIGH, 1, 10)
+
+
+async def test_a_release_on_one_member_wakes_a_member_waiting_for_a_slot_at_once(
+    redis_server: RedisServer,
+) -> None:
+    a = _member(redis_server.url, "a", "wake")
+    b = _member(redis_server.url, "b", "wake")
+    await a.open()
+    await b.open()
+    try:
+        held = [await _lease(a) for _ in range(4)]
+        waiting = await _lease(b)
+        assert isinstance(waiting, LeaseWait) and waiting.reason == "slots"
+        await asyncio.sleep(0.05)  # b's subscription is in place
+        woke = asyncio.create_task(b.woken(waiting))
+        started = time.monotonic()
+        a.release(Priority.HIGH, held[0], 0.01)  # type: ignore[arg-type]
+        await woke
+        assert time.monotonic() - started < 0.2  # the release's message, not the recheck
+        assert isinstance(await b.ask(Priority.HIGH, 1, 10), Lease)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_redis_stopped_and_restarted_under_a_member_loses_nothing(
+    redis_server: RedisServer,
+) -> None:
+    a = _member(redis_server.url, "a", "outage")
+    await a.open()
+    try:
+        first = await _lease(a)
+        assert isinstance(first, Lease) and not a.on_own
+        redis_server.stop()
+        started = time.monotonic()
+        second = await _lease(a)
+        assert isinstance(second, Lease) and a.on_own  # decided alone, at once
+        assert time.monotonic() - started < 1.0
+        redis_server.start()  # empty: persistence is off, as after a crash
+        deadline = time.monotonic() + 5.0
+        while a.on_own and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not a.on_own
+        # both leases, the fleet's and the one taken alone, are in the new Redis
+        keys = "embedstream:budget:{outage}:leases"
+        assert redis_server.command("ZCARD", keys) == 2
+        a.release(Priority.HIGH, first, 0.01)
+        a.release(Priority.HIGH, second, 0.01)
+        await asyncio.sleep(0.2)
+        assert redis_server.command("ZCARD", keys) == 0
+    finally:
+        await a.close()
+
+
+async def test_the_slots_of_a_member_that_stopped_beating_come_back_within_the_lease_time(
+    redis_server: RedisServer,
+) -> None:
+    killed = _member(redis_server.url, "killed", "kill")
+    alive = _member(redis_server.url, "alive", "kill")
+    await killed.open()
+    await alive.open()
+    try:
+        for _ in range(4):
+            assert isinstance(await _lease(killed), Lease)
+        for task in killed._tasks:  # as a SIGKILL would: no heartbeat, no goodbye
+            task.cancel()
+        killed_at = time.monotonic()
+        answer = await _lease(alive)
+        while isinstance(answer, LeaseWait):
+            await alive.woken(answer)
+            answer = await alive.ask(Priority.HIGH, 1, 10)
+        assert time.monotonic() - killed_at <= LEASE_TTL_S + 1.0
+    finally:
+        await alive.close()
