@@ -17,6 +17,7 @@ from embedstream.core.reservations import LaneTerms, Reservations
 from embedstream.engine.budget_redis import RedisBudgetStore
 from embedstream.engine.budget_shared import LEASE_TTL_S, SharedBudget
 from embedstream.engine.redis_link import RedisLink
+from embedstream.testing import eventually
 from embedstream.testing.redis import RedisServer
 
 MEMBERS = ("proc-a", "proc-b", "gate-c")
@@ -144,10 +145,7 @@ async def test_redis_stopped_and_restarted_under_a_member_loses_nothing(
         assert isinstance(second, Lease) and a.on_own  # decided alone, at once
         assert time.monotonic() - started < 1.0
         redis_server.start()  # empty: persistence is off, as after a crash
-        deadline = time.monotonic() + 5.0
-        while a.on_own and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert not a.on_own
+        await eventually(lambda: not a.on_own, timeout_s=5.0, poll_s=0.05)
         # both leases, the fleet's and the one taken alone, are in the new Redis
         keys = "embedstream:budget:{outage}:leases"
         assert redis_server.command("ZCARD", keys) == 2
