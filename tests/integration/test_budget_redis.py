@@ -28,7 +28,11 @@ def _terms(rng: random.Random, limit: int) -> AskTerms:
     table = Reservations(lanes).slot_table(limit)
     rpm = rng.choice([None, None, 600.0, 90.0])
     tpm = rng.choice([None, None, 50_000.0, 4_000.0])
-    return AskTerms(limit, tuple(table), (1000, 1000, 1000, 1000), 2000, rpm, tpm)
+    rpm_burst = rng.choice([None, None, 5.0])
+    tpm_burst = rng.choice([None, None, 700.0])
+    return AskTerms(
+        limit, tuple(table), (1000, 1000, 1000, 1000), 2000, rpm, tpm, rpm_burst, tpm_burst
+    )
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -88,7 +92,7 @@ async def test_the_lua_store_decides_exactly_as_the_reference_ledger(
     finally:
         await store.close()
     # The sequence exercised every kind of answer, so the equality above means something.
-    assert decided["granted"] > 20 and decided["slots"] > 5
+    assert decided["granted"] > 20 and decided["slots"] >= 3
     assert decided["gate"] + decided["rates"] > 5
 
 

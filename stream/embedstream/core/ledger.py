@@ -61,6 +61,8 @@ class AskTerms:
     lease_ttl_ms: int
     rpm: float | None = None
     tpm: float | None = None
+    rpm_burst: float | None = None  # None: a minute's allowance, as `RateLimits` keeps
+    tpm_burst: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.slot_table) != LANES * MASKS or len(self.recent_ms) != LANES:
@@ -239,8 +241,8 @@ class FleetLedger:
         return mask
 
     def _tune(self, terms: AskTerms, now_ms: int) -> None:
-        self._requests = _tuned(self._requests, terms.rpm, now_ms)
-        self._tokens = _tuned(self._tokens, terms.tpm, now_ms)
+        self._requests = _tuned(self._requests, terms.rpm, terms.rpm_burst, now_ms)
+        self._tokens = _tuned(self._tokens, terms.tpm, terms.tpm_burst, now_ms)
 
     def _blocked(self, now_ms: int) -> tuple[int, str]:
         gate = max(0, self.gate_until_ms - now_ms)
@@ -264,13 +266,18 @@ class FleetLedger:
         return math.ceil(delay * 1000)
 
 
-def _tuned(bucket: TokenBucket | None, per_minute: float | None, now_ms: int) -> TokenBucket | None:
-    """The bucket for ``per_minute`` (a minute's allowance as its burst, as `RateLimits`):
-    made at the first ask, retuned when a member passes another rate, gone when unlimited."""
+def _tuned(
+    bucket: TokenBucket | None, per_minute: float | None, burst: float | None, now_ms: int
+) -> TokenBucket | None:
+    """The bucket for ``per_minute`` and ``burst`` (None: a minute's allowance, as
+    `RateLimits`): made at the first ask, retuned when a member passes other terms, gone when
+    unlimited."""
     if per_minute is None or per_minute <= 0:
         return None
+    size = burst if burst is not None and burst > 0 else per_minute
+    rate = per_minute / 60.0
     if bucket is None:
-        return TokenBucket(per_minute / 60.0, per_minute)
-    if bucket.burst != per_minute:
-        bucket.retune(per_minute / 60.0, per_minute, now_ms / 1000.0)
+        return TokenBucket(rate, size)
+    if bucket.burst != size or bucket.rate_per_s != rate:
+        bucket.retune(rate, size, now_ms / 1000.0)
     return bucket

@@ -82,18 +82,20 @@ local function b_reserve(b, amount, now)
   b.at = b.at and math.max(now, b.at) or now
   return math.max(0, -b.level / b.rate)
 end
-local function tune(p, per_minute, now)
+local function tune(p, per_minute, burst, now)
   local b = bucket(p)
   if per_minute <= 0 then
     if b then redis.call('HDEL', KEYS[3], p .. 'rate', p .. 'burst', p .. 'level', p .. 'at') end
     return nil
   end
+  local size = burst > 0 and burst or per_minute
+  local rate = per_minute / 60
   if not b then
-    b = {rate = per_minute / 60, burst = per_minute, level = per_minute, at = nil}
+    b = {rate = rate, burst = size, level = size, at = nil}
     put(p, b)
-  elseif b.burst ~= per_minute then
-    local level = math.min(available(b, now), per_minute)
-    b.rate, b.burst, b.level = per_minute / 60, per_minute, level
+  elseif b.burst ~= size or b.rate ~= rate then
+    local level = math.min(available(b, now), size)
+    b.rate, b.burst, b.level = rate, size, level
     b.at = b.at and math.max(now, b.at) or now
     put(p, b)
   end
@@ -131,7 +133,8 @@ end
 """
 
 # ARGV: member, lease, tokens, limit, lease_ttl_ms, rpm, tpm (0: none), recent_ms x4,
-# slot_table x64. Returns: granted (1/0), go_in_ms or wait_ms, reason, snapshot...
+# slot_table x64, the slots' recheck, rpm_burst, tpm_burst (0: a minute's). Returns: granted
+# (1/0), go_in_ms or wait_ms, reason, snapshot...
 _ASK = (
     _COMMON
     + """
@@ -140,8 +143,8 @@ expire(now)
 local lease = ARGV[2]
 local lane = lane_of(lease)
 redis.call('HSET', KEYS[2], tostring(lane), now)
-tune('r_', tonumber(ARGV[6]), now / 1000)
-tune('t_', tonumber(ARGV[7]), now / 1000)
+tune('r_', tonumber(ARGV[6]), tonumber(ARGV[77]), now / 1000)
+tune('t_', tonumber(ARGV[7]), tonumber(ARGV[78]), now / 1000)
 local held, reason = blocked(now)
 if held > 0 then
   local out = {0, held, reason}
@@ -157,7 +160,7 @@ end
 local cap = tonumber(ARGV[12 + lane * 16 + mask])
 local total = c[1] + c[2] + c[3] + c[4]
 if total >= tonumber(ARGV[4]) or c[lane + 1] >= cap then
-  local out = {0, tonumber(ARGV[#ARGV]), 'slots'}
+  local out = {0, tonumber(ARGV[76]), 'slots'}
   for _, v in ipairs(snapshot(now)) do out[#out + 1] = v end
   return out
 end
@@ -303,6 +306,7 @@ class RedisBudgetStore:
             member, lease, tokens, terms.limit, terms.lease_ttl_ms,
             repr(float(terms.rpm or 0)), repr(float(terms.tpm or 0)),
             *terms.recent_ms, *terms.slot_table, SLOT_RECHECK_MS,
+            repr(float(terms.rpm_burst or 0)), repr(float(terms.tpm_burst or 0)),
         ]  # fmt: skip
         reply = await self._ask(self._keys, args)
         snapshot = _snapshot(reply[3:])

@@ -31,7 +31,7 @@ from embedstream.core.governor import Governor
 from embedstream.core.lanes import Priority
 from embedstream.core.ledger import AskTerms, Denied, Granted, Roster, Snapshot, lease_id
 from embedstream.core.observer import BudgetObserver, NullBudgetObserver
-from embedstream.core.ratelimit import RateLimits
+from embedstream.core.ratelimit import RateLimits, TokenBucket
 from embedstream.errors import EmbedStreamError
 
 log = logging.getLogger(__name__)
@@ -227,18 +227,18 @@ class SharedBudget:
         if table is None:
             table = self._tables[limit] = tuple(governor.reservations.slot_table(limit))
         recent = tuple(int(governor.reservations.terms[lane].recent_s * 1000) for lane in Priority)
-        rpm, tpm = self._rates()
-        return AskTerms(limit, table, recent, self._lease_ttl_ms, rpm, tpm)
+        (rpm, rpm_burst), (tpm, tpm_burst) = self._rates()
+        return AskTerms(limit, table, recent, self._lease_ttl_ms, rpm, tpm, rpm_burst, tpm_burst)
 
-    def _rates(self) -> tuple[float | None, float | None]:
-        """The fleet's RPM/TPM: the settings', or what the provider announces if tighter."""
+    def _rates(self) -> tuple[tuple[float | None, float | None], ...]:
+        """The fleet's RPM and TPM, each with its burst: the settings' (a minute's
+        allowance), or what the provider announces where that is tighter (paced as
+        `AnnouncedBudget` paces one process: a second's refill)."""
         announced = self._governor.announced.limits
-        rpm, tpm = self._rpm, self._tpm
-        if announced.requests is not None:
-            rpm = _tighter(rpm, announced.requests.rate_per_s * 60.0)
-        if announced.tokens is not None:
-            tpm = _tighter(tpm, announced.tokens.rate_per_s * 60.0)
-        return rpm, tpm
+        return (
+            _tighter(self._rpm, announced.requests),
+            _tighter(self._tpm, announced.tokens),
+        )
 
     # -- on its own ---------------------------------------------------------------------------
 
@@ -261,7 +261,7 @@ class SharedBudget:
             members,
         )
         self._governor.see_fleet(FleetView(members=members, shared=False))
-        rpm, tpm = self._rates()
+        rpm, tpm = self._rpm, self._tpm  # announced budgets pace each process already
         self._governor.rates = RateLimits(
             rpm / members if rpm else None, tpm / members if tpm else None
         )
@@ -350,5 +350,10 @@ class SharedBudget:
         released.set()
 
 
-def _tighter(limit: float | None, other: float) -> float:
-    return other if limit is None else min(limit, other)
+def _tighter(
+    per_minute: float | None, announced: TokenBucket | None
+) -> tuple[float | None, float | None]:
+    """(per minute, burst) of the tighter of a setting and an announced budget."""
+    if announced is None or (per_minute is not None and per_minute <= announced.rate_per_s * 60.0):
+        return per_minute, None
+    return announced.rate_per_s * 60.0, announced.burst
