@@ -13,9 +13,11 @@ import pytest
 from embedstream.core.budget import Lease, LeaseWait
 from embedstream.core.configured import ONLINE_LANE
 from embedstream.core.governor import Governor, default_lanes
-from embedstream.core.lanes import Priority
+from embedstream.core.lanes import BucketKey, Pending, Priority
+from embedstream.core.policy import BatchLimits
 from embedstream.core.targets import LaneTarget
-from embedstream.engine.budget_shared import LEASE_TTL_S, SharedBudget
+from embedstream.engine.batcher import Batcher
+from embedstream.engine.budget_shared import LEASE_TTL_S, STORE_TIMEOUT_S, SharedBudget
 from embedstream.errors import Reason, TransientError
 from embedstream.ops.metrics import Metrics
 from embedstream.testing.budget import MemoryBudgetStore
@@ -194,7 +196,7 @@ def test_a_store_slower_than_the_timeout_counts_as_out_of_reach() -> None:
         started = loop.time()
         answer = await lease(a)
         assert isinstance(answer, Lease) and a.on_own
-        assert loop.time() - started == pytest.approx(0.25)  # never waits out a slow store
+        assert loop.time() - started == pytest.approx(STORE_TIMEOUT_S)  # never waits it out
         store.delay_s = 0.0
         await a.close()
 
@@ -203,3 +205,36 @@ def test_a_store_slower_than_the_timeout_counts_as_out_of_reach() -> None:
 
 def _sample(metrics: Metrics, name: str) -> float | None:
     return metrics.registry.get_sample_value(name)
+
+
+def test_a_batcher_whose_slots_are_all_held_elsewhere_plans_again_when_one_is_freed() -> None:
+    """Its own events (an item added, a call of its own ending) never come while its work
+    waits for slots the rest of the fleet holds: the budget wakes it."""
+
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        store = store_of(loop)
+        other, mine = member(store, loop, "other"), member(store, loop, "mine")
+        await other.open()
+        sent: list[float] = []
+
+        async def dispatch(key: BucketKey, items: list[Pending[int]], reason: str) -> None:
+            sent.append(loop.time())
+
+        limits = BatchLimits(max_items=8, max_tokens=10_000, max_wait_s=0.0, scale_factor=8)
+        batcher: Batcher[int] = Batcher(limits, dispatch, budget=mine, clock=loop.time)
+        runner = asyncio.create_task(batcher.run())
+        await asyncio.sleep(0.01)
+        held = [await lease(other) for _ in range(4)]  # the fleet's 4 slots, all elsewhere
+        await asyncio.sleep(0.6)  # mine's heartbeat shows them
+        batcher.add(BucketKey(Priority.HIGH, "m", "float", None), 1, 7)
+        await asyncio.sleep(2.0)
+        assert sent == []  # nothing free
+        freed_at = loop.time()
+        other.release(Priority.HIGH, held[0], 0.01)  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)
+        assert len(sent) == 1 and sent[0] - freed_at < 0.1
+        batcher.drain()
+        await runner
+        await other.close()
+
+    run(scenario)

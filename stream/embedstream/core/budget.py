@@ -18,7 +18,7 @@ a round trip old; the lease is the fleet's decision, atomic in the store.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -109,6 +109,12 @@ class ProviderBudget(Protocol):
 
     def hold(self, seconds: float) -> None:
         """Nobody calls for ``seconds`` (the provider refuses everyone, or is down)."""
+        ...
+
+    def on_change(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` whenever the budget may admit a call it did not before without this
+        process's own doing (a slot freed elsewhere in the fleet, the fleet's gate opened):
+        the batcher plans again then."""
         ...
 
     def open(self) -> Awaitable[None]:

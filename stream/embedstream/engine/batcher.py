@@ -60,6 +60,7 @@ class Batcher(Generic[T]):
         self._clock = clock
         self.budget = budget or LocalBudget(Governor(max_concurrency=max_concurrency, clock=clock))
         self.governor = self.budget.plan  # what the cuts are planned with
+        self.budget.on_change(self.poke)  # a slot freed elsewhere in a fleet: plan again
         self._backlog = backlog
         self._observer = observer or NullObserver()
         self._awaited = 0  # jobs that will be added again later (retries waiting in memory)

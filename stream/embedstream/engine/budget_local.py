@@ -7,7 +7,7 @@ cut, with the RPM/TPM pace as its ``go_in_s``; nothing is ever waited for here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from embedstream.core.budget import Lease, LeaseWait
 from embedstream.core.governor import Governor
@@ -45,6 +45,9 @@ class LocalBudget:
 
     def hold(self, seconds: float) -> None:
         self._governor.hold(seconds)
+
+    def on_change(self, wake: Callable[[], None]) -> None:
+        return None  # only this process's own calls move this budget: the batcher sees them
 
     async def open(self) -> None:
         return None

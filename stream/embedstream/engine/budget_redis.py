@@ -349,10 +349,10 @@ class RedisBudgetStore:
     async def leave(self, member: str) -> None:
         await self._leave(self._keys, [member])
 
-    async def releases(self) -> AsyncIterator[None]:
-        """A tick per release anywhere in the fleet."""
-        async for _ in self._link.messages(self.channel):
-            yield None
+    async def releases(self) -> AsyncIterator[str]:
+        """The name of each lease released anywhere in the fleet."""
+        async for message in self._link.messages(self.channel):
+            yield message.decode()
 
     async def close(self) -> None:
         await self._link.close()

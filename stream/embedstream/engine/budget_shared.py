@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import math
@@ -29,7 +30,15 @@ from typing import Any, Protocol
 from embedstream.core.budget import FleetView, Lease, LeaseWait
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Priority
-from embedstream.core.ledger import AskTerms, Denied, Granted, Roster, Snapshot, lease_id
+from embedstream.core.ledger import (
+    AskTerms,
+    Denied,
+    Granted,
+    Roster,
+    Snapshot,
+    lease_id,
+    lease_lane,
+)
 from embedstream.core.observer import BudgetObserver, NullBudgetObserver
 from embedstream.core.ratelimit import RateLimits, TokenBucket
 from embedstream.errors import EmbedStreamError
@@ -38,7 +47,9 @@ log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 3.0  # a killed member's slots come back within this
 HEARTBEAT_S = 0.5  # leases renewed, activity and caps told, the roster read
-STORE_TIMEOUT_S = 0.25  # a store slower than this counts as out of reach
+# A store slower than this counts as out of reach. Not much less: a busy event loop makes
+# every await look slow, and a member fleeing to its own share at each stall gains nothing.
+STORE_TIMEOUT_S = 0.5
 
 
 class BudgetStore(Protocol):
@@ -64,8 +75,9 @@ class BudgetStore(Protocol):
 
     async def leave(self, member: str) -> None: ...
 
-    def releases(self) -> AsyncIterator[None]:
-        """A tick per release anywhere in the fleet; ends (raises) when the link breaks."""
+    def releases(self) -> AsyncIterator[str]:
+        """The name of each lease released anywhere in the fleet, as it is; ends (raises)
+        when the link breaks."""
         ...
 
     async def close(self) -> None: ...
@@ -110,6 +122,7 @@ class SharedBudget:
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Task[None]] = set()  # releases and gate shares on their way
         self._gate_told = 0.0  # the latest gate end told to the fleet (monotonic)
+        self._wakes: list[Callable[[], None]] = []  # the batcher's: plan again
 
     # -- the port ---------------------------------------------------------------------------
 
@@ -171,6 +184,9 @@ class SharedBudget:
         self._governor.hold(seconds)
         self._tell_gate()
 
+    def on_change(self, wake: Callable[[], None]) -> None:
+        self._wakes.append(wake)
+
     async def open(self) -> None:
         self._governor.rates = RateLimits.unlimited()  # the fleet's buckets pace
         await self._beat()
@@ -211,9 +227,12 @@ class SharedBudget:
             if items > 0
         }
         self._members = max(1, snapshot.members)
-        self._governor.see_fleet(
-            FleetView(others, active, now + snapshot.blocked_ms / 1000.0, self._members, lower)
-        )
+        before = self._governor.fleet
+        view = FleetView(others, active, now + snapshot.blocked_ms / 1000.0, self._members, lower)
+        self._governor.see_fleet(view)
+        if before is None or sum(others.values()) < sum(before.others_in_flight.values()):
+            for wake in self._wakes:
+                wake()  # fewer calls elsewhere than last seen: room for ours
         self._observer.set_budget_fleet(
             self._members,
             {lane.label: snapshot.in_flight[lane] for lane in Priority},
@@ -311,11 +330,23 @@ class SharedBudget:
     async def _listening(self) -> None:
         while True:
             try:
-                async for _ in self._store.releases():
-                    self._wake()
+                async for name in self._store.releases():
+                    self._released_elsewhere(name)
             except (OSError, TimeoutError):
                 pass
             await asyncio.sleep(self._heartbeat_s)  # then subscribe again
+
+    def _released_elsewhere(self, name: str) -> None:
+        """A lease was given back: one call fewer in the fleet than last seen, at once (the
+        next answer corrects the picture if it was not one we counted)."""
+        view = self._governor.fleet
+        if name not in self._held and view is not None and view.shared:
+            lane = Priority(lease_lane(name))
+            others = dict(view.others_in_flight)
+            if others.get(lane, 0) > 0:
+                others[lane] -= 1
+                self._governor.see_fleet(dataclasses.replace(view, others_in_flight=others))
+        self._wake()
 
     async def _release(self, name: str) -> None:
         try:
@@ -346,8 +377,12 @@ class SharedBudget:
         task.add_done_callback(self._pending.discard)
 
     def _wake(self) -> None:
+        """A slot may be free or the fleet's picture changed: calls waiting for a lease ask
+        again, and the batcher plans again (its own events would not tell it)."""
         released, self._released = self._released, asyncio.Event()
         released.set()
+        for wake in self._wakes:
+            wake()
 
 
 def _tighter(

@@ -20,7 +20,7 @@ class MemoryBudgetStore:
         self.delay_s = 0.0  # every operation answers this late (Redis slow)
         self.round_trips = 0
         self._released = asyncio.Condition()
-        self._generation = 0  # releases so far (what a subscriber has seen)
+        self._published: list[str] = []  # every lease released, in order
 
     def link(self) -> MemoryBudgetLink:
         """One member's connection to this store."""
@@ -34,9 +34,9 @@ class MemoryBudgetStore:
             raise ConnectionRefusedError("the budget store is down")
         return self._clock_ms()
 
-    async def _published(self) -> None:
+    async def _publish(self, lease: str) -> None:
         async with self._released:
-            self._generation += 1
+            self._published.append(lease)
             self._released.notify_all()
 
 
@@ -52,7 +52,7 @@ class MemoryBudgetLink:
     async def release(self, lease: str) -> Snapshot:
         now = await self._store._enter()
         snapshot = self._store.ledger.release(now, lease)
-        await self._store._published()
+        await self._store._publish(lease)
         return snapshot
 
     async def block(self, for_ms: int) -> None:
@@ -75,17 +75,18 @@ class MemoryBudgetLink:
         await self._store._enter()
         self._store.ledger.leave(member)
 
-    async def releases(self) -> AsyncIterator[None]:
+    async def releases(self) -> AsyncIterator[str]:
         store = self._store
         if store.down:
             raise ConnectionRefusedError("the budget store is down")
-        seen = store._generation
+        seen = len(store._published)
         while True:
             async with store._released:
-                while store._generation <= seen:
+                while len(store._published) <= seen:
                     await store._released.wait()
-                seen = store._generation
-            yield None
+                fresh, seen = store._published[seen:], len(store._published)
+            for lease in fresh:
+                yield lease
 
     async def close(self) -> None:
         self.closed = True
