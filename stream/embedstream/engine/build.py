@@ -75,13 +75,20 @@ def build_budget(
     governor = configured.governor(settings, clock.monotonic)
     if not settings.budget_url:
         return LocalBudget(governor)
-    from embedstream.engine.budget_redis import RedisBudgetStore
-    from embedstream.engine.budget_shared import STORE_TIMEOUT_S, SharedBudget
-    from embedstream.engine.redis_link import RedisLink
+    from embedstream.engine.budget_shared import STORE_TIMEOUT_S, BudgetStore, SharedBudget
+    from embedstream.engine.budget_socket import SCHEME, SocketBudgetStore
 
-    link = RedisLink(settings.budget_url, timeout_s=STORE_TIMEOUT_S * 4)
+    store: BudgetStore
+    if settings.budget_url.startswith(SCHEME):  # the ledger of `embedstream run`'s parent
+        store = SocketBudgetStore(settings.budget_url)
+    else:
+        from embedstream.engine.budget_redis import RedisBudgetStore
+        from embedstream.engine.redis_link import RedisLink
+
+        link = RedisLink(settings.budget_url, timeout_s=STORE_TIMEOUT_S * 4)
+        store = RedisBudgetStore(link, configured.budget_namespace(settings))
     return SharedBudget(
-        RedisBudgetStore(link, configured.budget_namespace(settings)),
+        store,
         governor,
         member=member_name(),
         role=role,

@@ -153,8 +153,10 @@ def validate_cache(s: Settings) -> None:
 
 
 def validate_budget(s: Settings) -> None:
-    """A shared budget's store is a URL redis-py understands."""
-    if s.budget_url and not s.budget_url.startswith(CACHE_URL_SCHEMES):
+    """A shared budget's store is a URL redis-py understands, or the ledger of the
+    `embedstream run` supervising this process (``ledger+unix://<socket>``)."""
+    schemes = (*CACHE_URL_SCHEMES, "ledger+unix://")
+    if s.budget_url and not s.budget_url.startswith(schemes):
         raise ConfigError(
             "budget_url",
             f"must start with redis://, rediss:// or unix://, got {scrub_url(s.budget_url)!r}",
