@@ -18,13 +18,13 @@ from embedstream.cli.parser import (
     CLIENT_SETTINGS,
     MIGRATE_SETTINGS,
     REGISTRY_CLIENT_SETTINGS,
-    SERVE_SETTINGS,
     build_parser,
 )
 from embedstream.errors import ENV_PREFIX, ConfigError, EmbedStreamError
 from embedstream.ops.logs import discard_summaries, setup_logging
 from embedstream.settings import Settings
-from embedstream.settings.flags import settings_from_args
+from embedstream.settings.commands import SERVE_SETTINGS
+from embedstream.settings.flags import given_flags, settings_from_args
 
 
 def _settings(ns: argparse.Namespace, names: Sequence[str]) -> Settings:
@@ -85,6 +85,10 @@ async def _dispatch(ns: argparse.Namespace) -> int:
     if command == "run":
         settings = _settings(ns, ALL_SETTINGS)
         setup_logging(settings.log_level, settings.log_format, settings.secret_values())
+        if settings.http_port:  # the online lane too: each lane a process of its own
+            from embedstream.app_host import run_host
+
+            return await run_host(settings, given_flags(ns, ALL_SETTINGS), ns.config)
         from embedstream.app import run_service
 
         await run_service(settings)

@@ -6,23 +6,13 @@ import argparse
 from pathlib import Path
 
 from embedstream.settings import FIELDS, Group, spec
+from embedstream.settings.commands import RUN_SETTINGS, SERVE_SETTINGS
 from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags
 
 # What `embedstream --help` says the program is, in one line.
 DESCRIPTION = "Kafka text events in, embeddings out, batched for any OpenAI-compatible API."
 
-ALL_SETTINGS = tuple(FIELDS)
-# `serve`: the engine and the online lane, no Kafka (nor documents, formats or the store).
-_SERVE_GROUPS = (Group.PROVIDER, Group.BATCHING, Group.LIMITS, Group.CACHE, Group.OPERATIONS)
-SERVE_SETTINGS = tuple(
-    name
-    for name in FIELDS
-    if (spec(name).group in _SERVE_GROUPS and name != "dimensions")  # Kafka's events only
-    or (spec(name).group is Group.ONLINE and not name.startswith("online_"))
-    or name in ("online_timeout_s", "max_attempts", "retry_backoff_base_ms",
-                "retry_backoff_cap_ms", "drain_timeout_s")
-    or spec(name).group is Group.TRACING
-)  # fmt: skip
+ALL_SETTINGS = RUN_SETTINGS
 COMMON_SETTINGS = CONNECTION_SETTINGS
 # The one-shot client commands also take the log level: DEBUG shows tracebacks and every line.
 CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
