@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Protocol
 
 from embedstream.core.budget import FleetView
 from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
@@ -51,27 +50,6 @@ def default_lanes(
     }
 
 
-class GovernorEcho(Protocol):
-    """Told what a governor of another engine starts and spends, so that this one counts it:
-    the online lane on a thread of its own (``online_thread``) echoes its calls to the
-    processor's governor, which keeps its reservations and budget for them."""
-
-    def saw(self, lane: Priority) -> None: ...
-
-    def started(self, lane: Priority) -> None: ...
-
-    def finished(self, lane: Priority, oldest_s: float | None) -> None: ...
-
-    def reserved(self, tokens: int) -> None: ...
-
-    def failed(self, error: EmbedStreamError) -> None: ...
-
-    def held_for(self) -> float:
-        """Seconds the other governor still holds every call (a 429's retry-after, a
-        provider down): this one holds its calls as long."""
-        ...
-
-
 class Governor:
     def __init__(
         self,
@@ -101,7 +79,6 @@ class Governor:
         self._lane_in_flight: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._outage = OutageDetector()  # when the provider counts as down (see core/outage)
         self._refused = False  # the last answer refused everyone (bad key, unknown model)
-        self.echo: GovernorEcho | None = None  # another engine's governor that counts ours
         # The rest of the fleet as last seen, when the budget is shared (`core/budget.py`).
         self.fleet: FleetView | None = None
         self.seen_here: dict[Priority, float] = {}  # lanes' items seen in this process
@@ -150,9 +127,7 @@ class Governor:
     def blocked_for(self) -> float:
         """Seconds until a call may start: the gate, then the request budgets' pace."""
         now = self._clock()
-        held = self.echo.held_for() if self.echo is not None else 0.0
-        if self.fleet is not None:
-            held = max(held, self.fleet.blocked_until - now)
+        held = self.fleet.blocked_until - now if self.fleet is not None else 0.0
         return max(self.gate.blocked_for(now), self.rates.wait(now), self.announced.wait(now), held)
 
     def pick(self, ready: Collection[Priority]) -> Priority | None:
@@ -168,8 +143,6 @@ class Governor:
         now = self._clock()
         self.reservations.saw(lane, now)
         self.seen_here[lane] = now
-        if self.echo is not None:
-            self.echo.saw(lane)
 
     def call_cap(self, lane: Priority, max_items: int) -> int:
         """Most inputs in the next call of ``lane`` (fewer while an upper lane is active)."""
@@ -208,8 +181,6 @@ class Governor:
     def started(self, lane: Priority) -> None:
         self.in_flight += 1
         self._lane_in_flight[lane] += 1
-        if self.echo is not None:
-            self.echo.started(lane)
 
     def finished(self, lane: Priority, oldest_s: float | None = None) -> None:
         """A call of ``lane`` ended; ``oldest_s``: how long its oldest item took, from
@@ -218,14 +189,10 @@ class Governor:
         self._lane_in_flight[lane] -= 1
         if oldest_s is not None:
             self.reservations.observe(lane, oldest_s, self._clock())
-        if self.echo is not None:
-            self.echo.finished(lane, oldest_s)
 
     def reserve(self, tokens: int) -> float:
         """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""
         now = self._clock()
-        if self.echo is not None:
-            self.echo.reserved(tokens)
         return max(self.rates.reserve(tokens, now), self.announced.reserve(tokens, now))
 
     def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:
@@ -253,8 +220,6 @@ class Governor:
                 self.gate.block_until(now + pause)
         elif isinstance(error, ProviderWideError) and error.retry_after:
             self.gate.block_until(now + error.retry_after)
-        if self.echo is not None:
-            self.echo.failed(error)
 
     def hold(self, seconds: float) -> None:
         """Close the gate for everyone (e.g. while the key is refused)."""

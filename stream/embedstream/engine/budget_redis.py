@@ -189,13 +189,14 @@ return snapshot(now)
 """
 )
 
-# ARGV: for_ms.
+# ARGV: for_ms, channel. Every member hears of the gate at once ("gate|<ms>").
 _BLOCK = (
     _COMMON
     + """
 local now = now_ms()
 local gate = tonumber(redis.call('HGET', KEYS[3], 'gate')) or 0
 redis.call('HSET', KEYS[3], 'gate', math.max(gate, now + tonumber(ARGV[1])))
+redis.call('PUBLISH', ARGV[2], 'gate|' .. ARGV[1])
 return 1
 """
 )
@@ -319,7 +320,7 @@ class RedisBudgetStore:
         return _snapshot(await self._release(self._keys, [lease, self.channel]))
 
     async def block(self, for_ms: int) -> None:
-        await self._block(self._keys, [for_ms])
+        await self._block(self._keys, [for_ms, self.channel])
 
     async def heartbeat(
         self,
@@ -350,7 +351,8 @@ class RedisBudgetStore:
         await self._leave(self._keys, [member])
 
     async def releases(self) -> AsyncIterator[str]:
-        """The name of each lease released anywhere in the fleet."""
+        """The name of each lease released anywhere in the fleet, and ``gate|<ms>`` for each
+        gate closed."""
         async for message in self._link.messages(self.channel):
             yield message.decode()
 

@@ -50,6 +50,7 @@ HEARTBEAT_S = 0.5  # leases renewed, activity and caps told, the roster read
 # A store slower than this counts as out of reach. Not much less: a busy event loop makes
 # every await look slow, and a member fleeing to its own share at each stall gains nothing.
 STORE_TIMEOUT_S = 0.5
+GATE_MESSAGE = "gate|"  # a release message telling of a gate closed, with its milliseconds
 
 
 class BudgetStore(Protocol):
@@ -76,8 +77,8 @@ class BudgetStore(Protocol):
     async def leave(self, member: str) -> None: ...
 
     def releases(self) -> AsyncIterator[str]:
-        """The name of each lease released anywhere in the fleet, as it is; ends (raises)
-        when the link breaks."""
+        """The name of each lease released anywhere in the fleet, as it is, and
+        ``gate|<ms>`` for each gate a member closed; ends (raises) when the link breaks."""
         ...
 
     async def close(self) -> None: ...
@@ -338,8 +339,16 @@ class SharedBudget:
 
     def _released_elsewhere(self, name: str) -> None:
         """A lease was given back: one call fewer in the fleet than last seen, at once (the
-        next answer corrects the picture if it was not one we counted)."""
+        next answer corrects the picture if it was not one we counted). Or a member closed
+        the gate: every call here is held from now, and the online lane answers 429 at once
+        rather than queueing callers behind it."""
         view = self._governor.fleet
+        if name.startswith(GATE_MESSAGE):
+            if view is not None and view.shared:
+                until = self._monotonic() + int(name[len(GATE_MESSAGE) :]) / 1000.0
+                if until > view.blocked_until:
+                    self._governor.see_fleet(dataclasses.replace(view, blocked_until=until))
+            return
         if name not in self._held and view is not None and view.shared:
             lane = Priority(lease_lane(name))
             others = dict(view.others_in_flight)

@@ -147,7 +147,8 @@ class LedgerServer:
             writer.close()
 
     def _decide(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-        """The answer to one request, and the lease it released (to tell every member)."""
+        """The answer to one request, and what to tell every member: the lease it released,
+        or ``gate|<ms>`` for a gate it closed."""
         ledger, now, op = self.ledger, self._clock_ms(), request["op"]
         if op == "ask":
             decided = ledger.ask(
@@ -165,7 +166,7 @@ class LedgerServer:
             return _snapshot_json(ledger.release(now, request["lease"])), request["lease"]
         if op == "block":
             ledger.block(now, int(request["for_ms"]))
-            return {}, None
+            return {}, f"gate|{int(request['for_ms'])}"
         if op == "heartbeat":
             caps = {int(lane): int(items) for lane, items in request["caps"].items()}
             roster = ledger.heartbeat(

@@ -12,6 +12,7 @@ from embedstream.settings.types import (
     Delivery,
     EncodingFormat,
     Group,
+    InputLanes,
     LogFormat,
     LogLevel,
     OversizePolicy,
@@ -43,15 +44,6 @@ class CoreFields:
     heartbeat_interval_ms: int = setting(3_000, "Consumer heartbeat interval.", _K, gt=0)
     fetch_max_wait_ms: int = setting(100, "Longest a fetch waits for data on the broker.", _K, ge=0)
     max_poll_records: int = setting(1_000, "Most records one poll hands over.", _K, gt=0)
-    high_thread: bool = setting(
-        False,
-        "Run the high lane as a processor of its own on a thread and event loop of its own "
-        "(a second member of the group, reading the high topics; its own provider "
-        "connections, batcher and results producer), so a high request never waits for the "
-        "low lanes' turns of the loop; its calls count in the processor's slots, reservations "
-        "and RPM/TPM budget. Not with store_dsn.",
-        _K,
-    )
     commit_interval_ms: int = setting(500, "How often completed offsets are committed.", _K, gt=0)
     connect_timeout_s: float = setting(
         15.0, "How long start-up waits for the broker.", _K, gt=0, le=_HOUR_S
@@ -62,6 +54,14 @@ class CoreFields:
         _K,
     )
 
+    input_lanes: InputLanes = setting(
+        "all",
+        "Which input topics this processor reads: all, high (the high-priority request topics "
+        "only) or bulk (every other: low, retry, documents). A high and a bulk processor, "
+        "each a process of its own on one provider budget (budget_url), keep the high lane's "
+        "fetch, calls and commits from waiting for anything of the bulk's.",
+        _T,
+    )
     topic_prefix: str = setting(
         "embed.", "Prefix of the default topic names (embed.requests.high, ...).", _T
     )

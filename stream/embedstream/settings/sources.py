@@ -53,6 +53,10 @@ REMOVED_SETTINGS: Mapping[str, str] = {
     "only while high items wait longer (e.g. 150)",
     "high_results_producer": "high results share the one producer (a second one measured no "
     "gain); delete the setting",
+    "online_thread": "embedstream run with http_port runs the online lane as a process of its "
+    "own (embedstream serve), on the same provider budget; delete the setting",
+    "high_thread": "run a processor with input_lanes=high beside one with input_lanes=bulk "
+    "(processes of their own, on one provider budget); delete the setting",
 }
 
 

@@ -58,6 +58,7 @@ class MemoryBudgetLink:
     async def block(self, for_ms: int) -> None:
         now = await self._store._enter()
         self._store.ledger.block(now, for_ms)
+        await self._store._publish(f"gate|{for_ms}")
 
     async def heartbeat(
         self,

@@ -35,8 +35,6 @@ BENCH_SETTINGS = (
     "min_low_share",
     "high_target_ms",
     "online_target_ms",
-    "online_thread",
-    "high_thread",
     "cache",
     "max_concurrency",
     "concurrency_mode",
