@@ -173,6 +173,6 @@ async def test_a_lane_process_failing_at_start_stops_run_with_its_one_line(
         _, err = await asyncio.wait_for(proc.communicate(), 60)
     text = err.decode()
     assert proc.returncode == 2, text
-    assert "[online] embedstream: error: http_port" in text, text
+    assert "[online] embedstream: error: setting http_port" in text, text
     assert "failed for good" in text
     assert "Traceback" not in text
