@@ -100,6 +100,7 @@ class Governor:
         self._lane_in_flight: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._outage = OutageDetector()  # when the provider counts as down (see core/outage)
         self._refused = False  # the last answer refused everyone (bad key, unknown model)
+        self._held_until = -math.inf  # hold(): until then, or until the provider serves again
         self.echo: GovernorEcho | None = None  # another engine's governor that counts ours
 
     @property
@@ -117,8 +118,9 @@ class Governor:
         now = self._clock()
         held = self.echo.held_for() if self.echo is not None else 0.0
         return max(
-            self.gate.blocked_for(now), self._rates.wait(now), self.announced.wait(now), held
-        )
+            self.gate.blocked_for(now), self._rates.wait(now), self.announced.wait(now), held,
+            self._held_until - now,
+        )  # fmt: skip
 
     def pick(self, ready: Collection[Priority]) -> Priority | None:
         """The lane that may start a call now, of those with a batch ``ready``, or None;
@@ -186,6 +188,8 @@ class Governor:
         now = self._clock()
         self._outage.success(now)
         self._refused = False
+        if not self._outage.down(now):  # serving again: an outage's or refusal's hold ends
+            self._held_until = -math.inf
         self.limit.on_success(latency_s, now)
         self.gate.from_headers(headers, now)
         self.announced.observe(headers, now, unanswered=max(0, self.in_flight - 1))
@@ -211,5 +215,6 @@ class Governor:
             self.echo.failed(error)
 
     def hold(self, seconds: float) -> None:
-        """Close the gate for everyone (e.g. while the key is refused)."""
-        self.gate.block_until(self._clock() + seconds)
+        """Hold every call (while the provider is down or refuses the key), until ``seconds``
+        pass or a call succeeds with the provider no longer down (`engine/probe.py`)."""
+        self._held_until = max(self._held_until, self._clock() + seconds)

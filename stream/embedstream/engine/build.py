@@ -23,6 +23,7 @@ from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.jobs import Job, Outcomes
+from embedstream.engine.probe import OutageProbe
 from embedstream.settings import Settings
 
 J = TypeVar("J", bound=Job)
@@ -81,6 +82,7 @@ def build_engine(
         clock_ms=clock.wall_ms,
         monotonic=clock.monotonic,
         tracer=tracer,
+        keep=keep,
     )
     batcher: Batcher[J] = Batcher(
         configured.batch_limits(settings),
@@ -93,6 +95,15 @@ def build_engine(
         observe_dispatch=False,  # the batch-call path reports real call latencies
         source_weights=settings.source_weight_map,
     )
+    default_key = BucketKey(
+        Priority.ONLINE, settings.model, configured.provider_limits(settings).wire_format, None
+    )
+    probe = OutageProbe(
+        caller.probe, governor, lambda: caller.probe_key or default_key,
+        clock=clock.monotonic, wake=batcher.poke, observer=observer,
+    )  # fmt: skip
+    batcher.companion = probe.run
+    batcher.paused = caller.paused
     return Engine(governor, cost, caller, batcher)
 
 
