@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 from collections.abc import Awaitable, Callable
 
@@ -24,7 +25,7 @@ from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
 from embedstream.engine.probe import PROBE_TEXT
 from embedstream.errors import Reason, TransientError, http_reason
-from embedstream.testing import vector_for
+from embedstream.testing import eventually, vector_for
 from embedstream.testing.virtual_loop import LoopClock, VirtualLoop
 
 # --------------------------------------------------------------------------- the rule
@@ -145,15 +146,13 @@ async def _outage_then_return(clock: Clock, failure: TransientError) -> None:
     ) as client:  # fmt: skip
         callers = [asyncio.ensure_future(client.embed(f"caller {i}")) for i in range(3)]
         loop = asyncio.get_running_loop()
-        while not client.governor.provider_down:
-            await asyncio.sleep(0.05)
+        await eventually(lambda: client.governor.provider_down, timeout_s=60, poll_s=0.05)
         await asyncio.sleep(3.0)
         for caller in callers:  # they give up: their held call is never sent again
             caller.cancel()
         gone_at = loop.time()
         await asyncio.sleep(1.0)
-        while not client.governor.provider_usable:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: client.governor.provider_usable, timeout_s=60, poll_s=0.01)
         usable_at = loop.time()
         assert await client.embed("after") == vector_for("after")
         with contextlib.suppress(asyncio.CancelledError):
@@ -162,6 +161,6 @@ async def _outage_then_return(clock: Clock, failure: TransientError) -> None:
     later = [(at, texts) for at, texts in provider.calls if gone_at + 0.5 < at < back_at]
     assert later, "nothing asked the provider during the outage"
     assert all(texts == [PROBE_TEXT] for _, texts in later)  # the gone callers' texts: never
-    gaps = [b[0] - a[0] for a, b in zip(later, later[1:], strict=False)]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(later)]
     least_gap = 3.0 if failure.retry_after else PROBE_EVERY_S
     assert min(gaps) >= least_gap - 0.05  # one call a second, or at the Retry-After

@@ -104,6 +104,12 @@ def build_engine(
     )  # fmt: skip
     batcher.companion = probe.run
     batcher.paused = caller.paused
+
+    def requeue(key: BucketKey, items: Sequence[Pending[J]]) -> None:
+        for pending in items:
+            batcher.add(key, pending.tokens, pending.payload)
+
+    caller.requeue = requeue
     return Engine(governor, cost, caller, batcher)
 
 

@@ -100,6 +100,9 @@ class Callers(Outcomes[CallerRequest]):
             if not job.future.done():
                 job.future.set_exception(client_closed())
 
+    def waits_for_model(self, job: CallerRequest) -> bool:
+        return False  # a caller hears the provider's 404 at once
+
     def give_up_waiting(self) -> None:
         """Closing: retries still waiting for their delay fail now."""
         for job, handle in list(self._waiting.items()):
@@ -198,6 +201,11 @@ class CallersBeside(Outcomes[J | CallerRequest], Generic[J]):
             await self.callers.dead_letter(job, error)
         else:
             await self.others.dead_letter(job, error)
+
+    def waits_for_model(self, job: J | CallerRequest) -> bool:
+        if isinstance(job, CallerRequest):
+            return self.callers.waits_for_model(job)
+        return self.others.waits_for_model(job)
 
     def abandoned(self, jobs: Sequence[J | CallerRequest]) -> None:
         self.callers.abandoned([j for j in jobs if isinstance(j, CallerRequest)])

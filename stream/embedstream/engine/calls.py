@@ -120,6 +120,9 @@ class BatchCaller(Generic[J]):
         self._evidence = ServiceEvidence(clock_ms)  # whether the provider serves others meanwhile
         self._failing = FailingInputs()  # inputs the provider failed alone (server errors)
         self.probe_key: BucketKey | None = None  # the last call's shape served: what probes send
+        # Puts jobs back in the batcher (build_engine): a paused model's batches beyond the
+        # one that asks the provider again wait there, not in a call slot each.
+        self.requeue: Callable[[BucketKey, Sequence[Pending[J]]], None] | None = None
 
     def abandon_holds(self) -> None:
         """Stop waiting out rate limits and outages: held batches end with `abandoned`."""
@@ -202,9 +205,14 @@ class BatchCaller(Generic[J]):
                     batch, waiting, held_back, reason = joined(waiting), [], 0, "held"
                     continue
                 held_back += 1
-                size = len(joined([held, *waiting]))
-                if not await self._holds.wait(exc, held_back, size, key.model):
-                    self._outcomes.abandoned([p.payload for p in joined([held, *waiting])])
+                every = joined([held, *waiting])
+                if self.requeue is not None and self._holds.asked_by_another(exc, key, held_back):
+                    for pending in every:  # no attempt spent: they wait in the batcher
+                        pending.payload.attempts -= 1
+                    self.requeue(key, every)
+                    return
+                if not await self._holds.wait(exc, held_back, len(every), key.model):
+                    self._outcomes.abandoned([p.payload for p in every])
                     return
                 batch, waiting = probe_piece(held, waiting, exc)
                 if self._keep is not None:  # never sent again for callers that are gone

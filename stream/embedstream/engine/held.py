@@ -49,6 +49,12 @@ class Holds:
             and paused.paused(key.model, self._clock())
         )
 
+    def asked_by_another(self, exc: EmbedStreamError, key: BucketKey, times: int) -> bool:
+        """The provider does not serve the key's model and, this batch being refused for the
+        first time (``times``), another held batch of it already asks again: this one need
+        not take a call slot too."""
+        return exc.reason == Reason.UNKNOWN_MODEL and times == 1 and self.paused(key)
+
     def served(self, model: str) -> None:
         """A call of ``model`` succeeded."""
         if self._paused:

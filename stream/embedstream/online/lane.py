@@ -26,7 +26,13 @@ from embedstream.core.shedding import LaneLoad, judge
 from embedstream.core.tokens import TokenCounter
 from embedstream.core.tracing import NULL_TRACER, RequestSpan, Tracer
 from embedstream.engine.callers import CallerIntake, CallerRequest
-from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, TransientError
+from embedstream.errors import (
+    EmbedStreamError,
+    PermanentItemError,
+    Reason,
+    RequestRefused,
+    TransientError,
+)
 from embedstream.settings import Settings, key_limits
 from embedstream.wire import Vector
 from embedstream.wire.openai import (
@@ -282,14 +288,26 @@ class OnlineLane:
             raise
         finally:
             self._waiting.difference_update(futures)
-            if not settled:  # the caller is gone or out of time: unsent inputs are never sent
-                for future in futures:
+            for future in futures:
+                if not settled:  # the caller is gone or out of time: unsent inputs never go
                     future.cancel()
+                future.add_done_callback(_retrieved)  # a batch-mate's failure is not news
+
+
+def _retrieved(future: asyncio.Future[Vector]) -> None:
+    """Mark an unawaited future's outcome as seen: the request was answered without it."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _answer(index: int, future: asyncio.Future[Vector]) -> Vector:
     try:
         return await future
+    except RequestRefused as exc:  # about the request, not this input: the provider's words
+        raise ApiProblem(
+            exc.status if 400 <= exc.status < 500 else 400, exc.provider_message,
+            param=exc.param, code=exc.code or exc.reason,
+        ) from None  # fmt: skip
     except PermanentItemError as exc:
         param = f"input[{index}]"
         raise bad_request(f"Invalid '{param}': {exc.message}", param, exc.reason) from None
