@@ -108,7 +108,7 @@ async def test_token_ids_are_refused_naming_a_preset_that_takes_none() -> None:
 @pytest.mark.parametrize(
     ("values", "body", "status", "param"),
     [
-        ({}, {"input": ["ok", "  "]}, 400, "input[1]"),  # empty
+        ({}, {"input": ["ok", ""]}, 400, "input[1]"),  # empty
         ({"max_input_tokens": 10}, {"input": ["ok", "x" * 100]}, 400, "input[1]"),
         ({"oversize_policy": "truncate", "max_input_tokens": 10}, {"input": "x" * 100}, 400,
          "input[0]"),  # over max_input_tokens is a 400 whatever oversize_policy says
@@ -291,3 +291,14 @@ async def test_a_taken_port_is_one_line_naming_the_setting() -> None:
 
 def _unused(*_: Callable[..., Any]) -> None:
     return None
+
+
+async def test_blank_inputs_go_to_the_provider_as_it_embeds_them() -> None:
+    """Only what the provider refuses (an empty string) is refused here: LlamaIndex sends " "
+    for a blank chunk, and a 400 for it failed the caller's whole batch."""
+    backend = RecordingBackend()
+    async with gateway(backend) as (_, url):
+        status, body, _ = await post(url, {"input": [" ", "\t\n", "text"]})
+    assert status == 200
+    assert [d["embedding"] for d in body["data"]] == [vector_for(t) for t in (" ", "\t\n", "text")]
+    assert sorted(t for c in backend.calls for t in c.texts) == sorted([" ", "\t\n", "text"])

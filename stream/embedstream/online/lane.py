@@ -227,8 +227,9 @@ class OnlineLane:
         # Over max_input_tokens is a 400 here whatever oversize_policy says: a caller waiting
         # for its vector wants to know, not to get the vector of a text cut short.
         problem = check_item(
-            self._limits, text=text, tokens=tokens, encoding_format=self._limits.wire_format
-        )
+            self._limits, text=text, tokens=tokens, encoding_format=self._limits.wire_format,
+            blank_ok=True,
+        )  # fmt: skip
         if problem is not None:
             raise bad_request(f"Invalid '{param}': {problem.message}", param, problem.reason)
         return _Item(value, tokens)
