@@ -47,6 +47,7 @@ from embedstream.core.governor import OUTAGE_REASONS, Governor
 from embedstream.core.lanes import BucketKey, Pending
 from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import FlushReason
+from embedstream.core.tokens import apportion
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.cache import EmbeddingCache
@@ -375,15 +376,12 @@ class BatchCaller(Generic[J]):
     async def _succeeded(
         self, key: BucketKey, batch: Sequence[Pending[J]], mapping: list[int], outcome: BatchOutcome
     ) -> None:
-        # The provider reports usage per call; each job gets its estimated share.
-        estimated = sum(p.tokens for p in batch) or 1
+        # The provider reports usage per call; each job gets its share by estimate, the
+        # shares summing to the provider's count.
+        shares = apportion(outcome.total_tokens, [p.tokens for p in batch])
         done = [
-            Embedded(
-                p.payload,
-                outcome.vectors[index],
-                round(outcome.total_tokens * p.tokens / estimated),
-            )
-            for p, index in zip(batch, mapping, strict=True)
+            Embedded(p.payload, outcome.vectors[index], share)
+            for p, index, share in zip(batch, mapping, shares, strict=True)
         ]
         if self._failing:
             for p in batch:

@@ -25,7 +25,7 @@ from embedstream.core.limits import check_item
 from embedstream.core.shedding import LaneLoad, judge
 from embedstream.core.tokens import TokenCounter
 from embedstream.core.tracing import NULL_TRACER, RequestSpan, Tracer
-from embedstream.engine.callers import CallerIntake, CallerRequest
+from embedstream.engine.callers import CallerIntake, CallerRequest, RequestUsage
 from embedstream.errors import (
     EmbedStreamError,
     PermanentItemError,
@@ -192,7 +192,12 @@ class OnlineLane:
                 code="overloaded" if shed.status == 429 else "provider_unavailable",
                 retry_after_s=shed.retry_after_s,
             )
-        vectors = await self._queue_and_wait(key, items, caller, request.user, deadline_s, span)
+        usage = RequestUsage()
+        vectors = await self._queue_and_wait(
+            key, items, caller, request.user, deadline_s, span, usage
+        )
+        # The provider's count when the request's inputs had calls of their own; else ours.
+        tokens = usage.provider_count(len(items)) or tokens
         return embeddings_response(vectors, model, tokens), tokens
 
     def _check_fields(self, encoding: str, request: EmbeddingsRequest) -> None:
@@ -254,6 +259,7 @@ class OnlineLane:
         user: str | None,
         deadline_s: float,
         span: RequestSpan,
+        usage: RequestUsage,
     ) -> list[Vector]:
         loop = asyncio.get_running_loop()
         deadline_ms = self._clock.wall_ms() + int(deadline_s * 1000)
@@ -266,6 +272,7 @@ class OnlineLane:
                 CallerRequest(
                     id=f"online:{caller}", text=text, token_ids=ids, tokens=item.tokens,
                     key=key, future=future, deadline_ms=deadline_ms, user=user, span=span,
+                    usage=usage,
                 )
             )  # fmt: skip
             futures.append(future)
