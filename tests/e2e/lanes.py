@@ -101,6 +101,18 @@ class Simulator:
         if self.proc is not None:
             stop(self.proc)
 
+    def calls(self) -> int:
+        """The calls the simulator has answered so far, whatever their outcome."""
+        calls = self.stats()["calls"]
+        assert isinstance(calls, int)
+        return calls
+
+    def errors(self, status: int) -> int:
+        """The calls the simulator has answered with ``status`` so far."""
+        errors = self.stats()["errors"]
+        assert isinstance(errors, dict)
+        return int(errors.get(str(status), 0))
+
     def stats(self) -> dict[str, object]:
         import orjson
 
