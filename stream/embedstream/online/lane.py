@@ -4,8 +4,11 @@ against its deadline, queued in the top lane of the engine and answered in input
 Every way a request can fail maps to OpenAI's statuses here: a bad field or input is a 400
 naming it (``input[i]``), an unknown model a 404, a key over its limits or a lane that cannot
 answer in time a 429 with Retry-After, at once; a provider failing beyond the retries a 503, a
-deadline passed a 504. Inputs share calls only with other online inputs (the lane has buckets
-of its own), the cache and the provider budget with every lane.
+deadline passed a 504. The provider's refusal of the request itself (a model it does not
+serve, a field it refuses: `RequestRefused`) is passed on with its status and message.
+Inputs share calls only with other online inputs (the lane has buckets of its own), the cache
+and the provider budget with every lane; `usage` is the provider's count when the request's
+inputs had calls of their own (`RequestUsage`), else the estimate.
 """
 
 from __future__ import annotations
