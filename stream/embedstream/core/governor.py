@@ -79,6 +79,7 @@ class Governor:
         self._lane_in_flight: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._outage = OutageDetector()  # when the provider counts as down (see core/outage)
         self._refused = False  # the last answer refused everyone (bad key, unknown model)
+        self._held_until = -math.inf  # hold(): until then, or until the provider serves again
         # The rest of the fleet as last seen, when the budget is shared (`core/budget.py`).
         self.fleet: FleetView | None = None
         self.seen_here: dict[Priority, float] = {}  # lanes' items seen in this process
@@ -128,7 +129,10 @@ class Governor:
         """Seconds until a call may start: the gate, then the request budgets' pace."""
         now = self._clock()
         held = self.fleet.blocked_until - now if self.fleet is not None else 0.0
-        return max(self.gate.blocked_for(now), self.rates.wait(now), self.announced.wait(now), held)
+        return max(
+            self.gate.blocked_for(now), self.rates.wait(now), self.announced.wait(now), held,
+            self._held_until - now,
+        )  # fmt: skip
 
     def pick(self, ready: Collection[Priority]) -> Priority | None:
         """The lane that may start a call now, of those with a batch ``ready``, or None;
@@ -199,6 +203,8 @@ class Governor:
         now = self._clock()
         self._outage.success(now)
         self._refused = False
+        if not self._outage.down(now):  # serving again: an outage's or refusal's hold ends
+            self._held_until = -math.inf
         self.limit.on_success(latency_s, now)
         self.gate.from_headers(headers, now)
         self.announced.observe(headers, now, unanswered=max(0, self.in_flight - 1))
@@ -222,5 +228,6 @@ class Governor:
             self.gate.block_until(now + error.retry_after)
 
     def hold(self, seconds: float) -> None:
-        """Close the gate for everyone (e.g. while the key is refused)."""
-        self.gate.block_until(self._clock() + seconds)
+        """Hold every call (while the provider is down or refuses the key), until ``seconds``
+        pass or a call succeeds with the provider no longer down (`engine/probe.py`)."""
+        self._held_until = max(self._held_until, self._clock() + seconds)

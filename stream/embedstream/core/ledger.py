@@ -21,8 +21,9 @@ first (``go_in_ms``), as the in-process budget's does.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from embedstream.core.lanes import Priority
 from embedstream.core.ratelimit import TokenBucket
@@ -264,6 +265,38 @@ class FleetLedger:
         if self._tokens is not None:
             delay = max(delay, self._tokens.reserve(tokens, now))
         return math.ceil(delay * 1000)
+
+
+class BudgetStore(Protocol):
+    """Where a fleet's budget is kept: :class:`FleetLedger`'s operations, remotely (Redis,
+    or the ledger a supervisor holds on a socket)."""
+
+    async def ask(
+        self, member: str, lease: str, tokens: int, terms: AskTerms
+    ) -> Granted | Denied: ...
+
+    async def release(self, lease: str) -> Snapshot: ...
+
+    async def block(self, for_ms: int) -> None: ...
+
+    async def heartbeat(
+        self,
+        member: str,
+        role: str,
+        ttl_ms: int,
+        leases: Collection[str],
+        active: Collection[int],
+        caps: Mapping[int, int],
+    ) -> Roster: ...
+
+    async def leave(self, member: str) -> None: ...
+
+    def releases(self) -> AsyncIterator[str]:
+        """The name of each lease released anywhere in the fleet, as it is, and
+        ``gate|<ms>`` for each gate a member closed; ends (raises) when the link breaks."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 def _tuned(

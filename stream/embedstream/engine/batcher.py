@@ -12,8 +12,8 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Generic, TypeVar
 
 from embedstream.core.arrivals import ArrivalRate
 from embedstream.core.budget import Lease, LeaseWait, ProviderBudget
@@ -90,6 +90,10 @@ class Batcher(Generic[T]):
         self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
             None
         )
+        # Runs beside `run`, cancelled when it ends (the outage probe: engine/probe.py).
+        self.companion: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # Buckets whose items wait (a model the provider does not serve: core/model_pauses.py).
+        self.paused: Callable[[BucketKey], bool] = lambda key: False
 
     @property
     def limits(self) -> BatchLimits:
@@ -168,6 +172,7 @@ class Batcher(Generic[T]):
 
     async def run(self) -> None:
         await self.budget.open()
+        companion = asyncio.create_task(self.companion()) if self.companion else None
         try:
             while not self._abandoned and not (
                 self._draining and self._buffered == 0 and not self._in_flight and not self._awaited
@@ -177,6 +182,9 @@ class Batcher(Generic[T]):
                 self._wake.clear()
                 await self._woken(timeout)
         finally:
+            if companion is not None:
+                companion.cancel()
+                await asyncio.gather(companion, return_exceptions=True)
             if self._in_flight:
                 await asyncio.gather(*list(self._in_flight), return_exceptions=True)
             await self.budget.close()
@@ -234,7 +242,7 @@ class Batcher(Generic[T]):
         depths: dict[Priority, int] = {}
         for bucket in sorted(self._buckets.values(), key=_bucket_order):
             lane = bucket.key.priority
-            if not bucket or lane in ready:
+            if not bucket or lane in ready or self.paused(bucket.key):
                 continue
             if bucket.key in self._spreading:  # the rest of a plan goes now, under its reason
                 ready[lane] = (bucket, self._spreading[bucket.key])
@@ -258,7 +266,10 @@ class Batcher(Generic[T]):
             lowest = max(ready)
             for bucket in sorted(self._buckets.values(), key=_bucket_order):
                 lane = bucket.key.priority
-                if bucket and lane < lowest and lane not in ready and lane < Priority.LOW:
+                if (
+                    bucket and lane < lowest and lane not in ready and lane < Priority.LOW
+                    and not self.paused(bucket.key)
+                ):  # fmt: skip
                     ready[lane] = (bucket, FlushReason.PRIORITY)
         if soonest is not None:
             soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder

@@ -24,15 +24,15 @@ import dataclasses
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 from embedstream.core.budget import FleetView, Lease, LeaseWait
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Priority
 from embedstream.core.ledger import (
     AskTerms,
-    Denied,
+    BudgetStore,
     Granted,
     Roster,
     Snapshot,
@@ -51,37 +51,6 @@ HEARTBEAT_S = 0.5  # leases renewed, activity and caps told, the roster read
 # every await look slow, and a member fleeing to its own share at each stall gains nothing.
 STORE_TIMEOUT_S = 0.5
 GATE_MESSAGE = "gate|"  # a release message telling of a gate closed, with its milliseconds
-
-
-class BudgetStore(Protocol):
-    """Where a fleet's budget is kept: `core/ledger.FleetLedger`'s operations, remotely."""
-
-    async def ask(
-        self, member: str, lease: str, tokens: int, terms: AskTerms
-    ) -> Granted | Denied: ...
-
-    async def release(self, lease: str) -> Snapshot: ...
-
-    async def block(self, for_ms: int) -> None: ...
-
-    async def heartbeat(
-        self,
-        member: str,
-        role: str,
-        ttl_ms: int,
-        leases: Collection[str],
-        active: Collection[int],
-        caps: Mapping[int, int],
-    ) -> Roster: ...
-
-    async def leave(self, member: str) -> None: ...
-
-    def releases(self) -> AsyncIterator[str]:
-        """The name of each lease released anywhere in the fleet, as it is, and
-        ``gate|<ms>`` for each gate a member closed; ends (raises) when the link breaks."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class SharedBudget:

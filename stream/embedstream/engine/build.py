@@ -28,6 +28,7 @@ from embedstream.engine.budget_local import LocalBudget
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.jobs import Job, Outcomes
+from embedstream.engine.probe import OutageProbe
 from embedstream.settings import Settings
 
 J = TypeVar("J", bound=Job)
@@ -75,7 +76,8 @@ def build_budget(
     governor = configured.governor(settings, clock.monotonic)
     if not settings.budget_url:
         return LocalBudget(governor)
-    from embedstream.engine.budget_shared import STORE_TIMEOUT_S, BudgetStore, SharedBudget
+    from embedstream.core.ledger import BudgetStore
+    from embedstream.engine.budget_shared import STORE_TIMEOUT_S, SharedBudget
     from embedstream.engine.budget_socket import SCHEME, SocketBudgetStore
 
     store: BudgetStore
@@ -136,6 +138,7 @@ def build_engine(
         clock_ms=clock.wall_ms,
         monotonic=clock.monotonic,
         tracer=tracer,
+        keep=keep,
     )
     batcher: Batcher[J] = Batcher(
         configured.batch_limits(settings),
@@ -148,6 +151,21 @@ def build_engine(
         observe_dispatch=False,  # the batch-call path reports real call latencies
         source_weights=settings.source_weight_map,
     )
+    default_key = BucketKey(
+        Priority.ONLINE, settings.model, configured.provider_limits(settings).wire_format, None
+    )
+    probe = OutageProbe(
+        caller.probe, budget, lambda: caller.probe_key or default_key,
+        clock=clock.monotonic, wake=batcher.poke, observer=observer,
+    )  # fmt: skip
+    batcher.companion = probe.run
+    batcher.paused = caller.paused
+
+    def requeue(key: BucketKey, items: Sequence[Pending[J]]) -> None:
+        for pending in items:
+            batcher.add(key, pending.tokens, pending.payload)
+
+    caller.requeue = requeue
     return Engine(budget, cost, caller, batcher)
 
 

@@ -42,6 +42,7 @@ _LITERALS: dict[str, Any] = {
     "OversizePolicy": OversizePolicy,
     "Delivery": Delivery,
     "CacheMode": CacheMode,
+    "InputLanes": InputLanes,
     "TracingMode": TracingMode,
     "SecurityProtocol": SecurityProtocol,
     "SaslMechanism": SaslMechanism,
