@@ -58,20 +58,29 @@ class LaneChild:
     metrics_port: int
 
 
+def supervises(settings: Settings) -> bool:
+    """Whether `embedstream run` runs lane processes rather than being one processor."""
+    return bool(settings.http_port) or (settings.high_process and settings.input_lanes == "all")
+
+
 def lane_children(
     settings: Settings, given: Mapping[str, Any], config: Path | None, budget_url: str
 ) -> list[LaneChild]:
-    """The lane processes ``settings`` ask for: a processor, and the online lane when
-    ``http_port`` is set. ``given``: the flags this command was given, passed on."""
+    """The lane processes ``settings`` ask for: the online lane when ``http_port`` is set,
+    and a processor, or with ``high_process`` a high and a bulk one. ``given``: the flags
+    this command was given, passed on."""
     common = ["--config", str(config)] if config is not None else []
     children = []
     if settings.http_port:
         port = free_port()
         serve = [*common, *as_flags(given, SERVE_SETTINGS), *_own(port, budget_url)]
         children.append(LaneChild("online", "serve", tuple(serve), port))
-    port = free_port()
-    run = [*common, *as_flags(given, RUN_SETTINGS), "--http-port", "0", *_own(port, budget_url)]
-    children.append(LaneChild("processor", "run", tuple(run), port))
+    run = [*common, *as_flags(given, RUN_SETTINGS), "--http-port", "0", "--no-high-process"]
+    lanes = {"high": "high", "bulk": "bulk"} if settings.high_process else {"processor": "all"}
+    for name, input_lanes in lanes.items():
+        port = free_port()
+        own = [*_own(port, budget_url), "--input-lanes", input_lanes]
+        children.append(LaneChild(name, "run", tuple([*run, *own]), port))
     return children
 
 

@@ -85,9 +85,9 @@ async def _dispatch(ns: argparse.Namespace) -> int:
     if command == "run":
         settings = _settings(ns, ALL_SETTINGS)
         setup_logging(settings.log_level, settings.log_format, settings.secret_values())
-        if settings.http_port:  # the online lane too: each lane a process of its own
-            from embedstream.app_host import run_host
+        from embedstream.app_host import run_host, supervises
 
+        if supervises(settings):  # each lane a process of its own
             return await run_host(settings, given_flags(ns, ALL_SETTINGS), ns.config)
         from embedstream.app import run_service
 

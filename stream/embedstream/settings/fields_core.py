@@ -62,6 +62,13 @@ class CoreFields:
         "fetch, calls and commits from waiting for anything of the bulk's.",
         _T,
     )
+    high_process: bool = setting(
+        False,
+        "embedstream run: the high lane's processor in a process of its own (input_lanes=high) "
+        "beside the bulk one (input_lanes=bulk), both supervised by the one command and on "
+        "its provider budget.",
+        _T,
+    )
     topic_prefix: str = setting(
         "embed.", "Prefix of the default topic names (embed.requests.high, ...).", _T
     )
