@@ -207,14 +207,15 @@ async def run_arm(
             async with aiohttp.ClientSession(timeout=timeout) as session:
                 await _settle(session, processors, names.requests_low)
                 await simulator.reset_stats()
-                async with CallersChild(online_url, MODEL, args.rate, args.call_s) as callers:
+                callers = CallersChild(online_url, MODEL, args.rate, args.call_s)
+                async with callers:
                     callers.begin(time.monotonic())
                     started = time.perf_counter()
                     publisher = asyncio.create_task(
                         publish(settings, names.requests_low, texts, f"f{round_}-")
                     )
                     drain_s = await _drain(session, processors, items, started, publisher)
-                    figures = await callers.finish()  # type: ignore[attr-defined]
+                    figures = await callers.finish()
                 stats = await simulator.stats()
     finally:
         if gateway is not None:
