@@ -162,7 +162,7 @@ class HostSupervisor:
         self._gathered = GatheredChildren(endpoints)
         self.metrics = HostMetrics(self._gathered, [c.name for c in children])
         self._ops = (
-            OpsServer(self.metrics, self._readiness, self._gathered.refresh_metrics)
+            OpsServer(self.metrics, self._readiness, self._before_scrape)
             if settings.metrics_port
             else None
         )
@@ -244,6 +244,14 @@ class HostSupervisor:
 
     async def _readiness(self) -> Any:
         return await self._gathered.readiness()
+
+    async def _before_scrape(self) -> None:
+        """The children's families, and the host's readiness as of now (a scraper reads
+        `embedstream_ready` without asking /readyz)."""
+        ready, _ = await asyncio.gather(
+            self._gathered.readiness(), self._gathered.refresh_metrics()
+        )
+        self.metrics.set_ready(ready.ready)
 
 
 async def run_host(settings: Settings, given: Mapping[str, Any], config: Path | None) -> int:
