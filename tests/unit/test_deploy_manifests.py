@@ -609,6 +609,16 @@ def test_the_dashboard_shows_the_cache() -> None:
         assert f"embedstream_cache_{name}_total" in exprs, name
 
 
+def test_the_dashboard_shows_the_fleets_budget_and_the_lane_processes() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for name in (
+        "budget_fleet_in_flight", "budget_members", "budget_leases", "budget_on_own_share",
+        "budget_waits_total", "lane_process_restarts_total",
+    ):  # fmt: skip
+        assert f"embedstream_{name}" in exprs, name
+
+
 # --------------------------------------------------------------------------- the store writer
 
 
