@@ -70,6 +70,8 @@ class BudgetMetrics:
         for lane in Priority:
             self._fleet.labels(lane.label)
             self._leases.labels(lane.label)
+            for reason in WAIT_REASONS:  # rate() reads 0, not "no data", before a first wait
+                self._waits.labels(lane.label, reason)
 
     def set_budget_fleet(
         self, members: int, in_flight: Mapping[str, int], leases: Mapping[str, int]
