@@ -27,7 +27,7 @@ MIGRATE_SETTINGS = tuple(
     or name in ("log_level", "log_format", *CONNECTION_SETTINGS)
 )
 # produce --format: where the schema is registered, and which fields key the records.
-REGISTRY_CLIENT_SETTINGS = ("schema_registry_url", "id_field", "doc_id_field")
+REGISTRY_CLIENT_SETTINGS = ("schema_registry_url", "field_map")
 
 
 def package_version() -> str:

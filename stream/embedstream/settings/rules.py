@@ -25,7 +25,6 @@ from embedstream.settings.parsing import (
     json_object,
     key_limits,
     name_paths,
-    path_problem,
     topic_list,
     topic_name_problem,
     weight_map,
@@ -211,11 +210,6 @@ def validate_formats(s: Settings) -> None:
         path = getattr(s, name)
         if path and not Path(path).is_file():
             raise ConfigError(name, f"no such file: {path}")
-    for name in ("id_field", "text_field", "doc_id_field", "priority_field"):
-        path = getattr(s, name)
-        problem = None if path is None else path_problem(path)
-        if problem:
-            raise ConfigError(name, problem)
     name_paths("field_map", s.field_map)
 
 

@@ -57,6 +57,12 @@ REMOVED_SETTINGS: Mapping[str, str] = {
     "own (embedstream serve), on the same provider budget; delete the setting",
     "high_thread": "run a processor with input_lanes=high beside one with input_lanes=bulk "
     "(processes of their own, on one provider budget); delete the setting",
+    "id_field": "name the path in field_map, e.g. field_map=id=event_id",
+    "text_field": "name the path in field_map, e.g. field_map=text=body.content",
+    "doc_id_field": "name the path in field_map, e.g. field_map=doc_id=doc.key",
+    "priority_field": "name the path in field_map, e.g. field_map=priority=meta.prio",
+    "schema_registry_cache_size": "every schema read is kept (an id's schema never changes); "
+    "delete the setting",
 }
 
 
