@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from embedstream.core import configured
 from embedstream.engine.formats import field_mapping
 from embedstream.errors import ConfigError, env_var
 from embedstream.settings import load_settings
@@ -21,6 +22,7 @@ REPLACEMENTS = {
     "text_field": "field_map=text=",
     "doc_id_field": "field_map=doc_id=",
     "priority_field": "field_map=priority=",
+    "concurrency_mode": "target_latency_ms",
 }
 
 
@@ -62,3 +64,13 @@ def test_a_field_map_naming_an_unknown_request_field_is_refused_naming_field_map
     with pytest.raises(ConfigError) as caught:
         field_mapping(load_settings(env={}, overrides={"field_map": "colour=c"}))
     assert caught.value.setting == "field_map" and "colour" in str(caught.value)
+
+
+@pytest.mark.parametrize(("target_ms", "adaptive"), [(0.0, False), (750.0, True)])
+def test_target_latency_ms_above_0_makes_the_limit_adaptive_as_concurrency_mode_did(
+    target_ms: float, adaptive: bool
+) -> None:
+    settings = load_settings(env={}, overrides={"target_latency_ms": target_ms})
+    limit = configured.governor(settings, lambda: 0.0).limit
+    assert limit.adaptive is adaptive
+    assert limit.target_latency_s == (target_ms / 1000.0 or None)

@@ -96,7 +96,7 @@ def governor(settings: Settings, clock: Callable[[], float]) -> Governor:
     return Governor(
         max_concurrency=settings.max_concurrency,
         clock=clock,
-        adaptive=settings.concurrency_mode == "adaptive",
+        adaptive=settings.target_latency_ms > 0,
         target_latency_s=settings.target_latency_ms / 1000.0 or None,
         rpm=None if shared else settings.rate_limit_rpm,
         tpm=None if shared else settings.rate_limit_tpm,

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from embedstream.settings.types import (
     CacheMode,
     CompressionType,
-    ConcurrencyMode,
     Delivery,
     EncodingFormat,
     Group,
@@ -222,12 +221,11 @@ class CoreFields:
 
     max_input_tokens: int = setting(8_192, "Most estimated tokens in one input.", _L, gt=0)
     max_concurrency: int = setting(4, "Most embeddings calls in flight.", _L, gt=0)
-    concurrency_mode: ConcurrencyMode = setting(
-        "fixed", "fixed, or adaptive (AIMD: halve on 429/503 or slow calls, grow by one).", _L
-    )
     target_latency_ms: float = setting(
         0.0,
-        "Adaptive mode: a call slower than this counts as overload; 0 disables.",
+        "Above 0, the in-flight limit is adaptive (AIMD: halved on a 429, a 503 or a call "
+        "slower than this, grown by one as calls go well, up to max_concurrency); 0 keeps it "
+        "at max_concurrency.",
         _L,
         ge=0,
         le=_HOUR_S * 1000,

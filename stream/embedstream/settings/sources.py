@@ -61,6 +61,8 @@ REMOVED_SETTINGS: Mapping[str, str] = {
     "text_field": "name the path in field_map, e.g. field_map=text=body.content",
     "doc_id_field": "name the path in field_map, e.g. field_map=doc_id=doc.key",
     "priority_field": "name the path in field_map, e.g. field_map=priority=meta.prio",
+    "concurrency_mode": "set target_latency_ms above 0 for the adaptive limit (AIMD on 429, "
+    "503 and calls slower than it; a large value: on 429 and 503 alone), 0 for a fixed one",
     "schema_registry_cache_size": "every schema read is kept (an id's schema never changes); "
     "delete the setting",
 }

@@ -16,7 +16,6 @@ EncodingFormat = Literal["float", "base64"]
 LogFormat = Literal["plain", "json"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 ProviderProfile = Literal["openai", "azure", "vllm", "tei", "ollama", "dashscope", "generic"]
-ConcurrencyMode = Literal["fixed", "adaptive"]
 OversizePolicy = Literal["dead_letter", "truncate"]
 Delivery = Literal["at_least_once", "exactly_once"]
 CacheMode = Literal["off", "memory", "redis"]
@@ -38,7 +37,6 @@ _LITERALS: dict[str, Any] = {
     "LogFormat": LogFormat,
     "LogLevel": LogLevel,
     "ProviderProfile": ProviderProfile,
-    "ConcurrencyMode": ConcurrencyMode,
     "OversizePolicy": OversizePolicy,
     "Delivery": Delivery,
     "CacheMode": CacheMode,

@@ -37,7 +37,6 @@ BENCH_SETTINGS = (
     "online_target_ms",
     "cache",
     "max_concurrency",
-    "concurrency_mode",
     "target_latency_ms",
     "rate_limit_rpm",
     "rate_limit_tpm",
