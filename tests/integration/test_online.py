@@ -196,7 +196,7 @@ async def test_sink_search_embeds_the_question_through_an_online_lane() -> None:
 
     from embedsim.model import expected_vector as provider_vector
     from embedstream.app_serve import Gateway
-    from embedstream.app_store import search_store
+    from embedstream.app_store import OnlineLaneAddress, search_store
     from embedstream.settings import load_settings
     from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
     from embedstream.testing.postgres import PostgresUnavailable, start_postgres
@@ -227,9 +227,9 @@ async def test_sink_search_embeds_the_question_through_an_online_lane() -> None:
                     "store_dsn": postgres.dsn, "store_table": table, "store_model": "m",
                     # Nothing listens here: the question must go through the online lane.
                     "base_url": f"http://127.0.0.1:{free_port()}/v1",
-                    "online_url": f"http://127.0.0.1:{gateway.online.port}/v1",
                 })  # fmt: skip
-                hits = await search_store(searcher, "alpha text", 2)
+                lane = OnlineLaneAddress(f"http://127.0.0.1:{gateway.online.port}/v1")
+                hits = await search_store(searcher, "alpha text", 2, lane)
                 answered = gateway.metrics.registry.get_sample_value(
                     "embedstream_online_requests_total", {"key": "anonymous", "status": "200"}
                 )

@@ -262,7 +262,6 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_STORE_DSN": "postgresql://writer:canary-pg@db:5432/v?sslmode=require",
         "EMBEDSTREAM_TRACING_HEADERS": '{"Authorization": "Bearer canary-otlp"}',
         "EMBEDSTREAM_HTTP_API_KEYS": "rag:canary-rag,indexer:canary-idx",
-        "EMBEDSTREAM_ONLINE_API_KEY": "canary-online",
     }  # fmt: skip
     settings = load_settings(env=env)
     shown = repr(settings) + str(settings.describe())
@@ -285,7 +284,6 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "store_dsn",
         "tracing_headers",
         "http_api_keys",
-        "online_api_key",
     }
     assert "canary-reg-url" in settings.secret_values()  # the registry URL's password alone
     assert "canary-pg" in settings.secret_values()

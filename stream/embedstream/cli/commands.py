@@ -147,12 +147,30 @@ async def _sink(ns: argparse.Namespace) -> int:
     if ns.action == "init":
         print(await app_store.init_store(settings))
     elif ns.action == "search":
-        for hit in await app_store.search_store(settings, ns.question, ns.k):
+        online = _online_lane(ns)
+        for hit in await app_store.search_store(settings, ns.question, ns.k, online):
             text = (hit.text or "").replace("\n", " ")
             print(f"{hit.distance:.4f}  {hit.doc_id}#{hit.chunk_seq}  {text[:200]}")
     else:
         await app_store.run_store_writer(settings)
     return 0
+
+
+def _online_lane(ns: argparse.Namespace) -> Any:
+    """`sink search`'s --online-url and the key of --online-key-file, or None."""
+    from embedstream.app_store import OnlineLaneAddress
+
+    if ns.online_url is None:
+        if ns.online_key_file is not None:
+            raise ConfigError("--online-key-file", "is given without --online-url")
+        return None
+    key = None
+    if ns.online_key_file is not None:
+        try:
+            key = ns.online_key_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError("--online-key-file", f"cannot be read: {exc.strerror}") from None
+    return OnlineLaneAddress(ns.online_url, key)
 
 
 def _migrate_conflict(ns: argparse.Namespace) -> str | None:

@@ -206,6 +206,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sink.add_argument("question", nargs="?", default=None, help="search: the text to look up")
     sink.add_argument("--k", type=_positive_int, default=5, help="search: how many chunks")
+    sink.add_argument(
+        "--online-url",
+        type=_http_url,
+        default=None,
+        metavar="URL",
+        help="search: embed the question through this online lane (http://host:port/v1 of "
+        "`embedstream serve` or `run`'s), on the processors' provider budget; default: call "
+        "the provider directly",
+    )
+    sink.add_argument(
+        "--online-key-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="search: a file holding the key the online lane's callers send",
+    )
     add_settings_flags(sink, ALL_SETTINGS)
 
     migrate = command(
@@ -266,6 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
         command("demo", "embedded broker + simulator + processor: a sparse phase, then a burst")
     )
     return parser
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"must start with http:// or https://, got {text!r}")
+    return text
 
 
 def _positive_int(text: str) -> int:

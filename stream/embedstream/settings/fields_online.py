@@ -70,12 +70,3 @@ class OnlineFields:
         ge=0,
         le=_HOUR_S * 1000,
     )
-    online_url: str | None = setting(
-        None,
-        "A processor's online lane (http://host:port/v1) that `sink search` and `demo --rag` "
-        "embed questions through; unset: they call the provider themselves.",
-        _ON,
-    )
-    online_api_key: str | None = setting(
-        None, "The key `sink search` sends to online_url. Never logged.", _ON, secret=True
-    )

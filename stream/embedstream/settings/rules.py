@@ -329,7 +329,3 @@ def validate_online(s: Settings, port: int | None = None) -> None:
         path = getattr(s, name)
         if path and not Path(path).is_file():
             raise ConfigError(name, f"no such file: {path}")
-    if s.online_url and not s.online_url.startswith(("http://", "https://")):
-        raise ConfigError(
-            "online_url", f"must start with http:// or https://, got {s.online_url!r}"
-        )

@@ -63,6 +63,8 @@ REMOVED_SETTINGS: Mapping[str, str] = {
     "priority_field": "name the path in field_map, e.g. field_map=priority=meta.prio",
     "concurrency_mode": "set target_latency_ms above 0 for the adaptive limit (AIMD on 429, "
     "503 and calls slower than it; a large value: on 429 and 503 alone), 0 for a fixed one",
+    "online_url": "give `embedstream sink search` --online-url (and --online-key-file)",
+    "online_api_key": "give `embedstream sink search` --online-key-file, a file holding the key",
     "schema_registry_cache_size": "every schema read is kept (an id's schema never changes); "
     "delete the setting",
 }
