@@ -129,8 +129,11 @@ def test_the_childrens_families_are_merged_under_a_process_label_and_their_ready
         f.name: f
         for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())
     }
-    results = {(s.labels["lane"], s.labels["process"]): s.value
-               for s in exposed["embedstream_results"].samples if s.name.endswith("_total")}  # fmt: skip
+    results = {
+        (s.labels["lane"], s.labels["process"]): s.value
+        for s in exposed["embedstream_results"].samples
+        if s.name.endswith("_total")
+    }
     assert results == {("online", "online"): 3.0, ("low", "processor"): 40.0}
     assert [s.value for s in exposed["embedstream_ready"].samples] == [0.0]  # the host's own
     restarts = {
