@@ -43,7 +43,7 @@ async def fetch_times(fetcher: Fetcher, budget: int) -> list[int]:
 async def test_partitions_written_together_are_read_together() -> None:
     # Four partitions written round-robin (partition p at times p, p + 4, ...), as a producer
     # spreading keys writes them.
-    consumer, fetcher = await backlog({p: range(p, 4_000, 4) for p in range(4)})
+    _, fetcher = await backlog({p: range(p, 4_000, 4) for p in range(4)})
     first = await fetch_times(fetcher, 400)
     assert len(first) == 400 and max(first) < 500  # not partition 0's first 400 records
     read = first
