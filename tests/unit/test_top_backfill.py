@@ -62,18 +62,20 @@ def test_no_backfill_while_no_generation_is_filled() -> None:
     [
         (
             [filling(30, 5, 400, 10.0)],
-            "backfill: 35 of 1,000 documents (5 held already), 6,000 provider tokens (planned 800,000 estimated), "
-            "400 records to read, about 40 s left",
+            "backfill: 35 of 1,000 documents (5 held already), "
+            "6,000 provider tokens (planned 800,000 estimated), 400 records to read, "
+            "about 40 s left",
         ),
         (  # two processors: summed; the slower one's time left
             [filling(30, 5, 400, 10.0), filling(20, 0, 6_000, 10.0)],
-            "backfill: 55 of 1,000 documents (5 held already), 10,000 provider tokens (planned 800,000 estimated), "
-            "6,400 records to read, about 10 min left",
+            "backfill: 55 of 1,000 documents (5 held already), "
+            "10,000 provider tokens (planned 800,000 estimated), 6,400 records to read, "
+            "about 10 min left",
         ),
         (
             [filling(900, 100, 0, 10.0)],
-            "backfill: 1,000 of 1,000 documents (100 held already), 180,000 provider tokens (planned 800,000 estimated), "
-            "0 records to read, all read",
+            "backfill: 1,000 of 1,000 documents (100 held already), "
+            "180,000 provider tokens (planned 800,000 estimated), 0 records to read, all read",
         ),
         (  # older versions passed over are no documents of the plan
             [filling(30, 5, 400, 10.0, superseded=7)],
@@ -83,8 +85,9 @@ def test_no_backfill_while_no_generation_is_filled() -> None:
         ),
         (  # a target reading nothing for a minute while records are left
             [filling(30, 5, 400, 0.0)],
-            "backfill: 35 of 1,000 documents (5 held already), 6,000 provider tokens (planned 800,000 estimated), "
-            "400 records to read, no progress in the last minute",
+            "backfill: 35 of 1,000 documents (5 held already), "
+            "6,000 provider tokens (planned 800,000 estimated), 400 records to read, "
+            "no progress in the last minute",
         ),
     ],
 )
