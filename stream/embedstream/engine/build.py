@@ -23,6 +23,7 @@ from embedstream.engine.batcher import Batcher
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.jobs import Job, Outcomes
+from embedstream.engine.shared_texts import SharedTexts
 from embedstream.settings import Settings
 
 J = TypeVar("J", bound=Job)
@@ -69,6 +70,7 @@ def build_engine(
     waits for any more (the client's callers that gave up)."""
     governor = configured.governor(settings, clock.monotonic)
     cost = CostModels()  # learned from calls, shared by the caller and the batcher
+    texts = None if cache is None else SharedTexts(cache, outcomes)
     caller: BatchCaller[J] = BatchCaller(
         backend,
         outcomes,
@@ -77,7 +79,7 @@ def build_engine(
         backoff=configured.backoff(settings),
         observer=observer,
         cost=cost,
-        cache=cache,
+        texts=texts,
         clock_ms=clock.wall_ms,
         monotonic=clock.monotonic,
         tracer=tracer,
@@ -93,6 +95,8 @@ def build_engine(
         observe_dispatch=False,  # the batch-call path reports real call latencies
         source_weights=settings.source_weight_map,
     )
+    if texts is not None:
+        texts.attach(batcher)
     return Engine(governor, cost, caller, batcher)
 
 
