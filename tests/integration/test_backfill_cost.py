@@ -82,6 +82,8 @@ async def test_a_migration_pays_each_latest_version_once_within_its_plan(
         sent = [text for call in simulator.calls if call.fields.get("model") == NEW_MODEL
                 for text in call.inputs]  # fmt: skip
     tokens = sum(map(estimate_tokens, sent))  # as the plan counts them
+    print(f"new model: {len(sent)} inputs, {tokens:,} tokens for a plan of {plan['chunks']:,} "
+          f"chunks, {plan['tokens']:,} tokens ({tokens / plan['tokens']:.2f}x)")  # fmt: skip
     assert f"  tokens     {plan['tokens']:,}" in "\n".join(planned)
     assert filling.generation.id == new_id
     assert tokens <= 1.05 * plan["tokens"], (
