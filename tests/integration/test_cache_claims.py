@@ -1,6 +1,7 @@
 """A text wanted by two processes at the same time is paid once (issue 43), through claims in
 a real `redis-server`: the first to cut a call claims the text, the other watches for its
-vector instead of sending it; a claim whose call failed lets the other send it."""
+vector instead of sending it; a claim whose call failed lets the other send it. Bulk lanes
+(low, backfill) only: online and high callers wait for no other process."""
 
 from __future__ import annotations
 
@@ -33,13 +34,15 @@ async def test_a_text_two_processes_send_at_once_is_paid_once(redis_server: Redi
         }  # fmt: skip
         # Two clients, each with a cache of its own (as two processes have): Redis between.
         async with BatchingClient(**options) as one, BatchingClient(**options) as other:
-            first = asyncio.ensure_future(one.embed("the same text"))
+            first = asyncio.ensure_future(one.embed("the same text", priority="low"))
             await eventually(lambda: simulator.stats.in_flight == 1, 10, 0.01)
-            second = asyncio.ensure_future(other.embed("the same text"))
+            second = asyncio.ensure_future(other.embed("the same text", priority="low"))
             assert await first == expected_vector(MODEL, "the same text", DIMS)
             assert await second == expected_vector(MODEL, "the same text", DIMS)
             # Another text, both at once: whichever claims it first sends it.
-            both = await asyncio.gather(one.embed("another"), other.embed("another"))
+            both = await asyncio.gather(
+                one.embed("another", priority="low"), other.embed("another", priority="low")
+            )
             assert list(both) == [expected_vector(MODEL, "another", DIMS)] * 2
     assert simulator.stats.inputs == 2  # each text once
     # Every claim ended with its vector.
@@ -59,9 +62,9 @@ async def test_when_the_claiming_process_stops_mid_call_the_other_sends_the_text
         async with BatchingClient(**options) as other:
             one = BatchingClient(**options)
             one.start()
-            first = one.submit("a text left halfway")
+            first = one.submit("a text left halfway", priority="low")
             await eventually(lambda: simulator.stats.in_flight == 1, 10, 0.01)
-            second = asyncio.ensure_future(other.embed("a text left halfway"))
+            second = asyncio.ensure_future(other.embed("a text left halfway", priority="low"))
             cache = other._cache
             assert cache is not None
             await eventually(lambda: len(cache.in_flight) == 1, 10, 0.01)

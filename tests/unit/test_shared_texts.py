@@ -269,3 +269,21 @@ async def test_in_the_processor_requests_of_one_text_in_separate_calls_pay_for_i
     found = {orjson.loads(r.value or b"")["id"]: r for r in h.results()}
     cached = sorted(orjson.loads(r.value or b"")["cached"] for r in found.values())
     assert sorted(found) == ["r0", "r1", "r2"] and cached == [False, True, True]
+
+
+def test_a_call_that_will_not_wait_for_another_process_sends_the_text_itself() -> None:
+    """Online and high jobs claim nothing in Redis and wait for no other process (one killed
+    mid-call holds its claim until it expires): the text is sent here too."""
+    shared = FakeClaims()
+    here, there = TextsInFlight(shared), TextsInFlight(shared)
+
+    async def scenario() -> list[object]:
+        await here.claim(["k"])  # another process sends "k"
+        [bulk] = await there.claim(["k"])  # a low call here waits for it ...
+        [urgent] = await there.claim(["k"], shared=False)  # ... a high one does not
+        [again] = await there.claim(["k"], shared=False)  # nor its next one (not registered)
+        await here.close()
+        await there.close()
+        return [type(found) for found in (bulk, urgent, again)]
+
+    assert run_virtual(scenario()) == [asyncio.Future, Mine, Mine]

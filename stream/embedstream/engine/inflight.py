@@ -81,16 +81,19 @@ class TextsInFlight:
     async def claim(self, names: Sequence[str], *, shared: bool = True) -> list[Claimed]:
         """For each of these distinct names: `Mine` (the calling call sends it), its vector
         (stored by another process meanwhile), or the future of the call sending it.
-        ``shared``: ask Redis too (not while it is paused)."""
+        ``shared``: claim in Redis and wait for other processes too (False: only for calls
+        of this process)."""
         loop = asyncio.get_running_loop()
         found: dict[str, Claimed] = {}
         fresh: list[str] = []
         for name in names:
             waiting = self._local.get(name)
-            if waiting is None:
+            if waiting is None and shared:
                 waiting = self._remote.get(name)
             if waiting is not None:
                 found[name] = waiting
+            elif name in self._remote:  # another process sends it, but this call will not wait
+                found[name] = Mine(name, loop.create_future())  # (nobody waits on this one)
             else:
                 future = self._local[name] = loop.create_future()  # others here wait on it
                 fresh.append(name)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from embedstream.core.lanes import BucketKey, Pending
+from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.callers import JobQueue
 from embedstream.engine.inflight import Answer, Mine, NotSent
@@ -103,7 +103,10 @@ class SharedTexts(Generic[J]):
         names = [cache.name_of(key, p.payload.input) for p in batch]
         stored = cache.peek(names)
         asked = list(dict.fromkeys(n for n, data in zip(names, stored, strict=True) if not data))
-        claimed = await cache.in_flight.claim(asked, shared=cache.shared_usable)
+        # Online and high jobs wait only for calls of this process: another's claim may be a
+        # process killed mid-call, whose claim holds until its time to live.
+        shared = cache.shared_usable and key.priority >= Priority.LOW
+        claimed = await cache.in_flight.claim(asked, shared=shared)
         claims = dict(zip(asked, claimed, strict=True))
         send: list[Pending[J]] = []
         hits: dict[str, list[Hit[J]]] = {}
