@@ -485,6 +485,11 @@ def test_stats_counting_and_reset() -> None:
     stats.record_error(429)
     stats.record_error(500)
     stats.record_served(validate({"model": "m", "input": ["a b", "c"]}))
+    for at in (10.0, 10.5, 11.0):  # three calls received at once by a provider of two slots
+        stats.arrive(at, capacity=2)
+    stats.depart(11.25, capacity=2)  # over the capacity from 11.0 to 11.25
+    stats.arrive(12.0, capacity=2)
+    stats.depart(12.75, capacity=2)  # and from 12.0 to 12.75
     assert stats.to_json() == {
         "calls": 3,
         "inputs": 2,
@@ -493,6 +498,10 @@ def test_stats_counting_and_reset() -> None:
         "peak_concurrency": 2,
         "in_flight": 1,
         "rejected_429": 2,
+        "received": 2,
+        "peak_received": 3,
+        "over_capacity_s": 1.0,
+        "longest_over_capacity_s": 0.75,
     }
     stats.reset()
     assert stats.to_json() == {
@@ -503,4 +512,8 @@ def test_stats_counting_and_reset() -> None:
         "peak_concurrency": 1,
         "in_flight": 1,
         "rejected_429": 0,
+        "received": 2,
+        "peak_received": 2,
+        "over_capacity_s": 0.0,
+        "longest_over_capacity_s": 0.0,
     }

@@ -1,19 +1,16 @@
 """The embedding cache's two tiers behind one small interface: the in-process map and Redis.
-The only module that imports ``redis`` (when a Redis tier is built: a processor without one
-never pays for it)."""
+Redis is reached through `engine/redis_link.py` (imported only when a Redis tier is built: a
+processor without one never pays for it)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from embedstream.core.observer import CacheObserver, NullObserver
 from embedstream.core.tinylfu import TinyLfuCache
-
-if TYPE_CHECKING:
-    import redis.asyncio as redis
 
 log = logging.getLogger(__name__)
 
@@ -180,72 +177,60 @@ def entry_bytes(key: str, vector: bytes) -> int:
 
 class RedisTier:
     """Redis: MGET for look-ups, one script of SET ... PX for writes (one command, however many
-    entries: redis-py's per-command cost dominates otherwise). redis-py retries only
-    once, at once, on a broken connection (a pooled one Redis closed, say by restarting): the
-    cache's answer to a failure is a miss, not a wait."""
+    entries: redis-py's per-command cost dominates otherwise). The connection is
+    `engine/redis_link.py`'s: the cache's answer to a failure is a miss, not a wait."""
 
     name = "redis"
 
     def __init__(self, url: str, ttl_s: float, timeout_s: float) -> None:
-        import redis.asyncio as redis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import RedisError
+        from embedstream.engine.redis_link import RedisLink
 
-        self._redis_error = RedisError
         self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else 0
-        self._client: redis.Redis = redis.Redis.from_url(
-            url,
-            # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
-            # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
-            socket_timeout=timeout_s * WRITE_TIMEOUT_FACTOR,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-            retry_on_error=[],
-            health_check_interval=0,
+        # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
+        # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
+        self._link = RedisLink(
+            url, timeout_s=timeout_s * WRITE_TIMEOUT_FACTOR, connect_timeout_s=timeout_s
         )
-        self._set_many = self._client.register_script(_with_suffix(_SET_MANY))
-        self._claim_many = self._client.register_script(_with_suffix(_CLAIM_MANY))
-        self._watch_many = self._client.register_script(_with_suffix(_WATCH_MANY))
-        self._release_many = self._client.register_script(_with_suffix(_RELEASE_MANY))
+        self._set_many = self._link.script(_with_suffix(_SET_MANY))
+        self._claim_many = self._link.script(_with_suffix(_CLAIM_MANY))
+        self._watch_many = self._link.script(_with_suffix(_WATCH_MANY))
+        self._release_many = self._link.script(_with_suffix(_RELEASE_MANY))
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         try:
-            found = await self._client.mget(keys)
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
-        return [value if isinstance(value, bytes) else None for value in found]
+            return await self._link.mget(keys)
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
 
     async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
         keys = [key for key, _ in entries]
         try:
-            await self._set_many(keys=keys, args=[self._ttl_ms, *(v for _, v in entries)])
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
+            await self._set_many(keys, [self._ttl_ms, *(v for _, v in entries)])
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
 
     async def claim_many(self, keys: Sequence[str], token: str, ttl_ms: int) -> list[bytes | bool]:
         try:
-            found = await self._claim_many(keys=list(keys), args=[token, ttl_ms])
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
+            found = await self._claim_many(keys, [token, ttl_ms])
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
         return [_answer(value) for value in found]
 
     async def watch_many(self, keys: Sequence[str]) -> list[bytes | bool]:
         try:
-            found = await self._watch_many(keys=list(keys), args=[])
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
+            found = await self._watch_many(keys, [])
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
         return [_answer(value) for value in found]
 
     async def release_many(self, keys: Sequence[str], token: str) -> None:
         try:
-            await self._release_many(keys=list(keys), args=[token])
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
+            await self._release_many(keys, [token])
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._link.close()
 
 
 def _answer(value: object) -> bytes | bool:

@@ -83,6 +83,12 @@ class Outcomes(ABC, Generic[J]):
     async def dead_letter(self, job: J, error: EmbedStreamError) -> None:
         """The job can never succeed, or has used up its attempts."""
 
+    def waits_for_model(self, job: J) -> bool:
+        """Whether a job whose model the provider does not serve waits until it does (Kafka
+        work: the model may be deployed meanwhile), rather than failing at once (an online
+        caller, `engine.callers.Callers`)."""
+        return True
+
     @abstractmethod
     def abandoned(self, jobs: Sequence[J]) -> None:
         """Shutdown came while these were held back (rate limit, outage): no outcome. Kafka

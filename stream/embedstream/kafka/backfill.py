@@ -55,7 +55,7 @@ from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Record
 from embedstream.kafka.sink import Output, Sink, Writer
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import EngineJob, WorkItem
+from embedstream.kafka.work import WorkItem
 from embedstream.wire.document_events import DocumentTombstone
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def backfill_group(group_id: str, generation_id: str) -> str:
 class SharedEngine:
     """The processor's parts the backfill rides on."""
 
-    batcher: Batcher[EngineJob]
+    batcher: Batcher[WorkItem]
     waiting: WaitingRetries
     sink: Sink
     documents: DocumentFlow

@@ -39,7 +39,7 @@ from embedstream.kafka.protocols import Consumer, Producer, Record
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.user_errors import topics_must_exist
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import EngineJob, WorkItem
+from embedstream.kafka.work import WorkItem
 from embedstream.settings import Settings
 from embedstream.wire import Failure
 from embedstream.wire.document_events import DocumentTombstone
@@ -72,8 +72,8 @@ class Parts:
     fetcher: Fetcher
     admission: Admission
     outcomes: KafkaOutcomes
-    batcher: Batcher[EngineJob]
-    caller: BatchCaller[EngineJob]
+    batcher: Batcher[WorkItem]
+    caller: BatchCaller[WorkItem]
     governor: Governor
     waiting: WaitingRetries
     committer: OffsetCommitter

@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import FlushReason
 from embedstream.ops.accounting import SOURCE_METRIC_NAMES, SourceAccounting
+from embedstream.ops.budget_metrics import BUDGET_METRIC_NAMES, BudgetMetrics
+from embedstream.ops.gathered import HOST_METRIC_NAMES
 from embedstream.ops.migration_metrics import MIGRATION_METRIC_NAMES, MigrationMetrics
 from embedstream.ops.online_metrics import ONLINE_METRIC_NAMES, OnlineMetrics
 from embedstream.ops.store_metrics import STORE_METRIC_NAMES
@@ -59,10 +61,12 @@ PROCESSOR_METRIC_NAMES: frozenset[str] = frozenset(
         *SOURCE_METRIC_NAMES,
         *ONLINE_METRIC_NAMES,
         *MIGRATION_METRIC_NAMES,
+        *BUDGET_METRIC_NAMES,
     }
 )
-# ... and every family of embedstream's processes: the store writer's own too.
-METRIC_NAMES: frozenset[str] = PROCESSOR_METRIC_NAMES | STORE_METRIC_NAMES
+# ... and every family of embedstream's processes: the store writer's own too, and those of
+# `embedstream run` supervising its lane processes.
+METRIC_NAMES: frozenset[str] = PROCESSOR_METRIC_NAMES | STORE_METRIC_NAMES | HOST_METRIC_NAMES
 
 BATCH_SIZE_BUCKETS = tuple(float(2**i) for i in range(12))  # 1 .. 2048 inputs per call
 BATCH_TOKEN_BUCKETS = tuple(float(4**i) for i in range(2, 11))  # 16 .. ~1M tokens
@@ -234,6 +238,7 @@ class Metrics:
         )
         self.sources = SourceAccounting(r)
         self.online = OnlineMetrics(r)  # the online lane's (embedstream.online)
+        self.budget = BudgetMetrics(r)  # the provider budget's (a shared one's fleet)
         self.migration = MigrationMetrics(r)  # a migration's (dual-writes, the backfill)
         self._create_known_series()
 

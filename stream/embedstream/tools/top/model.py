@@ -137,6 +137,17 @@ class Snapshot:
     online_requests: Mapping[str, float] = field(default_factory=frozen_mapping)
     online_latency: Histogram = field(default_factory=Histogram)
     backfill: BackfillProgress | None = None  # None while no generation is being filled
+    # The provider budget as this target last saw the fleet (`ops/budget_metrics.py`): its
+    # members, the fleet's calls in flight by lane, this target's own leases by lane.
+    budget_members: float = 1.0
+    budget_fleet: Mapping[str, float] = field(default_factory=frozen_mapping)
+    budget_leases: Mapping[str, float] = field(default_factory=frozen_mapping)
+    budget_on_own_share: bool = False
+
+    @property
+    def budget_shared(self) -> bool:
+        """The target draws on a fleet's budget (`budget_url`), alone in it or not."""
+        return self.budget_members > 1 or sum(self.budget_fleet.values()) > 0
 
     @property
     def online_used(self) -> bool:
@@ -202,6 +213,9 @@ class _Collector:
         self.online_requests: dict[str, float] = {}
         self.online_latency = _HistogramParts()
         self.backfill: dict[str, float] = {}
+        self.budget: dict[str, float] = {"members": 1.0, "on_own_share": 0.0}
+        self.budget_fleet: dict[str, float] = {}
+        self.budget_leases: dict[str, float] = {}
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if not name.startswith(_PREFIX):
@@ -239,6 +253,12 @@ class _Collector:
             self._histogram_part(self.online_latency, suffix, labels, value)
         elif short.startswith("backfill_") or short == "generation_tokens_total":
             self._backfill(short, labels, value)
+        elif short in ("budget_members", "budget_on_own_share"):
+            self.budget[short.removeprefix("budget_")] = value
+        elif short == "budget_fleet_in_flight":
+            _add(self.budget_fleet, labels.get("lane", ""), value)
+        elif short == "budget_leases":
+            _add(self.budget_leases, labels.get("lane", ""), value)
 
     def _backfill(self, short: str, labels: Mapping[str, str], value: float) -> None:
         if short == "backfill_planned":
@@ -329,6 +349,10 @@ class _Collector:
             online_requests=frozen_mapping(self.online_requests),
             online_latency=self.online_latency.build(),
             backfill=self._backfill_progress(),
+            budget_members=self.budget["members"],
+            budget_fleet=frozen_mapping(self.budget_fleet),
+            budget_leases=frozen_mapping(self.budget_leases),
+            budget_on_own_share=self.budget["on_own_share"] >= 1.0,
         )
 
 
