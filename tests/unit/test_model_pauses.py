@@ -18,7 +18,7 @@ from embedstream.engine.answers import classify_status
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.build import build_engine
 from embedstream.engine.held import HOLD_PROBE_MAX_S
-from embedstream.engine.jobs import Embedded, Job, Outcomes
+from embedstream.engine.jobs import Embedded, Hit, Job, Outcomes
 from embedstream.errors import EmbedStreamError
 from embedstream.settings import load_settings
 from embedstream.testing import vector_for
@@ -57,6 +57,10 @@ class KafkaLike(Outcomes[Job]):
 
     async def dead_letter(self, job: Job, error: EmbedStreamError) -> None:
         self.failed.append(f"dead letter {job.id}: {error.reason}")
+
+    def answered(self, hits: Sequence[Hit[Job]]) -> None:
+        for hit in hits:
+            self.done[hit.job.id] = asyncio.get_running_loop().time()
 
     def abandoned(self, jobs: Sequence[Job]) -> None:
         self.failed.extend(f"abandoned {job.id}" for job in jobs)

@@ -29,6 +29,7 @@ from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.jobs import Job, Outcomes
 from embedstream.engine.probe import OutageProbe
+from embedstream.engine.shared_texts import SharedTexts
 from embedstream.settings import Settings
 
 J = TypeVar("J", bound=Job)
@@ -126,6 +127,7 @@ def build_engine(
     if budget is None:
         budget = build_budget(settings, clock)
     cost = CostModels()  # learned from calls, shared by the caller and the batcher
+    texts = None if cache is None else SharedTexts(cache, outcomes)
     caller: BatchCaller[J] = BatchCaller(
         backend,
         outcomes,
@@ -134,7 +136,7 @@ def build_engine(
         backoff=configured.backoff(settings),
         observer=observer,
         cost=cost,
-        cache=cache,
+        texts=texts,
         clock_ms=clock.wall_ms,
         monotonic=clock.monotonic,
         tracer=tracer,
@@ -166,6 +168,8 @@ def build_engine(
             batcher.add(key, pending.tokens, pending.payload)
 
     caller.requeue = requeue
+    if texts is not None:
+        texts.attach(batcher)
     return Engine(budget, cost, caller, batcher)
 
 

@@ -18,7 +18,7 @@ from typing import Generic, Protocol, TypeVar, cast
 
 from embedstream.core.lanes import BucketKey, Source
 from embedstream.engine.cache import EmbeddingCache
-from embedstream.engine.jobs import Embedded, Job, Outcomes
+from embedstream.engine.jobs import Embedded, Hit, Job, Outcomes
 from embedstream.errors import EmbedStreamError, Reason, TransientError
 from embedstream.wire import Vector
 
@@ -97,6 +97,11 @@ class Callers(Outcomes[CallerRequest]):
                 job.usage.shared |= len(usages) > 1
             if not job.future.done():  # the caller may have given up
                 job.future.set_result(embedded.vector)
+
+    def answered(self, hits: Sequence[Hit[CallerRequest]]) -> None:
+        for hit in hits:
+            if not hit.job.future.done():
+                hit.job.future.set_result(hit.vector)
 
     async def retry_later(
         self, job: CallerRequest, error: EmbedStreamError, delay_s: float
@@ -210,6 +215,12 @@ class CallersBeside(Outcomes[J | CallerRequest], Generic[J]):
             )
         else:
             await self.others.succeeded(key, cast(Sequence[Embedded[J]], done), dimensions)
+
+    def answered(self, hits: Sequence[Hit[J | CallerRequest]]) -> None:
+        callers = [h for h in hits if isinstance(h.job, CallerRequest)]
+        others = [h for h in hits if not isinstance(h.job, CallerRequest)]
+        self.callers.answered(cast(list[Hit[CallerRequest]], callers))
+        self.others.answered(cast(list[Hit[J]], others))
 
     async def retry_later(
         self, job: J | CallerRequest, error: EmbedStreamError, delay_s: float

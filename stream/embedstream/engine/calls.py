@@ -4,7 +4,8 @@ The Kafka processor and the in-process :class:`~embedstream.engine.client.Batchi
 both send every batch through :class:`BatchCaller`, so they share every rule:
 
 - a job whose deadline has passed is dead-lettered without a call;
-- identical texts in a batch are sent once and the vector fanned out;
+- identical texts are sent once and the vector fanned out: in a batch, and with an embedding
+  cache across calls too (looked up again at the cut, `engine/shared_texts.py`, and stored);
 - a batch the provider rejects as a whole (400, timeout, malformed response) is split in halves
   until the bad jobs are isolated, so one bad job never fails its batch-mates; so is a batch
   failing with a server error (500, 502, 503, 504) a second time while other calls succeed (a
@@ -27,8 +28,6 @@ both send every batch through :class:`BatchCaller`, so they share every rule:
   that model's other items (`core/model_pauses.py`);
 - a transient failure is retried after a backoff, up to `max_attempts`; then, or for a
   permanent failure, the job is dead-lettered;
-- with an embedding cache, the vectors of a successful call are stored in it once their
-  outcomes are delivered (look-ups happen before jobs reach the batcher: `engine/cache.py`).
 """
 
 from __future__ import annotations
@@ -51,10 +50,10 @@ from embedstream.core.policy import FlushReason
 from embedstream.core.tokens import apportion
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
-from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.evidence import FailingInputs, ServiceEvidence
 from embedstream.engine.held import Holds, joined, probe_piece, still_wanted
 from embedstream.engine.jobs import Embedded, J, Outcomes
+from embedstream.engine.shared_texts import NO_SHARING, SharedTexts, TextSharing
 from embedstream.errors import (
     SERVER_ERROR_REASONS,
     SPLITTABLE_REASONS,
@@ -99,7 +98,7 @@ class BatchCaller(Generic[J]):
         observer: EngineObserver | None = None,
         cost: CostModels | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        cache: EmbeddingCache | None = None,
+        texts: SharedTexts[J] | None = None,
         tracer: Tracer = NULL_TRACER,
         keep: Callable[[J], bool] | None = None,
     ) -> None:
@@ -118,7 +117,7 @@ class BatchCaller(Generic[J]):
         self._observer = observer or NullObserver()
         self._cost = cost  # learns L(b) from each successful call (spreading decisions)
         self._monotonic = monotonic
-        self._cache = cache
+        self._texts: TextSharing[J] = texts or NO_SHARING  # with a cache: each text paid once
         self._tracer = tracer  # one client span per call, linked to its requests' spans
         self._evidence = ServiceEvidence(clock_ms)  # whether the provider serves others meanwhile
         self._failing = FailingInputs()  # inputs the provider failed alone (server errors)
@@ -131,6 +130,7 @@ class BatchCaller(Generic[J]):
         """Stop waiting out rate limits and outages: held batches end with `abandoned`."""
         self._holds.abandon()
         self._evidence.stop()  # a verdict waiting for answers stops waiting too
+        self._texts.abandon()
 
     def paused(self, key: BucketKey) -> bool:
         """Whether the batcher keeps a bucket's items (`engine/held.py`)."""
@@ -154,16 +154,22 @@ class BatchCaller(Generic[J]):
                 )
                 await self._dead_letter(job, expired)
             else:
-                job.attempts += 1
                 live.append(pending)
+        sending = await self._texts.to_send(key, live)  # the others: answered without a call
+        live = sending.jobs
+        for pending in live:
+            pending.payload.attempts += 1
         failing = self._failing
         alone = [p for p in live if p.payload.input in failing] if failing else []
-        if alone and len(live) > 1:  # without batch-mates, whom they would fail too
-            others = [p for p in live if p.payload.input not in failing]
-            calls = [self._call(key, [p], reason) for p in alone]
-            await asyncio.gather(*calls, *([self._call(key, others, reason)] if others else []))
-        elif live:
-            await self._call(key, live, reason)
+        try:
+            if alone and len(live) > 1:  # without batch-mates, whom they would fail too
+                others = [p for p in live if p.payload.input not in failing]
+                calls = [self._call(key, [p], reason) for p in alone]
+                await asyncio.gather(*calls, *([self._call(key, others, reason)] if others else []))
+            elif live:
+                await self._call(key, live, reason)
+        finally:
+            self._texts.ended(sending, abandoned=self._holds.abandoned)
 
     async def _call(
         self,
@@ -235,8 +241,7 @@ class BatchCaller(Generic[J]):
             self.probe_key = key
             self._holds.served(key.model)
             await self._succeeded(key, batch, mapping, outcome)
-            if self._cache is not None:
-                await self._cache.store(key, distinct, outcome.vectors)
+            await self._texts.store(key, distinct, outcome.vectors)
             if not waiting:
                 return
             batch, waiting, held_back, reason = joined(waiting), [], 0, "held"  # the rest

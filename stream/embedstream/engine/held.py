@@ -40,6 +40,11 @@ class Holds:
         self._abandon = asyncio.Event()
         self._paused = ModelPauses()  # models the provider does not serve: their work waits
 
+    @property
+    def abandoned(self) -> bool:
+        """`abandon` was called: a call ending now is given up with the rest."""
+        return self._abandon.is_set()
+
     def abandon(self) -> None:
         """Stop waiting: every hold ends now, and `wait` answers False."""
         self._abandon.set()

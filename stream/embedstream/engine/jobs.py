@@ -44,6 +44,17 @@ class Job:
 J = TypeVar("J", bound=Job)
 
 
+@dataclass(frozen=True, slots=True)
+class Hit(Generic[J]):
+    """A job answered without a call of its own (the cache, or another call sending its
+    text), in the encoding it asked for."""
+
+    job: J
+    key: BucketKey
+    vector: Vector
+    dimensions: int
+
+
 class Embedded(NamedTuple, Generic[J]):
     """One job's vector (a tuple: one is made per item, on the hot path)."""
 
@@ -58,6 +69,11 @@ class Outcomes(ABC, Generic[J]):
     @abstractmethod
     async def succeeded(self, key: BucketKey, done: Sequence[Embedded[J]], dimensions: int) -> None:
         """A call returned these vectors (one per job, in batch order)."""
+
+    @abstractmethod
+    def answered(self, hits: Sequence[Hit[J]]) -> None:
+        """These jobs were answered without a call of their own: from the cache, or by
+        another call sending the same text (no tokens charged)."""
 
     @abstractmethod
     async def retry_later(self, job: J, error: EmbedStreamError, delay_s: float) -> None:

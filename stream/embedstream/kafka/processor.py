@@ -322,7 +322,7 @@ class Processor:
                 p.waiting.hold_or_submit(item)
         # Written in the background (still held, so backpressure bounds them; the drain
         # waits for them with the other results).
-        p.outcomes.cached([hit for hit in hits if hit.job.current])
+        p.outcomes.answered([hit for hit in hits if hit.job.current])
 
     async def _commit_periodically(self, stop: asyncio.Event) -> None:
         interval_s = self.parts.settings.commit_interval_ms / 1000.0

@@ -24,7 +24,7 @@ from embedstream.ops.store_metrics import STORE_METRIC_NAMES
 LANES = tuple(lane.label for lane in Priority)
 QUEUE_LANES = (*LANES, "delayed")
 FLUSH_REASONS = tuple(FlushReason)
-CACHE_TIERS = ("memory", "redis")
+CACHE_TIERS = ("memory", "redis", "in_flight")  # in_flight: another call's vector
 CACHE_OPERATIONS = ("get", "write", "corrupt")
 
 # Every family a processor exposes, as named in the text exposition (counters with their
@@ -207,7 +207,8 @@ class Metrics:
         )
         self._cache_hits = Counter(
             "embedstream_cache_hits_total",
-            "Texts answered from the embedding cache, by tier (memory, redis).",
+            "Texts answered without a call of their own: from the embedding cache by tier "
+            "(memory, redis), or another call's vector for the same text (in_flight).",
             ["tier"],
             registry=r,
         )

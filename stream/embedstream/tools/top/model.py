@@ -175,6 +175,7 @@ class BackfillProgress:
     tokens: float  # provider tokens of its calls
     records_left: float
     seconds_left: float | None  # at the last minute's rate; -1 while it reads none
+    superseded: float = 0.0  # older versions it passed over (a later record replaces them)
 
 
 class _HistogramParts:
@@ -265,6 +266,8 @@ class _Collector:
         elif short == "generation_tokens_total":
             if labels.get("lane") == "backfill":
                 _add(self.backfill, "tokens", value)
+        elif short == "backfill_skipped_total" and labels.get("reason") == "superseded":
+            _add(self.backfill, "superseded", value)  # older versions: not the plan's documents
         elif short in ("backfill_documents_total", "backfill_skipped_total"):
             _add(self.backfill, short, value)
         elif short in ("backfill_records_left", "backfill_seconds_left"):
@@ -283,6 +286,7 @@ class _Collector:
             tokens=b.get("tokens", 0.0),
             records_left=b.get("backfill_records_left", 0.0),
             seconds_left=b.get("backfill_seconds_left"),
+            superseded=b.get("superseded", 0.0),
         )
 
     def _lag(self, offsets: bool, labels: Mapping[str, str], value: float) -> None:
