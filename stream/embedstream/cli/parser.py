@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     from embedstream.tools.demo.options import add_cli_arguments as add_demo_arguments
 
     add_demo_arguments(
-        command("demo", "embedded broker + simulator + processor: a sparse phase, then a burst")
+        command("demo", "embedded broker + simulator + processor: sparse, then backlog vs high")
     )
     return parser
 
