@@ -50,12 +50,11 @@ STOP_GRACE_S = 20.0  # beyond a child's drain_timeout_s, before it is SIGKILLed
 @dataclass(frozen=True, slots=True)
 class LaneChild:
     """One lane process: its name (the ``process`` label, the log marker), the command
-    and its arguments."""
+    and its arguments (the metrics port is chosen at each start)."""
 
     name: str
     command: str
     args: tuple[str, ...]
-    metrics_port: int
 
 
 def supervises(settings: Settings) -> bool:
@@ -71,24 +70,15 @@ def lane_children(
     this command was given, passed on."""
     common = ["--config", str(config)] if config is not None else []
     children = []
+    own = ["--metrics-host", "127.0.0.1", "--budget-url", budget_url]
     if settings.http_port:
-        port = free_port()
-        serve = [*common, *as_flags(given, SERVE_SETTINGS), *_own(port, budget_url)]
-        children.append(LaneChild("online", "serve", tuple(serve), port))
+        serve = [*common, *as_flags(given, SERVE_SETTINGS), *own]
+        children.append(LaneChild("online", "serve", tuple(serve)))
     run = [*common, *as_flags(given, RUN_SETTINGS), "--http-port", "0", "--no-high-process"]
     lanes = {"high": "high", "bulk": "bulk"} if settings.high_process else {"processor": "all"}
     for name, input_lanes in lanes.items():
-        port = free_port()
-        own = [*_own(port, budget_url), "--input-lanes", input_lanes]
-        children.append(LaneChild(name, "run", tuple([*run, *own]), port))
+        children.append(LaneChild(name, "run", (*run, *own, "--input-lanes", input_lanes)))
     return children
-
-
-def _own(metrics_port: int, budget_url: str) -> list[str]:
-    return [
-        "--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port),
-        "--budget-url", budget_url,
-    ]  # fmt: skip
 
 
 class ChildProcess:
@@ -96,6 +86,7 @@ class ChildProcess:
 
     def __init__(self, spec: LaneChild, json_logs: bool) -> None:
         self.spec = spec
+        self.endpoint = ChildEndpoint(spec.name, 0)  # its metrics port: a new one each start
         self._json_logs = json_logs
         self._process: asyncio.subprocess.Process | None = None
         self._relay: asyncio.Task[None] | None = None
@@ -105,8 +96,10 @@ class ChildProcess:
     async def start(self) -> None:
         self.starts += 1
         self.started_at = time.monotonic()
+        self.endpoint.port = free_port()
+        args = (*self.spec.args, "--metrics-port", str(self.endpoint.port))
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "embedstream.cli", self.spec.command, *self.spec.args,
+            sys.executable, "-m", "embedstream.cli", self.spec.command, *args,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             # Its own session: a terminal's Ctrl-C reaches the supervisor alone, which passes
@@ -158,8 +151,7 @@ class HostSupervisor:
         self._children = [ChildProcess(c, settings.log_format == "json") for c in children]
         self._ledger = ledger
         self._policy = policy or RestartPolicy()
-        endpoints = [ChildEndpoint(c.name, c.metrics_port) for c in children]
-        self._gathered = GatheredChildren(endpoints)
+        self._gathered = GatheredChildren([child.endpoint for child in self._children])
         self.metrics = HostMetrics(self._gathered, [c.name for c in children])
         self._ops = (
             OpsServer(self.metrics, self._readiness, self._before_scrape)

@@ -23,9 +23,10 @@ FETCH_TIMEOUT_S = 2.0
 OWN_FAMILIES = frozenset({"embedstream_ready"})  # the supervisor's, not a child's
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChildEndpoint:
-    """Where a lane process serves its metrics and readiness (127.0.0.1, its metrics port)."""
+    """Where a lane process serves its metrics and readiness (127.0.0.1, its metrics port,
+    which each start of the process may change)."""
 
     name: str
     port: int
