@@ -12,7 +12,9 @@ a process of their own; each latency from its scheduled time to its answer):
 - ``lane``: `run --http-port` (the online lane `serve` and the processor as processes, on
   one budget) draining the backlog, the callers through the lane;
 - ``idle``: the same command with no backlog, the same callers (the lane's own P99);
-- ``direct``: `run` draining the backlog, the callers straight to the provider.
+- ``direct``: `run` draining the backlog, the callers straight to the provider;
+- ``lane-redis``: as ``lane``, the budget in a `redis-server` (``budget_url``) instead of the
+  supervisor's ledger: the one-host budget measured against Redis.
 Goals: lane P99 <= 1.25 x idle P99 and <= 0.5 x direct P99; lane drain >= 85% of alone.
 
 **flood** (high events at ``--high-rate`` per second, published by a process of their own;
@@ -49,6 +51,7 @@ import aiohttp
 from embedstream.kafka.admin import load_topic_specs
 from embedstream.kafka.clients import connection_for, make_reader, partitions_of
 from embedstream.settings import Settings, load_settings
+from embedstream.testing.redis import RedisServer
 from embedstream.tools.bench.hosts import (
     renice_children,
     settings_environment,
@@ -70,7 +73,7 @@ DRAIN_TIMEOUT_S = 900.0
 IDLE_S = 30.0  # the online lane's own P99: this long with no backlog
 QUIET_S = 30.0  # the high lane's own P99: this long with no flood
 PROVIDER = LatencyModel(base_ms=40.0, per_token_ms=0.02, capacity=8)
-ONLINE_ARMS = ("alone", "lane", "idle", "direct")
+ONLINE_ARMS = ("alone", "lane", "idle", "direct", "lane-redis")
 FLOOD_ARMS = ("alone", "one", "split", "split-nice", "quiet")
 
 
@@ -144,17 +147,20 @@ async def host(name: str, values: dict[str, object], log_dir: Path) -> Any:
         await asyncio.to_thread(proc.stop)
 
 
-async def online_arm(args: argparse.Namespace, arm: str, round_: int) -> Row:
+async def online_arm(
+    args: argparse.Namespace, arm: str, round_: int, redis: RedisServer | None = None
+) -> Row:
     log_dir = Path(args.log_dir) / f"online-r{round_}-{arm}"
     log_dir.mkdir(parents=True, exist_ok=True)
     simulator = SimulatorProcess(PROVIDER, dimensions=256, burst_s=60.0, log_dir=log_dir)
     await simulator.start()
-    prefix = unique_prefix(f"lanes{round_}{arm}")
+    prefix = unique_prefix(f"lanes{round_}{arm.replace('-', '')}")
     settings = base_settings(args, prefix, simulator)
     items = 0 if arm == "idle" else args.online_items
     texts = make_texts(items, seed=round_)
-    http_port = free_port() if arm in ("lane", "idle") else 0
-    values = run_values(settings, http_port=http_port or None)
+    http_port = free_port() if arm in ("lane", "idle", "lane-redis") else 0
+    budget_url = redis.url if arm == "lane-redis" and redis is not None else None
+    values = run_values(settings, http_port=http_port or None, budget_url=budget_url)
     specs = _specs(prefix)
     try:
         async with scenario_topics(settings, specs) as names, host(arm, values, log_dir) as proc:
@@ -310,17 +316,12 @@ def _summary(rows: list[Row], scenario: str, arms: Sequence[str]) -> dict[str, A
 async def main_async(args: argparse.Namespace) -> int:
     scenarios = args.scenarios.split(",")
     rows: list[Row] = []
-    for round_ in range(1, args.rounds + 1):
-        if "online" in scenarios:
-            arms = args.online_arms.split(",")
-            for arm in arms if round_ % 2 else list(reversed(arms)):
-                rows.append(await online_arm(args, arm, round_))
-                print(json.dumps(dataclasses.asdict(rows[-1])), flush=True)
-        if "flood" in scenarios:
-            arms = args.flood_arms.split(",")
-            for arm in arms if round_ % 2 else list(reversed(arms)):
-                rows.append(await flood_arm(args, arm, round_))
-                print(json.dumps(dataclasses.asdict(rows[-1])), flush=True)
+    redis = RedisServer().start() if "lane-redis" in args.online_arms else None
+    try:
+        await _rounds(args, scenarios, rows, redis)
+    finally:
+        if redis is not None:
+            redis.remove()
     summary = {
         "online": _summary(rows, "online", ONLINE_ARMS),
         "flood": _summary(rows, "flood", FLOOD_ARMS),
@@ -330,6 +331,22 @@ async def main_async(args: argparse.Namespace) -> int:
             print(f"{name:<7} {arm:<11} {json.dumps(figures)}")
     print(json.dumps({"rows": [dataclasses.asdict(r) for r in rows], "medians": summary}))
     return 0
+
+
+async def _rounds(
+    args: argparse.Namespace, scenarios: list[str], rows: list[Row], redis: RedisServer | None
+) -> None:
+    for round_ in range(1, args.rounds + 1):
+        if "online" in scenarios:
+            arms = args.online_arms.split(",")
+            for arm in arms if round_ % 2 else list(reversed(arms)):
+                rows.append(await online_arm(args, arm, round_, redis))
+                print(json.dumps(dataclasses.asdict(rows[-1])), flush=True)
+        if "flood" in scenarios:
+            arms = args.flood_arms.split(",")
+            for arm in arms if round_ % 2 else list(reversed(arms)):
+                rows.append(await flood_arm(args, arm, round_))
+                print(json.dumps(dataclasses.asdict(rows[-1])), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
