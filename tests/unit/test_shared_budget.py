@@ -238,3 +238,25 @@ def test_a_batcher_whose_slots_are_all_held_elsewhere_plans_again_when_one_is_fr
         await other.close()
 
     run(scenario)
+
+
+def test_a_members_own_release_coming_round_is_not_counted_as_a_call_ending_elsewhere() -> None:
+    async def scenario(loop: asyncio.AbstractEventLoop) -> None:
+        store = store_of(loop)
+        a, b = member(store, loop, "a"), member(store, loop, "b")
+        await a.open()
+        await b.open()
+        mine = [await lease(a) for _ in range(2)]
+        for _ in range(2):
+            await lease(b)
+        await asyncio.sleep(0.6)  # a heartbeat: a sees b's two calls
+        fleet = a.plan.fleet
+        assert fleet is not None and fleet.others_in_flight[Priority.HIGH] == 2
+        a.release(Priority.HIGH, mine[0], 0.01)  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)  # its release message has come round
+        fleet = a.plan.fleet
+        assert fleet is not None and fleet.others_in_flight[Priority.HIGH] == 2  # b's, still
+        await a.close()
+        await b.close()
+
+    run(scenario)

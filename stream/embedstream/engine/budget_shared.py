@@ -50,7 +50,8 @@ HEARTBEAT_S = 0.5  # leases renewed, activity and caps told, the roster read
 # A store slower than this counts as out of reach. Not much less: a busy event loop makes
 # every await look slow, and a member fleeing to its own share at each stall gains nothing.
 STORE_TIMEOUT_S = 0.5
-GATE_MESSAGE = "gate|"  # a release message telling of a gate closed, with its milliseconds
+GATE_MESSAGE = "gate|"
+GIVEN_BACK_KEPT = 4096  # a release message telling of a gate closed, with its milliseconds
 
 
 class SharedBudget:
@@ -84,6 +85,9 @@ class SharedBudget:
         self._observer = observer or NullBudgetObserver()
         self._serials = itertools.count(1)
         self._held: dict[str, Priority] = {}  # this member's leases
+        # Leases this member gave back, until their release message comes round: not a call
+        # elsewhere ending (ours were never counted among the others').
+        self._given_back: set[str] = set()
         self._tables: dict[int, tuple[int, ...]] = {}  # slot tables by limit
         self.on_own = False  # the store is out of reach: keep to the share alone
         self.roster: Roster | None = None  # the fleet as the last heartbeat listed it
@@ -140,6 +144,9 @@ class SharedBudget:
         self._held.pop(lease.id, None)
         self._wake()  # a slot of ours is free: our own waiters may take it at once
         if not self.on_own:
+            if len(self._given_back) > GIVEN_BACK_KEPT:  # no messages come (a broken link)
+                self._given_back.clear()
+            self._given_back.add(lease.id)
             self._background(self._release(lease.id))
 
     def succeeded(self, latency_s: float, headers: Mapping[str, str]) -> None:
@@ -318,7 +325,9 @@ class SharedBudget:
                 if until > view.blocked_until:
                     self._governor.see_fleet(dataclasses.replace(view, blocked_until=until))
             return
-        if name not in self._held and view is not None and view.shared:
+        if name in self._given_back:
+            self._given_back.discard(name)
+        elif name not in self._held and view is not None and view.shared:
             lane = Priority(lease_lane(name))
             others = dict(view.others_in_flight)
             if others.get(lane, 0) > 0:
@@ -331,6 +340,7 @@ class SharedBudget:
             async with asyncio.timeout(self._timeout_s):
                 snapshot = await self._store.release(name)
         except (OSError, TimeoutError):
+            self._given_back.discard(name)  # no message will come round for it
             return  # the heartbeat tells the store what we still hold
         self._see(snapshot)
 
