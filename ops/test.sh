@@ -47,10 +47,12 @@ fi
 # Debian packages the tests use (command:package): promtool and prometheus (alert-rule tests,
 # a real scrape), openssl (the secured broker's throwaway CA and certificates,
 # tests/integration/secured.py), tmux (`embedstream top` in a terminal of a chosen size),
-# redis-server (the embedding cache's tests start their own, on free loopback ports).
+# redis-server (the embedding cache's tests start their own, on free loopback ports), curl,
+# node and npm (the online lane's real clients: tests/e2e/test_real_clients.py installs Node's
+# `openai` from npm into a cache folder at test time).
 needed=()
 for pair in promtool:prometheus prometheus:prometheus openssl:openssl tmux:tmux \
-  redis-server:redis-server; do
+  redis-server:redis-server curl:curl node:nodejs npm:npm; do
   command -v "${pair%%:*}" >/dev/null || needed+=("${pair##*:}")
 done
 if ((${#needed[@]})); then

@@ -133,6 +133,14 @@ class Stats:
     batches: int = 0
     batch_inputs: int = 0
     batch_tokens: int = 0
+    # Calls received and not yet answered (waiting for capacity or served): what a fleet of
+    # clients sends at once. Time spent with more of them than the capacity is time a
+    # client's call queued behind others'.
+    received: int = 0
+    peak_received: int = 0
+    over_capacity_s: float = 0.0  # in all
+    longest_over_capacity_s: float = 0.0  # the longest stretch
+    _over_since: float | None = None
 
     def record_error(self, status: int) -> None:
         key = str(status)
@@ -155,12 +163,30 @@ class Stats:
     def leave(self) -> None:
         self.in_flight -= 1
 
+    def arrive(self, now: float, capacity: int) -> None:
+        """A call was received (before it waits for capacity)."""
+        self.received += 1
+        self.peak_received = max(self.peak_received, self.received)
+        if self.received > capacity and self._over_since is None:
+            self._over_since = now
+
+    def depart(self, now: float, capacity: int) -> None:
+        """A call received was answered (whatever the answer)."""
+        self.received -= 1
+        if self.received <= capacity and self._over_since is not None:
+            stretch = now - self._over_since
+            self.over_capacity_s += stretch
+            self.longest_over_capacity_s = max(self.longest_over_capacity_s, stretch)
+            self._over_since = None
+
     def reset(self) -> None:
         """Zero the counters; calls still being served stay counted as in flight."""
         self.calls = self.inputs = self.tokens = self.rejected_429 = 0
         self.batches = self.batch_inputs = self.batch_tokens = 0
         self.errors = {}
         self.peak_concurrency = self.in_flight
+        self.peak_received = self.received
+        self.over_capacity_s = self.longest_over_capacity_s = 0.0
 
     def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        return {k: v for k, v in dataclasses.asdict(self).items() if not k.startswith("_")}

@@ -212,6 +212,7 @@ class SimulatorServer:
     async def _handle_embeddings(self, request: web.Request) -> web.Response:
         self.stats.calls += 1
         received_at = self._clock()
+        self.stats.arrive(received_at, self._config.capacity)
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
@@ -230,6 +231,7 @@ class SimulatorServer:
             )  # fmt: skip
             return error_response(error, self._config.flavor_rules)
         finally:
+            self.stats.depart(self._clock(), self._config.capacity)
             if task is not None:
                 self._handlers.discard(task)
 

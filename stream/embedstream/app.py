@@ -15,8 +15,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from embedstream.app_batch import BatchJobs, ProcessorParts, batch_wanted, build_batch_jobs
-from embedstream.app_high_thread import HighParts, HighThread, WithHighThread, high_builder
-from embedstream.app_online_thread import OnlineThread
 from embedstream.app_service import Service
 from embedstream.core import batch_configured, configured
 from embedstream.core.clock import Clock
@@ -28,9 +26,8 @@ from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.bounded import bounded
-from embedstream.engine.build import Engine, build_engine
+from embedstream.engine.build import Engine, build_budget, build_engine
 from embedstream.engine.cache import build_cache, undersized_warning
-from embedstream.engine.callers import CallerIntake, CallerRequest, Callers, CallersBeside
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.formats import registry_client, schema_decoders, uses_registry
@@ -63,12 +60,11 @@ from embedstream.kafka.partitions import Assignment
 from embedstream.kafka.processor import Parts, Processor
 from embedstream.kafka.protocols import Consumer, Producer, TransactionalProducer
 from embedstream.kafka.sink import DirectWriter, Sink, Writer
-from embedstream.kafka.topics import BATCH_JOBS_KEY, configured_topics, topic_settings
+from embedstream.kafka.topics import BATCH_JOBS_KEY, TopicNames, configured_topics, topic_settings
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import EngineJob
-from embedstream.online.server import OnlineFront, build_online_server
-from embedstream.ops.health import Health, Observed
+from embedstream.kafka.work import WorkItem
+from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
 from embedstream.ops.task_stacks import log_task_stacks
@@ -113,31 +109,17 @@ def build_service(
     clock: Clock = SYSTEM_CLOCK,
     tracer: Tracer | None = None,
     state_reader: StateReader | None = None,
-    high_parts: Callable[[Settings], HighParts] | None = None,
-    high_only: bool = False,
 ) -> Service:
-    """Every part of one processor. `consumer`, `producer` and `transactional_producer` (by
-    transactional id, exactly-once) default to aiokafka clients for `settings`; unit tests
-    pass the in-memory fakes of `embedstream.testing.kafka`. Every part reads time from
-    `clock`. `state_reader` reads the chunk changelog's state topic (with `topic_changelog`).
-    With `high_thread`, the high topics are read by a processor of its own on a thread
-    (`app_high_thread`), built there by `high_parts` (default: the settings' clients) with
-    `high_only`."""
+    """Every part of one processor (the Kafka lanes; the online lane is `serve`'s, a process
+    of its own). `consumer`, `producer` and `transactional_producer` (by transactional id,
+    exactly-once) default to aiokafka clients for `settings`; unit tests pass the in-memory
+    fakes of `embedstream.testing.kafka`. Every part reads time from `clock`. `state_reader`
+    reads the chunk changelog's state topic (with `topic_changelog`)."""
     metrics = metrics or Metrics()
     metrics.batch.set_prices(batch_configured.prices(settings))  # the cost by price tier
     backend = backend or default_backend(settings)
     names = configured_topics(settings)  # ConfigError if a topic has two roles
-    inputs = names.inputs
-    if high_only:
-        inputs = list(names.high)
-    elif settings.high_thread:
-        if settings.store_dsn:
-            raise ConfigError(
-                "high_thread",
-                "cannot be combined with store_dsn yet (a migration's dual writes are the "
-                "main processor's): set high_thread=false",
-            )
-        inputs = [topic for topic in inputs if topic not in names.high]
+    inputs = _inputs(settings, names)
     consumer = consumer or make_consumer(settings)
     producer = producer or make_producer(settings)
     assignment = Assignment(names.lane_of)
@@ -149,7 +131,8 @@ def build_service(
             transactional_producer or (lambda tid: make_transactional_producer(settings, tid)),
         )
         writer = BackfillDirect(transactions, writer)
-    wants_batch = batch_wanted(settings) and not high_only  # ConfigError: not this provider
+    # The bulk lanes' processor runs the batch jobs (ConfigError: a provider with none).
+    wants_batch = batch_wanted(settings) and settings.input_lanes != "high"
     if wants_batch:  # a batch job's outputs go to the job (kafka/batchjobs/writer.py)
         exactly_once = settings.delivery == "exactly_once"
         writer = JobOutputsRouter(writer, DirectWriter(producer, clock), exactly_once)
@@ -165,7 +148,10 @@ def build_service(
     def intake_of(generation: IndexGeneration) -> Intake:
         return Intake(settings_of(settings, generation), limits, token_counter)
 
-    dual_writes = DualWrites(intake_of) if settings.store_dsn else None
+    # A migration's dual writes and backfill are the documents' work: a bulk processor's.
+    dual_writes = (
+        DualWrites(intake_of) if settings.store_dsn and settings.input_lanes != "high" else None
+    )
     documents = DocumentFlow(
         sink,
         metrics,
@@ -179,7 +165,6 @@ def build_service(
     if (warning := undersized_warning(settings)) is not None:
         log.warning("%s", warning)
     tracer = tracer or build_tracer(settings)  # tests pass one on an in-memory exporter
-    callers = Callers()  # the online lane's: they share the engine with the Kafka lanes
     backfills: list[Backfills] = []  # (made once the engine is)
 
     def backlog(lane: Priority) -> int:
@@ -187,12 +172,12 @@ def build_service(
             return sum(b.lag for b in backfills)
         return assignment.lag_of(lane)
 
-    engine: Engine[EngineJob] = build_engine(
-        settings, backend, CallersBeside(callers, outcomes), clock=clock, observer=metrics,
-        cache=cache, backlog=backlog, keep=_still_wanted, tracer=tracer,
+    budget = build_budget(settings, clock, role="processor", observer=metrics.budget)
+    engine: Engine[WorkItem] = build_engine(
+        settings, backend, outcomes, clock=clock, observer=metrics, cache=cache,
+        backlog=backlog, tracer=tracer, budget=budget,
     )  # fmt: skip
     batcher = engine.batcher
-    callers.attach(batcher)
     waiting = WaitingRetries(batcher, clock)
     documents.bind(waiting.hold_or_submit)
     committer = OffsetCommitter(consumer, assignment.offsets(), transactions)
@@ -270,27 +255,20 @@ def build_service(
             backfills.append(watch.backfills)
         if batch is not None:  # a migration cancelled: its jobs are abandoned
             batch.watcher.keeps = watch.keeps
-    high: HighThread | None = None
-    observed: Observed = processor
-    if settings.high_thread and not high_only:
-        parts_of = high_parts or (lambda s: HighParts(default_backend(s)))
-        build_high = high_builder(build_service, metrics, tracer, parts_of)
-        high = HighThread(settings, engine.governor, build_high)
-        observed = WithHighThread(processor, high)
-    health = Health(observed, metrics, broker_probe(producer), registry_outage=registry_outage)
+    health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
-    online: OnlineFront | None = None
-    if settings.http_port and settings.online_thread:
-        online = OnlineThread(settings, engine.governor, metrics, tracer)
-    elif settings.http_port:
-        online = build_online_server(
-            settings, CallerIntake(batcher, cache), engine.governor, batcher, engine.cost,
-            clock=clock, token_counter=token_counter, observer=metrics.online, tracer=tracer,
-        )  # fmt: skip
     return Service(
-        processor, health, ops_server, registry, result_schema, online, metrics, watch, high,
-        sampled=not high_only, batch=batch,
-    )  # fmt: skip
+        processor, health, ops_server, registry, result_schema, metrics, watch, batch=batch
+    )
+
+
+def _inputs(settings: Settings, names: TopicNames) -> list[str]:
+    """The input topics of ``settings.input_lanes``."""
+    if settings.input_lanes == "high":
+        return list(names.high)
+    if settings.input_lanes == "bulk":
+        return [topic for topic in names.inputs if topic not in names.high]
+    return list(names.inputs)
 
 
 async def run_service(
@@ -338,11 +316,6 @@ def _required_topics(settings: Settings) -> dict[str, str]:
     if batch_wanted(settings):
         required.update(topic_settings(settings, [BATCH_JOBS_KEY]))
     return required
-
-
-def _still_wanted(job: EngineJob) -> bool:
-    """An online caller that gave up (timeout, disconnect) needs no call; Kafka work always."""
-    return not isinstance(job, CallerRequest) or not job.future.done()
 
 
 def _on_signal(service: Service, sig: signal.Signals) -> None:

@@ -5,7 +5,8 @@ With ``store_dsn`` set, a processor reads the store's registry of index generati
 and every ``WATCH_INTERVAL_S`` after: while the store keeps two generations, every document
 version and delete of the live stream is written for both; while one is being filled (a
 ``new`` one, `embedstream migrate start`), the backfill lane re-embeds the documents topic for
-it, asking the store before each poll's documents which it holds already (`stores/pgheld.py`).
+it: each document's latest version (the topic read ahead once, `kafka/backfill_ahead.py`),
+asking the store before each poll's documents which it holds already (`stores/pgheld.py`).
 Nothing to restart: a migration started, cut over or cancelled is followed within seconds.
 A store that cannot be read keeps the processor as it was (and says so in the log).
 """
@@ -26,7 +27,8 @@ from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.admission import Admission
 from embedstream.kafka.backfill import BackfillFeed, Backfills, SharedEngine, backfill_group
-from embedstream.kafka.clients import make_backfill_consumer
+from embedstream.kafka.backfill_ahead import read_ahead
+from embedstream.kafka.clients import connection_for, make_backfill_consumer
 from embedstream.kafka.topics import TopicNames
 from embedstream.ops.migration_metrics import MigrationMetrics
 from embedstream.settings import Settings
@@ -185,9 +187,13 @@ def store_watch(
             log.error("generation %s was started --via batch, but this processor runs no batch "
                       "jobs (provider_profile %s): its backfill goes through sync calls",
                       generation.id, settings.provider_profile)  # fmt: skip
-        return BackfillFeed(generation, consumer, documents, admission, engine,
-                            holdings=holdings, count_skipped=metrics.count_skipped,
-                            batch=lane)  # fmt: skip
+        connection, client_id = connection_for(settings), f"{settings.client_id}-read-ahead"
+        return BackfillFeed(
+            generation, consumer, documents, admission, engine, holdings=holdings,
+            count_skipped=metrics.count_skipped,
+            read_ahead=lambda: read_ahead(connection, documents, client_id=client_id),
+            batch=lane,
+        )  # fmt: skip
 
     backfills = Backfills(feed_of)
     return StoreWatch(registry_reader(settings), dual_writes, backfills, metrics=metrics)

@@ -51,7 +51,7 @@ from embedstream.kafka.outcomes import KafkaOutcomes
 from embedstream.kafka.protocols import Producer, TransactionalProducer
 from embedstream.kafka.sink import DirectWriter, Sink
 from embedstream.kafka.topics import TopicNames, configured_topics
-from embedstream.kafka.work import EngineJob, WorkItem
+from embedstream.kafka.work import WorkItem
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 from embedstream.wire.batch_jobs import JobStream
@@ -105,7 +105,7 @@ class ProcessorParts:
     names: TopicNames
     sink: Sink
     outcomes: KafkaOutcomes
-    batcher: Batcher[EngineJob]
+    batcher: Batcher[WorkItem]
     cache: EmbeddingCache | None
     intake: Intake
     intake_of: Callable[[IndexGeneration], Intake]
@@ -232,12 +232,12 @@ def build_batch_jobs(
     return BatchJobs(routing, former, reader, watcher, api, lane)
 
 
-def _follow_pace(batcher: Batcher[EngineJob], lane: BatchLane) -> None:
+def _follow_pace(batcher: Batcher[WorkItem], lane: BatchLane) -> None:
     """The low lane's sync pace: every call the batcher cuts (its `on_flush` observer)."""
     before = batcher.on_flush
 
     def on_flush(
-        key: BucketKey, items: list[Pending[EngineJob]], reason: FlushReason, now: float
+        key: BucketKey, items: list[Pending[WorkItem]], reason: FlushReason, now: float
     ) -> None:
         if before is not None:
             before(key, items, reason, now)

@@ -165,8 +165,8 @@ def status_lines(found: Sequence[GenerationStatus], source: Sequence[str] = ()) 
         if s.lacking is not None:
             versus = f", lacking {s.lacking:,}, extra {s.extra:,}"
         planned = ""
-        if g.plan and "tokens" in g.plan:
-            planned = f" of {int(g.plan['tokens']):,} planned"
+        if g.plan and "tokens" in g.plan:  # estimated: set against the chunks' estimate
+            planned = f"; estimated tokens {s.estimated:,} of {int(g.plan['tokens']):,} planned"
         lines.append(
             f"          documents {s.documents:,} ({s.complete:,} complete){versus}; "
             f"chunks {s.chunks:,}; plain results {s.requests:,}; tokens {s.tokens:,}{planned}; "

@@ -16,11 +16,10 @@ import signal
 from dataclasses import dataclass
 
 from embedstream.core.clock import Clock
-from embedstream.core.governor import GovernorEcho
 from embedstream.core.tokens import TokenCounter, estimate_tokens
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
-from embedstream.engine.build import Engine, build_engine
+from embedstream.engine.build import Engine, build_budget, build_engine
 from embedstream.engine.cache import build_cache
 from embedstream.engine.callers import CallerIntake, CallerRequest, Callers
 from embedstream.engine.clock import SYSTEM_CLOCK
@@ -73,12 +72,9 @@ class Gateway:
         token_counter: TokenCounter = estimate_tokens,
         port: int | None = None,
         tracer: Tracer | None = None,
-        governor_echo: GovernorEcho | None = None,
     ) -> None:
         """`port`: where to listen instead of http_port (0: a free one, as tests want);
-        `tracer`: instead of the one the settings build (tests: an in-memory exporter);
-        `governor_echo`: told of every call this engine starts and spends (the online lane
-        of a processor, on a thread of its own: `app_online_thread`)."""
+        `tracer`: instead of the one the settings build (tests: an in-memory exporter)."""
         self.settings = settings
         self.port = settings.http_port or DEFAULT_PORT if port is None else port
         validate_online(settings, self.port)
@@ -87,12 +83,12 @@ class Gateway:
         self._cache = build_cache(settings, self.metrics)
         callers = Callers()
         self._tracer = tracer or build_tracer(settings)
+        budget = build_budget(settings, clock, role="gateway", observer=self.metrics.budget)
         self._engine: Engine[CallerRequest] = build_engine(
             settings, self._backend, callers, clock=clock, observer=self.metrics,
-            cache=self._cache, keep=_still_awaited, tracer=self._tracer,
+            cache=self._cache, keep=_still_awaited, tracer=self._tracer, budget=budget,
         )  # fmt: skip
         callers.attach(self._engine.batcher)
-        self._engine.governor.echo = governor_echo
         self._callers = callers
         self.online: OnlineServer = build_online_server(
             settings, CallerIntake(self._engine.batcher, self._cache), self._engine.governor,

@@ -1,6 +1,5 @@
-"""A processor's service: the processor with its health loop, ops server, online lane and
-(with `high_thread`) the high lane's own processor, started and stopped together. Built by
-`embedstream.app.build_service`."""
+"""A processor's service: the processor with its health loop and ops server, started and
+stopped together. Built by `embedstream.app.build_service`."""
 
 from __future__ import annotations
 
@@ -8,12 +7,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from embedstream.app_high_thread import HighThread
 from embedstream.engine.bounded import bounded, in_daemon_thread
 from embedstream.engine.registry import RegistryClient
 from embedstream.engine.result_schema import ResultSchemaRegistration
-from embedstream.kafka.processor import CLOSE_BUDGET_S, Processor
-from embedstream.online.server import OnlineFront
+from embedstream.kafka.processor import Processor
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
@@ -26,8 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class Service:
-    """A processor with its health loop, ops server and (with `http_port`) the online lane's
-    listener: what `embedstream run` runs."""
+    """A processor with its health loop and ops server: what `embedstream run` runs (each
+    processor child of it, when it runs the online lane too)."""
 
     def __init__(
         self,
@@ -36,44 +33,29 @@ class Service:
         ops_server: OpsServer | None,
         registry: RegistryClient | None = None,
         result_schema: ResultSchemaRegistration | None = None,
-        online: OnlineFront | None = None,
         metrics: Metrics | None = None,
         watch: StoreWatch | None = None,
-        high: HighThread | None = None,
         *,
-        sampled: bool = True,
         batch: BatchJobs | None = None,
     ) -> None:
-        """`high`: the high lane's own processor, on its thread (`high_thread`); `sampled`
-        False for that processor's own service (the main one's health loop reports it)."""
         self.processor = processor
-        self.high = high
         self.watch = watch  # the store's generations followed (with store_dsn)
         self.batch = batch  # its batch jobs' watcher (app_batch.py)
         self.metrics = metrics or Metrics()  # what its ops server exposes
         self.health = health
-        self._sampled = sampled
         self.ops_server = ops_server
         self.registry = registry  # the schema registry, with a registry input or output format
         self.result_schema = result_schema  # with a registry output format
-        self.online = online
-        self._stop_accepting: asyncio.Future[None] | None = None
 
     async def wait_assigned(self) -> None:
-        """Until the processor holds partitions (and the high lane's, with `high_thread`)."""
+        """Until the processor holds partitions."""
         await self.processor.assigned.wait()
-        if self.high is not None:
-            await self.high.wait_assigned()
 
     @property
     def metrics_port(self) -> int | None:
         return self.ops_server.port if self.ops_server is not None else None
 
     def stop(self) -> None:
-        if self.online is not None:  # new online requests are refused from now on
-            self._stop_accepting = asyncio.ensure_future(self.online.stop_accepting())
-        if self.high is not None:
-            self.high.stop()
         self.processor.stop()
 
     async def run(self) -> None:
@@ -81,13 +63,7 @@ class Service:
         try:
             if self.ops_server is not None:  # first: /healthz answers from process start
                 await self.ops_server.start(settings.metrics_host, settings.metrics_port)
-            if self.online is not None:  # serves while the group joins, rebalances, Kafka is out
-                await self.online.start(settings.http_host, settings.http_port)
-            if self.high is not None:  # first: both members join the group together
-                await self.high.start(on_failure=self.stop)
         except BaseException:  # a port taken: the one-line error, nothing left open behind it
-            if self.online is not None:
-                await self.online.stop()
             if self.ops_server is not None:
                 await self.ops_server.stop()
             await self.processor.close_unstarted()
@@ -120,22 +96,12 @@ class Service:
             await bounded(export, step_s(), "exporting the last spans")
             health_task.cancel()
             await bounded(health_task, step_s(), "the health loop's end")
-            if self.high is not None:  # told to stop with the processor: drained meanwhile
-                self.high.stopping()
-                join_s = settings.drain_timeout_s + CLOSE_BUDGET_S
-                await bounded(self.high.join(), join_s, "the high lane's stop")
-            if self.online is not None:  # the drain answered its callers; close it
-                await bounded(self.online.stop(), step_s(), "the online listener's stop")
             if self.ops_server is not None:
                 await bounded(self.ops_server.stop(), step_s(), "the ops server's stop")
             if self.registry is not None:
                 await bounded(self.registry.close(), step_s(), "the registry client's close")
-        if self.high is not None and self.high.failure is not None:
-            raise self.high.failure  # (it stopped the processor): the run's failure
 
     async def _health(self) -> None:
-        if not self._sampled:
-            return
         # Probing the broker through a producer that has not bootstrapped yet fails (and
         # aiokafka logs it): the first probe waits for the clients.
         await self.processor.clients_started.wait()

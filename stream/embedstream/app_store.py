@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from dataclasses import dataclass
 
 from embedstream.engine.backend import BatchCall
 from embedstream.engine.client import BatchingClient
@@ -212,7 +213,18 @@ async def init_store(settings: Settings) -> str:
     )
 
 
-async def search_store(settings: Settings, question: str, k: int) -> list[SearchHit]:
+@dataclass(frozen=True, slots=True)
+class OnlineLaneAddress:
+    """An online lane (`embedstream serve`, or `run`'s) to embed questions through:
+    http://host:port/v1, and the key its callers send."""
+
+    url: str
+    api_key: str | None = None
+
+
+async def search_store(
+    settings: Settings, question: str, k: int, online: OnlineLaneAddress | None = None
+) -> list[SearchHit]:
     """`embedstream sink search`: embed the question with the active generation's model (and
     dimensions), then the k nearest searchable chunks of that same generation."""
     async with PgVectorStore(store_config(settings), create=False) as store:
@@ -223,7 +235,7 @@ async def search_store(settings: Settings, question: str, k: int) -> list[Search
                     f"table {settings.store_schema}.{settings.store_table} has no vectors yet; "
                     "run `embedstream sink` (or `embedstream sink init`) first"
                 )
-            floats = await embed_query(settings, question, active)
+            floats = await embed_query(settings, question, active, online)
             try:
                 return await store.search(floats, k, generation_id=active.id)
             except GenerationMoved:
@@ -231,13 +243,18 @@ async def search_store(settings: Settings, question: str, k: int) -> list[Search
         raise EmbedStreamError("the store's active generation kept changing; try again")
 
 
-async def embed_query(settings: Settings, text: str, generation: StoredGeneration) -> list[float]:
+async def embed_query(
+    settings: Settings,
+    text: str,
+    generation: StoredGeneration,
+    online: OnlineLaneAddress | None = None,
+) -> list[float]:
     """``text`` as a vector of ``generation``: its model, and its dimensions when it asked for
     some (a model's own size is not asked: not every provider takes ``dimensions``). Through
-    a processor's online lane when `online_url` is set (the question shares the processor's
-    provider budget as its top lane), else with a client of its own on the configured
-    provider."""
-    vector = await _embed(settings, text, generation.model, generation.generation.dimensions)
+    an ``online`` lane when given (the question shares the processors' provider budget as
+    its top lane), else with a client of its own on the configured provider."""
+    dimensions = generation.generation.dimensions
+    vector = await _embed(settings, text, generation.model, dimensions, online)
     floats = decode_base64(vector) if isinstance(vector, str) else vector
     if generation.size is not None and len(floats) != generation.size:
         raise EmbedStreamError(
@@ -247,11 +264,17 @@ async def embed_query(settings: Settings, text: str, generation: StoredGeneratio
     return floats
 
 
-async def _embed(settings: Settings, text: str, model: str, dimensions: int | None) -> Vector:
-    if settings.online_url:
+async def _embed(
+    settings: Settings,
+    text: str,
+    model: str,
+    dimensions: int | None,
+    online: OnlineLaneAddress | None,
+) -> Vector:
+    if online is not None:
         lane = OpenAIEmbedder(
-            base_url=settings.online_url,
-            api_key=settings.online_api_key,
+            base_url=online.url,
+            api_key=online.api_key,
             timeout_s=settings.request_timeout_s,
             wire_format="float",
         )

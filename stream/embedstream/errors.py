@@ -164,6 +164,30 @@ class PermanentItemError(EmbedStreamError):
         self.reason = reason
 
 
+class RequestRefused(PermanentItemError):
+    """The provider refused the request rather than an input of it: a model it does not serve
+    (404 naming it), a field such as ``dimensions`` or ``encoding_format`` (400 naming it).
+    Every input of the call fails alike, so the call is never split to find one; an online
+    caller gets ``status`` and the provider's own ``provider_message`` at once, and Kafka work
+    of a model the provider does not serve waits for it (``unknown_model``: only that model's)."""
+
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        status: int,
+        provider_message: str,
+        param: str | None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(reason, message)
+        self.status = status
+        self.provider_message = provider_message
+        self.param = param
+        self.code = code
+
+
 class TransientError(EmbedStreamError):
     """This attempt failed; the same request may succeed later."""
 

@@ -139,27 +139,21 @@ async def test_mixed_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path) ->
 async def test_online_scenario_callers_in_a_process_of_their_own(
     bootstrap: str, tmp_path: Path
 ) -> None:
-    """A tiny `online` run with `--timeline`: the callers (a child process) got an answer to
-    every request they sent, in both arms, the drains took every low event, and every answered
-    lane request has its moments on both sides of the HTTP hop (the callers' process and the
-    processor's tracer, matched by the number in its traceparent)."""
+    """A tiny `online` run: `embedstream run` drains in a process of its own (the online lane
+    on, for the lane's arm: `serve` and the processor as its lane processes); the callers (a
+    child process) got an answer to every request they sent, in both arms, and the drains
+    took every low event."""
     out = tmp_path / "bench.json"
     done = bench(
         "--scenarios", "online", "--bootstrap", bootstrap, "--online-items", "2000",
-        "--online-rate", "40", "--timeline", "--json", str(out),
+        "--online-rate", "40", "--json", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
-    alone, lane_drain, lane, *stages, direct_drain, direct, front = rows
+    alone, lane_drain, lane, direct_drain, direct, front = rows
     assert [r["items"] for r in (alone, lane_drain, direct_drain)] == [2000] * 3
     for callers in (lane, direct):
         assert callers["kind"] == "online-callers" and callers["failed"] == 0
         assert callers["items"] > 0 and callers["latency"]["p50_ms"] > 0
+    assert lane_drain["calls"] > 0 and lane_drain["client_cpu_s"] > 0
     assert front["kind"] == "online-front"
-    by_stage = {row["scenario"].split(": ")[-1]: row for row in stages}
-    assert list(by_stage) == ["scheduled -> received", "received -> call_start",
-                              "call_start -> call_done", "call_done -> returned",
-                              "returned -> answered", "scheduled -> answered"]  # fmt: skip
-    for stage in ("scheduled -> received", "returned -> answered", "scheduled -> answered"):
-        assert by_stage[stage]["items"] == lane["items"]
-    assert by_stage["call_start -> call_done"]["items"] > 0  # those not answered from the cache

@@ -49,24 +49,15 @@ def _options(
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("extra_args", [(), ("--high-thread",)], ids=["one-member", "high-thread"])
 async def test_sigkills_of_members_lose_nothing(
-    bootstrap: str,
-    unique_prefix: str,
-    simulator: SimulatorServer,
-    tmp_path: Path,
-    extra_args: tuple[str, ...],
+    bootstrap: str, unique_prefix: str, simulator: SimulatorServer, tmp_path: Path
 ) -> None:
     """Three processors in one group; KILLS times one of them (each in turn) is SIGKILLed while
     requests flow, and restarted. Proves that a crash loses nothing (every id has a result),
     never attributes a vector to the wrong request, never both results and dead-letters an id,
     and re-delivers at most what the dead member held: duplicates <= kills x
-    (max_buffered_items + max_concurrency x max_batch_size). With --high-thread each process
-    is two members of the group (its high lane's processor on a thread; one memory bound),
-    both killed together."""
-    options = _options(
-        bootstrap, unique_prefix, simulator.url, max_buffered_items=500, extra_args=extra_args
-    )
+    (max_buffered_items + max_concurrency x max_batch_size)."""
+    options = _options(bootstrap, unique_prefix, simulator.url, max_buffered_items=500)
     await _create_topics(bootstrap, unique_prefix)
     async with Fleet(options, tmp_path) as fleet, RssMonitor(lambda: fleet.processes) as rss:
         members = await fleet.start(3)

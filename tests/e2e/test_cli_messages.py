@@ -101,7 +101,7 @@ def test_every_option_says_what_it_does_and_its_default(
 @pytest.mark.parametrize(
     ("command", "option", "words"),
     [
-        ("demo", "--items", "(default: 3000)"),
+        ("demo", "--items", "(default: 9000)"),
         ("consume", "--dead-letters", "dead-letter topic"),
         ("consume", "--from-beginning", "oldest record"),
         ("consume", "--limit", "(default: no limit)"),

@@ -34,7 +34,7 @@ OUTAGE_S = SCALE.outage_s
 # Seen down within this long of the outage's start (thresholds: 1 to 2 s, plus a scrape).
 DOWN_WITHIN_S = 4.0
 # Ready again within this long of the provider's return (a held batch asks again at least
-# every 5 s, calls.HOLD_PROBE_MAX_S, and needs two successes).
+# every 5 s, held.HOLD_PROBE_MAX_S, and needs two successes).
 UP_WITHIN_S = 12.0
 
 

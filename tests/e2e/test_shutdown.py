@@ -123,14 +123,15 @@ async def test_sigterm_with_the_provider_unreachable_exits_within_the_drain_time
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("more_args", [(), ("--high-thread",)], ids=["one-member", "high-thread"])
+@pytest.mark.parametrize("lanes", [False, True], ids=["one-process", "lane-processes"])
 async def test_a_second_sigint_stops_the_drain_at_once(
-    bootstrap: str, unique_prefix: str, tmp_path: Path, more_args: tuple[str, ...]
+    bootstrap: str, unique_prefix: str, tmp_path: Path, lanes: bool
 ) -> None:
     """SIGTERM starts a drain that could last a minute (drain_timeout_s=60); a SIGINT then
-    ends it at once, still with exit status 0 and nothing lost. With --high-thread the idle
-    high member leaves at once and the main one's revoke waits for its drain: the SIGINT
-    ends that wait too."""
+    ends it at once, still with exit status 0 and nothing lost. With the online lane on
+    (lane processes: `run` supervising `serve` and a processor), the supervisor passes each
+    signal on once: the second ends its children's drains too."""
+    more_args = ("--http-port", str(free_port())) if lanes else ()
     await create_topics(bootstrap, load_topic_specs(unique_prefix))
     names = topic_names(unique_prefix)
     ids = [f"i{i}" for i in range(REQUESTS)]

@@ -87,20 +87,24 @@ async def _run_demo(tmp_path: Path, *args: str) -> tuple[int, str, str]:
     return demo.returncode, out.decode(), err_path.read_bytes().decode()
 
 
-def _all_row(text: str, title: str) -> list[str]:
-    """The `all` row of the table whose title starts with ``title``."""
+def _row(text: str, title: str, lane: str) -> list[str]:
+    """The row of ``lane`` in the table whose title starts with ``title``."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(title))
-    row = next(line for line in lines[start:] if line.split()[:1] == ["all"])
+    row = next(line for line in lines[start:] if line.split()[:1] == [lane])
     return row.split()
 
 
-async def test_the_demo_shows_batches_growing_with_the_backlog(
+def _number(cell: str) -> float:
+    return float(cell.replace(",", ""))
+
+
+async def test_the_demo_shows_batches_growing_with_the_backlog_and_high_served_first(
     bootstrap: str, tmp_path: Path
 ) -> None:
     del bootstrap  # the demo brings its own embedded broker; this only marks it integration
     code, out, err = await _run_demo(
-        tmp_path, "--items", "1500", "--sparse-items", "60", "--sparse-rate", "30"
+        tmp_path, "--items", "4000", "--sparse-items", "60", "--sparse-rate", "30"
     )
     assert code == 0, out + err
     assert "Traceback" not in err and "\r" not in err
@@ -108,20 +112,29 @@ async def test_the_demo_shows_batches_growing_with_the_backlog(
     # out on a loaded machine, say) is the demo showing what happened, not a wrong step.
     assert [line for line in err.splitlines()[1:] if not LOG_LINE.match(line)] == [
         "sparse: 60 requests at 30/s ...",
-        "burst: 1,500 requests at once ...",
+        "lanes: 4,000 low requests at once, then high ones at 50/s ...",
         "documents: 36 document events ...",
         "edits and a delete: 7 document events ...",
         "reading back requests, results and dead letters ...",
     ], err
-    # all  items  items/s  calls  mean-batch  P50  P99
-    sparse = _all_row(out, "sparse: 60 requests at 30/s")
-    burst = _all_row(out, "burst: 1,500 requests at once")
-    assert sparse[1] == "60" and burst[1] == "1,500"
-    sparse_batch, burst_batch = float(sparse[4]), float(burst[4])
-    assert sparse_batch < 3 and burst_batch > 10 * sparse_batch, (sparse, burst)
+    # lane  items  items/s  calls  mean-batch  P50  P99
+    sparse = _row(out, "sparse: 60 requests at 30/s", "all")
+    lanes_title = "lanes: 4,000 low requests at once, then high ones at 50/s, done in"
+    lanes = _row(out, lanes_title, "all")
+    low, high = _row(out, lanes_title, "low"), _row(out, lanes_title, "high")
+    assert sparse[1] == "60" and low[1] == "4,000"
+    sent = int(_number(high[1]))
+    assert sent >= 1 and _number(lanes[1]) == 4000 + sent  # high requests while it drained
+    sparse_batch, backlog_batch = float(sparse[4]), float(lanes[4])
+    assert sparse_batch < 3 and backlog_batch > 10 * sparse_batch, (sparse, lanes)
+    # The processor takes high requests first: they wait for no backlog.
+    assert _number(high[-2]) < _number(low[-2]), (high, low)
+    drained = re.search(rf"the low backlog drained in [\d.]+ s; {sent:,} high requests", out)
+    assert drained, out
     for lane in ("high", "low"):
         assert sum(line.split()[:1] == [lane] for line in out.splitlines()) == 2  # per phase
-    assert "read back from the topics: 1,560 requests, 1,560 results" in out
+    requests = 60 + 4000 + sent
+    assert f"read back from the topics: {requests:,} requests, {requests:,} results" in out
     assert "lost 0, duplicates 0, dead letters 0, wrong vectors 0" in out
     assert "every request has exactly one result" in out
     # The cache is on by default: the edit pass takes its unchanged chunks from it.
@@ -142,7 +155,7 @@ async def test_demo_live_shows_the_top_view_then_the_summary(
     # Not a terminal: the view prints its frames one after another, each with a total row.
     assert frames.count("TOTAL") >= 2, frames
     assert "127.0.0.1:" in frames and "down" not in frames
-    assert "burst: 3,000 requests at once" in summary
+    assert "lanes: 3,000 low requests at once, then high ones at 50/s" in summary
     assert "lost 0, duplicates 0, dead letters 0, wrong vectors 0" in summary
 
 
@@ -166,7 +179,7 @@ async def test_demo_live_in_an_80_column_terminal(bootstrap: str) -> None:
         assert "EXITED 0" in text and "Traceback" not in text
         assert "embedstream top" not in text  # the full-screen view is gone
         assert "every request has exactly one result" in text
-        assert "burst: 3,000 requests at once, done in" in text
+        assert "lanes: 3,000 low requests at once, then high ones at 50/s, done in" in text
     finally:
         pane.close()
 

@@ -98,6 +98,8 @@ def test_every_rule_fires_once_and_stays_silent_once_in_the_unit_tests() -> None
         "EmbedstreamProviderErrors",
         "EmbedstreamProviderAuthFailures",
         "EmbedstreamPartitionsPausedTooLong",
+        "EmbedstreamBudgetStoreUnreachable",
+        "EmbedstreamLaneProcessRestarting",
         "EmbedstreamNotReady",
         "EmbedstreamSourceTokensEstimated",
     }

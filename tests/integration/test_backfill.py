@@ -4,9 +4,11 @@ start` of another model, other dimensions and other chunks; the processor follow
 within a second, re-embeds the documents topic in its backfill lane and dual-writes the edits,
 new documents and deletes that keep coming meanwhile. At the end the new generation's tables
 equal the state the topic implies, row for row and vector for vector, and the provider tokens
-its backfill spent are within 5% of the plan's estimate (cache=redis). A backfill read again
+the texts of the corpus as it was at the plan that the new model was sent, estimated as the
+plan estimates them, are within 5% of the plan's tokens (cache=redis). A backfill read again
 from the start over the filled generation (its group rewound, the default memory cache) pays
-only for what the generation lacks: an older version held, an edit's versions in order.
+only for what the generation lacks (an older version held); an edit's older version,
+superseded in the topic, not at all.
 
 The short form of the issue's test (the README's test command); the full size, with SIGKILLs
 of the processor and of the store writer, is ``bench/bench_backfill.py``."""
@@ -16,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import uuid
+from collections.abc import AsyncIterator
 
 import orjson
 import psycopg
@@ -123,15 +126,28 @@ def sample(metrics: Metrics, name: str, labels: dict[str, str]) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
+@pytest.fixture
+async def recording() -> AsyncIterator[SimulatorServer]:
+    """A simulated provider that keeps every call (what each model was sent)."""
+    async with SimulatorServer(SimulatorConfig(record_calls=True)) as server:
+        yield server
+
+
+def sent_to(simulator: SimulatorServer, model: str) -> list[str]:
+    return [text for call in simulator.calls if call.fields.get("model") == model
+            for text in call.inputs]  # fmt: skip
+
+
 async def test_the_running_processor_backfills_a_new_generation_beside_the_live_stream(
     bootstrap: str,
     unique_prefix: str,
-    simulator: SimulatorServer,
+    recording: SimulatorServer,
     postgres: PostgresServer,
     redis_server: RedisServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    simulator = recording
     settings = settings_for(
         bootstrap, unique_prefix, simulator.url, store_dsn=postgres.dsn,
         store_table=f"bf_{uuid.uuid4().hex[:10]}", store_group_id=unique_prefix + "sink",
@@ -186,8 +202,6 @@ async def test_the_running_processor_backfills_a_new_generation_beside_the_live_
         metrics = service.metrics
         backfilled = sample(metrics, "embedstream_backfill_documents_total",
                             {"outcome": "complete"})  # fmt: skip
-        spent = sample(metrics, "embedstream_generation_tokens_total",
-                       {"index_generation": new_id, "lane": "backfill"})  # fmt: skip
         planned_docs = sample(metrics, "embedstream_backfill_planned", {"what": "documents"})
 
     # Row for row and vector for vector: the state the documents topic implies.
@@ -196,8 +210,14 @@ async def test_the_running_processor_backfills_a_new_generation_beside_the_live_
     for got, wanted in zip(rows, wanted_rows, strict=True):
         assert got[6] == pytest.approx(wanted[6], rel=1e-6), got[:3]
     assert backfilled > 0 and planned_docs == len(corpus)
-    # The backfill's provider tokens within 5% of the plan.
-    assert 0 < spent <= 1.05 * plan["tokens"]
+    # Like with like: the texts of the corpus as it was at the plan that the new model was
+    # sent (each time it was), estimated as the plan estimates them, within 5% of the plan.
+    # (The provider's own count is 61-75% of the estimate: against the plan, an overrun of
+    # half the plan passed.) The live stream's edits and new documents cost the new model
+    # their own texts besides, which the plan does not cover.
+    planned_texts = {text for t in corpus.values() for text in chunk_texts(new, t)}
+    spent = sum(estimate_tokens(t) for t in sent_to(simulator, NEW_MODEL) if t in planned_texts)
+    assert 0 < spent <= 1.05 * plan["tokens"], (spent, plan)
     # Every edit, new document and delete was written to the new generation by the live
     # stream too (dual-write): the store marked each, so the backfill could not undo it.
     assert set(edits) | set(added) | set(deleted) <= live_marks(settings, new_id)
@@ -299,7 +319,7 @@ async def test_a_backfill_read_again_pays_only_for_what_the_new_generation_lacks
                                   {"outcome": "complete"})  # fmt: skip
 
                 async def reread() -> bool:  # every record of the topic embedded or skipped
-                    done = ended() + skipped("complete") + skipped("live")
+                    done = ended() + sum(map(skipped, ("complete", "live", "superseded")))
                     return done == len(corpus) + 2
 
                 await eventually(reread, 60, 0.2)
@@ -309,15 +329,13 @@ async def test_a_backfill_read_again_pays_only_for_what_the_new_generation_lacks
                     return [row[:6] for row in rows] == [row[:6] for row in wanted]
 
                 await eventually(as_the_topic_says, 30, 0.2)
-                counts = ended(), skipped("complete"), skipped("live")
+                counts = ended(), skipped("complete"), skipped("live"), skipped("superseded")
 
-    sent = {text for call in simulator.calls if call.fields.get("model") == NEW_MODEL
-            for text in call.inputs}  # fmt: skip
-    paid_for = chunk_texts(new, first_text) | chunk_texts(new, corpus[edited])
-    paid_for |= chunk_texts(new, corpus[held_older])
-    # Nothing else was paid again: the rest the new generation held at that very version.
-    assert sent and sent <= paid_for
-    assert chunk_texts(new, corpus[edited]) <= sent and chunk_texts(new, corpus[held_older]) <= sent
-    # Embedded: the edited document's two versions, the one held at an older version; skipped:
-    # the others, and both versions of the document the live stream wrote.
-    assert counts == (3, len(corpus) - 3, 2)
+    sent = set(sent_to(simulator, NEW_MODEL))
+    # Paid again: the document held at an older version, and nothing else; not the edited
+    # document (its first version superseded in the topic, its latest held complete).
+    assert sent == chunk_texts(new, corpus[held_older])
+    # Embedded: the one held at an older version; skipped: the others held complete (the
+    # edited one's latest too), the live stream's latest of the one it wrote, and the two
+    # versions later records replace (the edited one's first, the live one's first).
+    assert counts == (1, len(corpus) - 2, 1, 2)

@@ -13,7 +13,7 @@ from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.policy import FlushReason
 from embedstream.kafka.admin import topic_names
 from embedstream.kafka.processor import Processor
-from embedstream.kafka.work import EngineJob
+from embedstream.kafka.work import WorkItem
 
 from tests.integration.helpers import (
     create_all_topics,
@@ -35,7 +35,7 @@ class FlushLog:
 
     def hook(self, processor: Processor) -> None:
         def record(
-            key: BucketKey, items: list[Pending[EngineJob]], reason: FlushReason, now: float
+            key: BucketKey, items: list[Pending[WorkItem]], reason: FlushReason, now: float
         ) -> None:
             oldest = min(p.arrival for p in items)
             self.entries.append((key.priority, oldest, now, len(items)))
@@ -43,7 +43,7 @@ class FlushLog:
         inner = processor.batcher.on_flush
 
         def both(
-            key: BucketKey, items: list[Pending[EngineJob]], reason: FlushReason, now: float
+            key: BucketKey, items: list[Pending[WorkItem]], reason: FlushReason, now: float
         ) -> None:
             record(key, items, reason, now)
             if inner is not None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import gc
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
@@ -31,22 +35,29 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("high_thread", [False, True], ids=["one-processor", "high-thread"])
+def _maybe(
+    context: AbstractAsyncContextManager[Any], wanted: bool
+) -> AbstractAsyncContextManager[Any]:
+    return context if wanted else contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-processor", "high-and-bulk"])
 async def test_results_and_offsets_commit_together(
-    bootstrap: str, unique_prefix: str, high_thread: bool
+    bootstrap: str, unique_prefix: str, split: bool
 ) -> None:
-    """With high_thread the high topic's transactions are the thread's processor's own."""
+    """Split (input_lanes), the high topic's transactions are the high processor's own."""
     async with SimulatorServer() as simulator:
         settings = settings_for(
             bootstrap, unique_prefix, simulator.url, delivery="exactly_once", max_batch_size=64,
-            high_thread=high_thread,
+            input_lanes="bulk" if split else "all",
         )  # fmt: skip
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         ids = [f"x{i}" for i in range(3000)]
         high_ids = [f"h{i}" for i in range(500)]
         bad = [(b"bad", b"{not json")]
-        async with running_processor(settings):
+        high = dataclasses.replace(settings, input_lanes="high")
+        async with running_processor(settings), _maybe(running_processor(high), split):
             await publish(bootstrap, names.requests_low, [request(i, f"t {i}") for i in ids] + bad)
             await publish(bootstrap, names.requests_high, [request(i, f"u {i}") for i in high_ids])
             seen = await wait_for_ids(bootstrap, names.results, {*ids, *high_ids}, timeout_s=120)

@@ -53,13 +53,13 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.integration
 
 # One shape in every format: a request has an id, a document a doc_id (and a revision); the
-# text is nested, as producers' records are (text_field=body.content, field_map=version=rev).
+# text is nested, as producers' records are (field_map=text=body.content,version=rev).
 AVRO: dict[str, Any] = {
     "type": "record",
     "name": "Article",
     "namespace": "com.acme",
     "fields": [
-        {"name": "event_id", "type": "long"},  # an integer id: id_field=event_id
+        {"name": "event_id", "type": "long"},  # an integer id: field_map=id=event_id
         {"name": "doc_id", "type": ["null", "string"], "default": None},
         {"name": "rev", "type": ["null", "long"], "default": None},
         {
@@ -166,9 +166,7 @@ def _settings(bootstrap: str, prefix: str, simulator: SimulatorServer, registry:
         bootstrap, prefix, simulator.url,
         input_format=fmt,
         schema_registry_url=registry.url,
-        id_field="event_id" if fmt == "avro" else "id",
-        text_field="body.content",
-        field_map="version=rev",
+        field_map=f"id={'event_id' if fmt == 'avro' else 'id'},text=body.content,version=rev",
         chunk_max_tokens=64, chunk_min_tokens=16, chunk_overlap_tokens=8,
         **overrides,
     )  # fmt: skip

@@ -1,6 +1,9 @@
-"""The online lane of a processor on Apache Kafka, through the official `openai` SDK: the
-provider's vectors in OpenAI's shapes beside Kafka work, through a rebalance, and 429s at
-once under overload with no Kafka work lost."""
+"""The online lane beside the Kafka lanes on Apache Kafka, through the official `openai` SDK:
+`embedstream serve` and a processor, each with an engine of its own (as the processes of
+`embedstream run` with http_port are), on one provider budget (the ledger their supervisor
+holds, here held by the test). The provider's vectors in OpenAI's shapes beside Kafka work; an
+online request on the gateway keeps slots and caps the processor's calls; a 429 the
+processor meets answers online callers 429 at once; no Kafka work lost."""
 
 from __future__ import annotations
 
@@ -8,23 +11,19 @@ import asyncio
 import base64
 import contextlib
 import math
-import threading
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openai
 import pytest
-from embedsim import SimulatorConfig
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
-from embedstream.app_online_thread import THREAD_NAME, OnlineThread
-from embedstream.core import configured
+from embedstream.app_serve import Gateway
 from embedstream.core.lanes import Priority
-from embedstream.core.tracing import NULL_TRACER
-from embedstream.engine.clock import SYSTEM_CLOCK
+from embedstream.engine.budget_socket import LedgerServer
 from embedstream.kafka.admin import topic_names
-from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 from embedstream.testing import eventually
 from embedstream.tools.embedded import free_port
@@ -50,6 +49,29 @@ def close(a: Sequence[float], b: Sequence[float]) -> bool:
 
 
 @contextlib.asynccontextmanager
+async def lanes(
+    bootstrap: str, prefix: str, url: str, tmp_path: Path, **values: Any
+) -> AsyncIterator[tuple[Settings, Gateway, Settings]]:
+    """A gateway (the online lane) and a processor's settings, on one ledger."""
+    ledger = LedgerServer(tmp_path / "budget.sock")
+    await ledger.start()
+    common = {"budget_url": ledger.url, **values}
+    online = settings_for(bootstrap, prefix, url, http_port=free_port(),
+                          http_api_keys="rag:sk-rag", **common)  # fmt: skip
+    processor = settings_for(bootstrap, prefix, url, **common)
+    gateway = Gateway(online)
+    started = asyncio.Event()
+    serving = asyncio.create_task(gateway.run(started))
+    await started.wait()
+    try:
+        yield online, gateway, processor
+    finally:
+        gateway.stop()
+        await serving
+        await ledger.stop()
+
+
+@contextlib.asynccontextmanager
 async def sdk(settings: Settings) -> AsyncIterator[openai.AsyncOpenAI]:
     client = openai.AsyncOpenAI(
         base_url=f"http://127.0.0.1:{settings.http_port}/v1", api_key="sk-rag", max_retries=0
@@ -60,31 +82,24 @@ async def sdk(settings: Settings) -> AsyncIterator[openai.AsyncOpenAI]:
         await client.close()
 
 
-def online_settings(bootstrap: str, prefix: str, url: str, **values: Any) -> Settings:
-    return settings_for(
-        bootstrap, prefix, url, http_port=free_port(), http_api_keys="rag:sk-rag", **values
-    )
-
-
-def online_threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name == THREAD_NAME}
-
-
-@pytest.mark.parametrize("own_thread", [False, True], ids=["on-the-loop", "online-thread"])
 async def test_callers_get_the_providers_vectors_beside_kafka_work(
-    bootstrap: str, unique_prefix: str, own_thread: bool
+    bootstrap: str, unique_prefix: str, tmp_path: Path
 ) -> None:
-    """The same answers, metrics and Kafka results with the lane on the processor's loop and
-    on a thread of its own (online_thread); either way the processor's governor counts the
-    lane's calls: right after an answer, the Kafka lanes' calls are capped for it."""
-    async with SimulatorServer() as simulator:
-        settings = online_settings(bootstrap, unique_prefix, simulator.url, max_batch_size=256,
-                                   online_thread=own_thread)  # fmt: skip
+    """The gateway's answers, metrics and the processor's Kafka results; the two share the
+    budget: right after an online answer, the processor's low calls are capped for it."""
+    async with (
+        SimulatorServer() as simulator,
+        lanes(bootstrap, unique_prefix, simulator.url, tmp_path, max_batch_size=256) as (
+            settings,
+            gateway,
+            processor_settings,
+        ),
+    ):
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         backlog = [request(f"low-{i}", f"bulk text {i}") for i in range(3000)]
         model = settings.model
-        async with running_service(settings) as service, sdk(settings) as client:
+        async with running_service(processor_settings) as service, sdk(settings) as client:
             await publish(bootstrap, names.requests_low, backlog)
             texts = [f"query number {i}" for i in range(600)]  # more than one call
             floats = await client.embeddings.create(
@@ -92,9 +107,10 @@ async def test_callers_get_the_providers_vectors_beside_kafka_work(
             )
             # The SDK asks for base64 unless told otherwise, and decodes it.
             decoded = await client.embeddings.create(model=model, input="what is a lane?")
-            governor = service.processor.parts.governor
-            capped = governor.call_cap(Priority.LOW, 2048)  # the lane active: low cut for it
-            threads_while_serving = online_threads()
+            plan = service.processor.parts.governor
+            # the online lane is active in the fleet: the processor's low calls are cut for it
+            await eventually(lambda: plan.call_cap(Priority.LOW, 2048) <= 256, timeout_s=3)
+            assert plan.lane_slots(Priority.LOW) <= processor_settings.max_concurrency - 2
             short = await client.embeddings.create(model=model, input="short", dimensions=64)
             ids = await client.embeddings.create(model=model, input=[[10, 20, 30], [40]])
             raw = await client.embeddings.with_raw_response.create(
@@ -108,15 +124,11 @@ async def test_callers_get_the_providers_vectors_beside_kafka_work(
             seen = await wait_for_ids(
                 bootstrap, names.results, {f"low-{i}" for i in range(3000)}, timeout_s=120
             )
-            sample = service.metrics.registry.get_sample_value
+            sample = gateway.metrics.registry.get_sample_value
             online_200 = sample(
                 "embedstream_online_requests_total", {"key": "rag", "status": "200"}
             )
             online_items = sample("embedstream_item_wait_seconds_count", {"lane": "online"})
-            await eventually(lambda: governor.lane_in_flight(Priority.ONLINE) == 0)
-        assert capped <= 256
-        assert threads_while_serving == ({THREAD_NAME} if own_thread else set())
-        assert online_threads() == set()  # stopped with the processor
         dims = 256  # the simulator's default
         assert [d.index for d in floats.data] == list(range(600))
         for text, datum in zip(texts, floats.data, strict=True):
@@ -135,76 +147,45 @@ async def test_callers_get_the_providers_vectors_beside_kafka_work(
         results = await read_topic(bootstrap, names.results)
         assert len(results) == 3000  # online answers never go to Kafka
         assert all(not r.key.startswith(b"online") for r in results)
+        # one budget: the provider never had more calls than the 4 slots between the two
+        assert simulator.stats.peak_received <= processor_settings.max_concurrency
 
 
-async def test_the_lane_keeps_serving_through_a_rebalance(
-    bootstrap: str, unique_prefix: str
+async def test_a_429_the_processor_meets_answers_online_callers_429_at_once(
+    bootstrap: str, unique_prefix: str, tmp_path: Path
 ) -> None:
-    async with SimulatorServer() as simulator:
-        settings = online_settings(bootstrap, unique_prefix, simulator.url)
-        other = settings_for(bootstrap, unique_prefix, simulator.url)  # same group, no lane
-        names = topic_names(unique_prefix)
-        await create_all_topics(settings)
-        answered: list[int] = []
-        failures: list[BaseException] = []
-        stop = asyncio.Event()
-        more = asyncio.Event()
-
-        async def query(client: openai.AsyncOpenAI) -> None:
-            while not stop.is_set():
-                try:
-                    got = await client.embeddings.create(
-                        model=settings.model, input=f"q{len(answered)}", encoding_format="float"
-                    )
-                    answered.append(len(got.data))
-                    more.set()
-                except openai.APIError as exc:
-                    failures.append(exc)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.02)
-
-        async with running_service(settings) as first, sdk(settings) as client:
-            querying = asyncio.create_task(query(client))
-            await asyncio.wait_for(more.wait(), 10)  # serving before the group changes
-            await publish(
-                bootstrap, names.requests_low, [request(f"r{i}", "t") for i in range(200)]
-            )
-            before = len(answered)
-            async with running_service(other):  # joins: the group rebalances
-                during = len(answered)
-                await wait_for_ids(bootstrap, names.results, {f"r{i}" for i in range(200)}, 60)
-            after_leave = len(answered)
-            more.clear()
-            await asyncio.wait_for(more.wait(), 10)  # still answering after the member left
-            stop.set()
-            await querying
-            assert first.processor.joined
-        assert failures == []
-        assert before > 0 and during >= before and len(answered) > after_leave
-
-
-async def test_overload_answers_429_at_once_and_loses_no_kafka_work(
-    bootstrap: str, unique_prefix: str
-) -> None:
-    async with SimulatorServer() as simulator:
-        settings = online_settings(bootstrap, unique_prefix, simulator.url, online_timeout_s=1.0)
+    """The 429 gate is the budget's: the processor's call meets the provider's rate limit,
+    and the gateway, which made no call, refuses its callers at once instead of waiting out
+    its deadline; no Kafka work is lost."""
+    async with (
+        SimulatorServer() as simulator,
+        lanes(bootstrap, unique_prefix, simulator.url, tmp_path, online_timeout_s=1.0) as (
+            settings,
+            _,
+            processor_settings,
+        ),
+    ):
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         ids = {f"k{i}" for i in range(300)}
-        async with running_service(settings), sdk(settings) as client:
+        async with running_service(processor_settings), sdk(settings) as client:
             await client.embeddings.create(model=settings.model, input="warm")
             simulator.set_faults(rate_limit_for_s=4.0)  # every call 429s with retry-after
             await publish(bootstrap, names.requests_low, [request(i, i) for i in sorted(ids)])
             # The first call to meet the window closes the gate for the whole retry-after.
             await eventually(lambda: simulator.stats.rejected_429 > 0, timeout_s=10)
+            await asyncio.sleep(0.1)  # the gate reaches the ledger
+            calls_before = simulator.stats.calls
             loop = asyncio.get_running_loop()
             started = loop.time()
             with pytest.raises(openai.RateLimitError) as caught:
                 await client.embeddings.create(model=settings.model, input="now please")
             waited = loop.time() - started
+            online_calls = simulator.stats.calls - calls_before
             seen = await wait_for_ids(bootstrap, names.results, ids, timeout_s=60)
         assert waited < settings.online_timeout_s  # answered at once, not at the deadline
         assert int(caught.value.response.headers["retry-after"]) >= 1
+        assert online_calls <= 1  # the gateway held its call: the fleet's gate was closed
         assert set(seen) == ids and all(len(v) == 1 for v in seen.values())
         lag = await committed_lag(bootstrap, settings.group_id, [names.requests_low])
         assert lag == {names.requests_low: 0}
@@ -215,7 +196,7 @@ async def test_sink_search_embeds_the_question_through_an_online_lane() -> None:
 
     from embedsim.model import expected_vector as provider_vector
     from embedstream.app_serve import Gateway
-    from embedstream.app_store import search_store
+    from embedstream.app_store import OnlineLaneAddress, search_store
     from embedstream.settings import load_settings
     from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
     from embedstream.testing.postgres import PostgresUnavailable, start_postgres
@@ -246,9 +227,9 @@ async def test_sink_search_embeds_the_question_through_an_online_lane() -> None:
                     "store_dsn": postgres.dsn, "store_table": table, "store_model": "m",
                     # Nothing listens here: the question must go through the online lane.
                     "base_url": f"http://127.0.0.1:{free_port()}/v1",
-                    "online_url": f"http://127.0.0.1:{gateway.online.port}/v1",
                 })  # fmt: skip
-                hits = await search_store(searcher, "alpha text", 2)
+                lane = OnlineLaneAddress(f"http://127.0.0.1:{gateway.online.port}/v1")
+                hits = await search_store(searcher, "alpha text", 2, lane)
                 answered = gateway.metrics.registry.get_sample_value(
                     "embedstream_online_requests_total", {"key": "anonymous", "status": "200"}
                 )
@@ -257,25 +238,3 @@ async def test_sink_search_embeds_the_question_through_an_online_lane() -> None:
                 await serving
     assert [hit.doc_id for hit in hits] == ["alpha", "beta"]
     assert answered == 1.0
-
-
-async def test_the_lanes_thread_answers_what_is_in_flight_when_the_processor_stops(
-    bootstrap: str, unique_prefix: str
-) -> None:
-    """The processor stops the lane twice over (stop accepting, then stop): a request already
-    sent still gets its vector; a second stop must not cut the lane's drain short."""
-    async with SimulatorServer(SimulatorConfig(base_ms=600)) as simulator:
-        settings = online_settings(bootstrap, unique_prefix, simulator.url)
-        governor = configured.governor(settings, SYSTEM_CLOCK.monotonic)
-        lane = OnlineThread(settings, governor, Metrics(), NULL_TRACER)
-        await lane.start(settings.http_host, settings.http_port)
-        async with sdk(settings) as client:
-            asking = asyncio.create_task(
-                client.embeddings.create(model=settings.model, input="in flight")
-            )
-            await eventually(lambda: simulator.stats.calls > 0)
-            await lane.stop_accepting()
-            await lane.stop_accepting()
-            await lane.stop()
-            answer = await asking
-        assert len(answer.data) == 1 and online_threads() == set()

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -28,10 +29,12 @@ import pytest
 import yaml
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
+from embedstream.errors import env_var
 from embedstream.kafka.admin import topic_names
 from embedstream.ops.metrics import PROCESSOR_METRIC_NAMES
 from embedstream.ops.store_metrics import STORE_METRIC_NAMES
 from embedstream.settings import Settings
+from embedstream.testing import eventually
 from embedstream.tools.embedded import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -39,7 +42,6 @@ from tests.integration.helpers import (
     create_all_topics,
     publish,
     request,
-    running_processor,
     settings_for,
     wait_for_ids,
 )
@@ -50,6 +52,7 @@ STORE_WRITER_ONLY = STORE_METRIC_NAMES - PROCESSOR_METRIC_NAMES
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
+STREAM = ROOT / "stream"
 DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "embedstream.json"
 ALERT_RULES = ROOT / "ops" / "prometheus" / "alerts.yml"
 
@@ -159,6 +162,8 @@ def texts() -> tuple[dict[str, str], dict[str, str]]:
 
 @contextlib.asynccontextmanager
 async def processor_with_simulator(bootstrap: str, prefix: str) -> AsyncIterator[Settings]:
+    """`embedstream run` with the online lane on, as users run it: its lane processes (`serve`
+    and a processor) behind one /metrics, so every family a deployment exports is there."""
     simulator_config = SimulatorConfig(base_ms=2, fail_texts_containing=FLAKY, fail_times=1)
     async with SimulatorServer(simulator_config) as simulator:
         settings = settings_for(
@@ -174,8 +179,34 @@ async def processor_with_simulator(bootstrap: str, prefix: str) -> AsyncIterator
             http_port=free_port(),  # the online lane's metrics too
         )
         await create_all_topics(settings)
-        async with running_processor(settings):
+        names = ("bootstrap_servers", "topic_prefix", "group_id", "base_url", "metrics_port",
+                 "max_batch_size", "retry_backoff_base_ms", "retry_backoff_cap_ms",
+                 "max_attempts", "http_port", "fetch_max_wait_ms", "max_wait_ms",
+                 "commit_interval_ms")  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDSTREAM_")}
+        env.update({env_var(n): str(getattr(settings, n)) for n in names})
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STREAM), env.get("PYTHONPATH")]))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "embedstream.cli", "run", env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            await eventually(lambda: _ready(settings.metrics_port), timeout_s=60, poll_s=0.2)
             yield settings
+        finally:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 60)
+
+
+async def _ready(port: int) -> bool:
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session,
+            session.get(f"http://127.0.0.1:{port}/readyz") as response,
+        ):
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
 
 
 async def push_traffic(bootstrap: str, settings: Settings) -> int:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from pathlib import Path
 
 import aiohttp
 import pytest
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
-from embedstream.app_high_thread import SNAPSHOT_EVERY_S
+from embedstream.engine.budget_socket import LedgerServer
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.tools.embedded import free_port
@@ -64,15 +65,13 @@ def _texts(n: int) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("high_thread", [False, True], ids=["one-processor", "high-thread"])
 async def test_every_request_gets_exactly_one_correct_result(
-    bootstrap: str, unique_prefix: str, high_thread: bool
+    bootstrap: str, unique_prefix: str
 ) -> None:
     async with SimulatorServer() as simulator:
         settings = settings_for(
-            bootstrap, unique_prefix, simulator.url, max_batch_size=64, metrics_port=free_port(),
-            high_thread=high_thread,
-        )  # fmt: skip
+            bootstrap, unique_prefix, simulator.url, max_batch_size=64, metrics_port=free_port()
+        )
         names = topic_names(unique_prefix)
         await create_all_topics(settings)
         texts = _texts(N)
@@ -84,43 +83,89 @@ async def test_every_request_gets_exactly_one_correct_result(
             await publish(bootstrap, names.requests_low, low)
             seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=180)
             assert set(seen) == set(ids)
-            main_lanes = set(service.processor.lane_by_partition().values())
-            if high_thread:  # the group gave the high topic to the thread's member, all of it
-                assert service.high is not None and main_lanes == {"low", "retry"}
-                await asyncio.sleep(2 * SNAPSHOT_EVERY_S)
-                high_partitions = service.high.snapshot.lanes
-                assert set(high_partitions.values()) == {"high"}
-                assert {tp.topic for tp in high_partitions} == {names.requests_high}
-            else:
-                assert service.high is None and main_lanes == {"high", "low", "retry"}
+            lanes = set(service.processor.lane_by_partition().values())
+            assert lanes == {"high", "low", "retry"}
             await asyncio.sleep(1.5)  # a health sample after the last results
             exposition = await _get(settings, "/metrics")
-            # the health loop reports both processors' partitions
             labels = f'lane="high",partition="0",topic="{names.requests_high}"'
             assert f"embedstream_consumer_lag{{{labels}}}" in exposition
             assert _sample(exposition, 'embedstream_results_total{lane="high"}') == N // 5
             assert _sample(exposition, 'embedstream_results_total{lane="low"}') == N - N // 5
             assert _sample(exposition, "embedstream_batch_size_count") < N / 4
             assert await _get(settings, "/readyz", status_only=True) == "200"
-        # After a clean stop, read everything once more: no duplicates, correct vectors.
-        records = await read_topic(bootstrap, names.results)
-        assert len(records) == N
-        for record in records:
-            import orjson
+        await _check_results(bootstrap, unique_prefix, settings, texts, simulator)
 
-            doc = orjson.loads(record.value)
-            assert record.key == doc["id"].encode()
-            expected = expected_vector(settings.model, texts[doc["id"]], doc["dimensions"])
-            assert doc["attempts"] == 1
-            assert all(
-                math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6)
-                for a, b in zip(doc["embedding"], expected, strict=True)
-            )
-        lag = await committed_lag(
-            bootstrap, settings.group_id, [names.requests_high, names.requests_low]
+
+async def test_a_high_and_a_bulk_processor_split_the_topics_and_every_request_gets_one_result(
+    bootstrap: str, unique_prefix: str, tmp_path: Path
+) -> None:
+    """input_lanes: one member of the group reads the high topics, another every other one,
+    both on one provider budget (the ledger a supervisor holds, here in the test)."""
+    async with SimulatorServer() as simulator:
+        ledger = LedgerServer(tmp_path / "budget.sock")
+        await ledger.start()
+        common = {"max_batch_size": 64, "budget_url": ledger.url, "max_concurrency": 4}
+        high_settings = settings_for(bootstrap, unique_prefix, simulator.url, input_lanes="high",
+                                     metrics_port=free_port(), **common)  # fmt: skip
+        bulk_settings = settings_for(bootstrap, unique_prefix, simulator.url, input_lanes="bulk",
+                                     metrics_port=free_port(), **common)  # fmt: skip
+        names = topic_names(unique_prefix)
+        await create_all_topics(high_settings)
+        texts = _texts(N)
+        ids = list(texts)
+        high = [request(i, texts[i]) for i in ids[: N // 5]]
+        low = [request(i, texts[i]) for i in ids[N // 5 :]]
+        try:
+            async with (
+                running_service(high_settings) as high_service,
+                running_service(bulk_settings) as bulk_service,
+            ):
+                await publish(bootstrap, names.requests_high, high)
+                await publish(bootstrap, names.requests_low, low)
+                seen = await wait_for_ids(bootstrap, names.results, set(ids), timeout_s=180)
+                assert set(seen) == set(ids)
+                high_lanes = set(high_service.processor.lane_by_partition().values())
+                bulk_lanes = set(bulk_service.processor.lane_by_partition().values())
+                assert (high_lanes, bulk_lanes) == ({"high"}, {"low", "retry"})
+                high_metrics = await _get(high_settings, "/metrics")
+                bulk_metrics = await _get(bulk_settings, "/metrics")
+                assert _sample(high_metrics, 'embedstream_results_total{lane="high"}') == N // 5
+                assert _sample(bulk_metrics, 'embedstream_results_total{lane="low"}') == N - N // 5
+                assert _sample(bulk_metrics, "embedstream_budget_members") == 2.0
+                assert set(ledger.ledger.members) and len(ledger.ledger.members) == 2
+        finally:
+            await ledger.stop()
+        assert simulator.stats.peak_received <= 4  # one budget: 4 slots between them
+        await _check_results(bootstrap, unique_prefix, high_settings, texts, simulator)
+
+
+async def _check_results(
+    bootstrap: str,
+    prefix: str,
+    settings: Settings,
+    texts: dict[str, str],
+    simulator: SimulatorServer,
+) -> None:
+    names = topic_names(prefix)
+    # After a clean stop, read everything once more: no duplicates, correct vectors.
+    records = await read_topic(bootstrap, names.results)
+    assert len(records) == N
+    for record in records:
+        import orjson
+
+        doc = orjson.loads(record.value)
+        assert record.key == doc["id"].encode()
+        expected = expected_vector(settings.model, texts[doc["id"]], doc["dimensions"])
+        assert doc["attempts"] == 1
+        assert all(
+            math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6)
+            for a, b in zip(doc["embedding"], expected, strict=True)
         )
-        assert lag == {names.requests_high: 0, names.requests_low: 0}
-        assert simulator.stats.calls < N / 4  # batching happened
+    lag = await committed_lag(
+        bootstrap, settings.group_id, [names.requests_high, names.requests_low]
+    )
+    assert lag == {names.requests_high: 0, names.requests_low: 0}
+    assert simulator.stats.calls < N / 4  # batching happened
 
 
 @pytest.mark.parametrize("codec", ["lz4", "zstd"])

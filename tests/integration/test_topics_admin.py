@@ -8,6 +8,7 @@ import logging
 import pytest
 from embedstream.errors import ConfigError
 from embedstream.kafka.admin import (
+    configured_specs,
     create_topics,
     describe_drift,
     describe_topics,
@@ -120,3 +121,21 @@ async def test_require_topics_waits_for_topics_created_meanwhile(
     finally:
         logger.removeHandler(looked)
         logger.setLevel(level)
+
+
+async def test_the_documents_topic_is_made_with_its_compaction_settings(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    settings = load_settings(
+        env={},
+        overrides={
+            "bootstrap_servers": bootstrap, "topic_prefix": unique_prefix,
+            "topic_documents": unique_prefix + "documents",
+        },
+    )  # fmt: skip
+    [documents] = [spec for spec in configured_specs(settings) if spec.key == "documents"]
+    await create_topics(bootstrap, [documents])
+    [description] = await describe_topics(bootstrap, [documents])
+    assert describe_drift(documents, description) == []
+    for name in ("cleanup.policy", "segment.ms", "max.compaction.lag.ms"):
+        assert description.configs[name] == documents.configs[name]

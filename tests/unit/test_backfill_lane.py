@@ -15,6 +15,7 @@ from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.policy import BatchLimits, FlushReason
 from embedstream.core.reservations import Reservations
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.budget_local import LocalBudget
 from embedstream.settings import load_settings
 from embedstream.testing.virtual_loop import VirtualLoop
 
@@ -94,7 +95,9 @@ def run_batcher(items: Sequence[tuple[Priority, float]], call_s: float) -> Dispa
 
         limits = BatchLimits(max_items=8, max_tokens=10_000, max_wait_s=0.05, scale_factor=8)
         governor = Governor(max_concurrency=4, clock=loop.time, lanes=default_lanes(0.1))
-        batcher: Batcher[int] = Batcher(limits, dispatch, governor=governor, clock=loop.time)
+        batcher: Batcher[int] = Batcher(
+            limits, dispatch, budget=LocalBudget(governor), clock=loop.time
+        )
         runner = asyncio.create_task(batcher.run())
         for n, (lane, arrival) in enumerate(sorted(items, key=lambda i: i[1])):
             await asyncio.sleep(max(0.0, arrival - loop.time()))

@@ -20,15 +20,16 @@ from embedstream.errors import Reason, StoreError
 from embedstream.kafka.backfill_held import StoreAnswers
 from embedstream.testing.virtual_loop import VirtualLoop
 
-COMPLETE, LIVE = SkipReason.COMPLETE, SkipReason.LIVE
+COMPLETE, LIVE, SUPERSEDED = SkipReason.COMPLETE, SkipReason.LIVE, SkipReason.SUPERSEDED
 
 
 def reads(*events: str) -> list[ReadVersion]:
-    """``"a@v1"`` a version, ``"a@"`` a delete."""
+    """``"a@v1"`` a version, ``"a@"`` a delete; a trailing ``!``: a later record of the
+    document was read ahead (superseded)."""
     out = []
     for event in events:
-        doc_id, version = event.split("@")
-        out.append(ReadVersion(doc_id, version or None))
+        doc_id, version = event.rstrip("!").split("@")
+        out.append(ReadVersion(doc_id, version or None, superseded=event.endswith("!")))
     return out
 
 
@@ -53,6 +54,16 @@ CASES = [
      [COMPLETE, COMPLETE]),
     ("others are independent", ["a@v1", "b@v1", "c@v9", "d@v1"], {"a": "v1", "c": "v9"},
      {"d"}, {"c"}, [COMPLETE, None, None, LIVE]),
+    # A later record of the document in the topic replaces the version: nothing sent for it.
+    ("superseded", ["a@v1!"], {}, set(), set(), [SUPERSEDED]),
+    ("superseded before live or complete", ["a@v1!"], {"a": "v1"}, {"a"}, set(), [SUPERSEDED]),
+    ("superseded, even after this backfill wrote it", ["a@v1!"], {}, set(), {"a"},
+     [SUPERSEDED]),
+    # Nothing was sent for the superseded one: the latest, held complete, is skipped too.
+    ("superseded, then the latest held", ["a@v1!", "a@v2"], {"a": "v2"}, set(), set(),
+     [SUPERSEDED, COMPLETE]),
+    ("superseded, then the latest", ["a@v1!", "a@v2"], {}, set(), set(), [SUPERSEDED, None]),
+    ("a superseded delete is still done", ["a@!", "a@v2"], {}, set(), set(), [None, None]),
 ]  # fmt: skip
 
 

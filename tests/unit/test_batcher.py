@@ -11,6 +11,7 @@ from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.limits import ProviderLimits, batch_violations
 from embedstream.core.policy import BatchLimits, FlushReason
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.budget_local import LocalBudget
 from embedstream.testing import FakeClock
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,7 +49,7 @@ async def drive(
     clock = FakeClock()
     governor = Governor(max_concurrency=10**6, clock=clock, min_low_share=0.0)
     batcher: Batcher[int] = Batcher(
-        LIMITS, _never_finishes, governor=governor, clock=clock, cost=cost
+        LIMITS, _never_finishes, budget=LocalBudget(governor), clock=clock, cost=cost
     )
     recorder = Recorder()
     batcher.on_flush = recorder
@@ -131,7 +132,9 @@ def test_tokens_trigger_cuts_before_the_budget_is_passed() -> None:
 async def test_high_item_never_queues_behind_more_than_one_low_batch() -> None:
     clock = FakeClock()
     governor = Governor(max_concurrency=2, clock=clock, min_low_share=0.0)
-    batcher: Batcher[int] = Batcher(LIMITS, _never_finishes, governor=governor, clock=clock)
+    batcher: Batcher[int] = Batcher(
+        LIMITS, _never_finishes, budget=LocalBudget(governor), clock=clock
+    )
     recorder = Recorder()
     batcher.on_flush = recorder
     for i in range(40):
@@ -153,7 +156,7 @@ async def test_low_lane_keeps_its_minimum_share_while_both_are_backlogged() -> N
     async def quick(key: BucketKey, items: list[Pending[int]], reason: FlushReason) -> None:
         finished.set()
 
-    batcher: Batcher[int] = Batcher(LIMITS, quick, governor=governor, clock=clock)
+    batcher: Batcher[int] = Batcher(LIMITS, quick, budget=LocalBudget(governor), clock=clock)
     recorder = Recorder()
     batcher.on_flush = recorder
     for i in range(8 * 20):
@@ -174,7 +177,11 @@ async def test_high_item_is_not_held_for_batch_mates_while_low_work_goes_out() -
     governor = Governor(max_concurrency=4, clock=clock, min_low_share=0.0)
     lag = {Priority.HIGH: 100, Priority.LOW: 0}  # high backlog in Kafka: its timer would wait
     batcher: Batcher[int] = Batcher(
-        LIMITS, _never_finishes, governor=governor, clock=clock, backlog=lambda lane: lag[lane]
+        LIMITS,
+        _never_finishes,
+        budget=LocalBudget(governor),
+        clock=clock,
+        backlog=lambda lane: lag[lane],
     )
     recorder = Recorder()
     batcher.on_flush = recorder
@@ -198,7 +205,7 @@ async def test_a_shallow_backlog_is_spread_over_the_idle_slots() -> None:
     cost = CostModels(CallCost(base_s=0.04, per_token_s=2e-5, per_item_s=0.0))
     governor = Governor(max_concurrency=8, clock=clock)
     batcher: Batcher[int] = Batcher(
-        limits, _never_finishes, governor=governor, clock=clock, cost=cost
+        limits, _never_finishes, budget=LocalBudget(governor), clock=clock, cost=cost
     )
     recorder = Recorder()
     batcher.on_flush = recorder
@@ -222,7 +229,7 @@ async def test_items_the_free_slots_cannot_take_are_the_backlog_behind_them() ->
     governor = Governor(max_concurrency=2, clock=clock)
     lag = {Priority.HIGH: 0, Priority.LOW: 100}
     batcher: Batcher[int] = Batcher(
-        limits, _never_finishes, governor=governor, clock=clock, backlog=lag.__getitem__
+        limits, _never_finishes, budget=LocalBudget(governor), clock=clock, backlog=lag.__getitem__
     )
     for i in range(10):
         batcher.add(KEYS[0], 1, i)  # high lane: 2 free slots take 8 at once

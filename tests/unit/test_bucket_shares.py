@@ -11,6 +11,7 @@ from embedstream.core.governor import Governor
 from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority, Source
 from embedstream.core.policy import BatchLimits, FlushReason
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.budget_local import LocalBudget
 from embedstream.testing import FakeClock
 from embedstream.tools.bench.baselines import calls_fifo
 from hypothesis import given
@@ -129,7 +130,7 @@ async def test_the_batcher_shares_calls_but_never_mixes_buckets() -> None:
         calls.append((key, [p.payload for p in items]))
 
     governor = Governor(max_concurrency=2, clock=clock, min_low_share=0.0)
-    batcher: Batcher[Item] = Batcher(limits, dispatch, governor=governor, clock=clock)
+    batcher: Batcher[Item] = Batcher(limits, dispatch, budget=LocalBudget(governor), clock=clock)
     other = KEY._replace(model="m2")
     for i in range(40):
         batcher.add(KEY, 1, ("a", i), "a")
@@ -153,7 +154,7 @@ async def test_with_calls_unshared_a_bucket_is_one_fifo() -> None:
     clock = FakeClock()
     limits = BatchLimits(max_items=10, max_tokens=10_000, max_wait_s=0.0, scale_factor=4.0)
     governor = Governor(max_concurrency=100, clock=clock, min_low_share=0.0)
-    batcher: Batcher[Item] = Batcher(limits, _ignore, governor=governor, clock=clock)
+    batcher: Batcher[Item] = Batcher(limits, _ignore, budget=LocalBudget(governor), clock=clock)
     calls_fifo(batcher)
     seen: list[list[Item]] = []
     batcher.on_flush = lambda key, items, reason, now: seen.append([p.payload for p in items])

@@ -139,7 +139,9 @@ async def test_hits_misses_and_tokens_saved_are_counted_per_tier(
     assert shared.gets == [2]  # one round trip, for what memory lacked: "aa" and "new"
     assert counted(registry, "embedstream_cache_hits_total", tier="memory") == 1
     assert counted(registry, "embedstream_cache_hits_total", tier="redis") == 1
-    assert counted(registry, "embedstream_cache_misses_total") == 1
+    # A miss is counted when it is sent (it may yet be answered at its call's cut:
+    # engine/shared_texts.py), not here.
+    assert counted(registry, "embedstream_cache_misses_total") == 0
     assert counted(registry, "embedstream_cache_tokens_saved_total") == 6
 
 

@@ -253,6 +253,7 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_BASE_URL": "https://user:canary-url@gateway.example/v1",
         "EMBEDSTREAM_CACHE": "redis",
         "EMBEDSTREAM_CACHE_URL": "rediss://:canary-redis@cache.example:6380/0",
+        "EMBEDSTREAM_BUDGET_URL": "rediss://:canary-budget@budget.example:6380/1",
         "EMBEDSTREAM_EXTRA_HEADERS": '{"X-Gateway-Key": "canary-gw", "X-Route": "eu"}',
         "EMBEDSTREAM_INPUT_FORMAT": "avro",
         "EMBEDSTREAM_SCHEMA_REGISTRY_URL": "https://reg:canary-reg-url@registry.example",
@@ -261,7 +262,6 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
         "EMBEDSTREAM_STORE_DSN": "postgresql://writer:canary-pg@db:5432/v?sslmode=require",
         "EMBEDSTREAM_TRACING_HEADERS": '{"Authorization": "Bearer canary-otlp"}',
         "EMBEDSTREAM_HTTP_API_KEYS": "rag:canary-rag,indexer:canary-idx",
-        "EMBEDSTREAM_ONLINE_API_KEY": "canary-online",
     }  # fmt: skip
     settings = load_settings(env=env)
     shown = repr(settings) + str(settings.describe())
@@ -269,19 +269,21 @@ def test_every_secret_is_masked_and_urls_are_scrubbed(tmp_path: Path) -> None:
     assert settings.describe()["base_url"] == "https://user:***@gateway.example/v1"
     assert settings.describe()["cache_url"] == "rediss://***@cache.example:6380/0"
     assert "canary-redis" in settings.secret_values()  # the log filter masks it alone too
+    assert settings.describe()["budget_url"] == "rediss://***@budget.example:6380/1"
+    assert "canary-budget" in settings.secret_values()
     assert set(SECRETS) == {
         "api_key",
         "sasl_password",
         "ssl_keyfile_password",
         "extra_headers",
         "cache_url",
+        "budget_url",
         "schema_registry_password",
         "schema_registry_bearer_token",
         "schema_registry_ssl_keyfile_password",
         "store_dsn",
         "tracing_headers",
         "http_api_keys",
-        "online_api_key",
     }
     assert "canary-reg-url" in settings.secret_values()  # the registry URL's password alone
     assert "canary-pg" in settings.secret_values()

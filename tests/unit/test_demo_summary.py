@@ -1,5 +1,5 @@
-"""The demo's summary model (pure): the plan, figures from a real metrics registry, latencies
-from result records, outcomes from the verify report, and the tables."""
+"""The demo's summary model (pure): figures from a real metrics registry, latencies from result
+records, outcomes from the verify report, the tables and the lanes phase in words."""
 
 from __future__ import annotations
 
@@ -8,18 +8,19 @@ import io
 
 import pytest
 from embedstream.ops.metrics import Metrics
+from embedstream.tools.demo.phases import LanesPhase, Phase, RequestPhase, plan
 from embedstream.tools.demo.summary import (
     CACHE_OFF,
     CacheFigures,
     LaneFigures,
     Outcomes,
-    Phase,
     PhaseFigures,
+    lanes_lines,
     latencies_by_phase,
     measure,
     percentile,
-    plan,
     render,
+    share,
 )
 from embedstream.tools.top.model import Snapshot, parse_exposition, snapshot_of
 from embedstream.tools.verify.report import RequestInfo, ResultRecord, build_report
@@ -35,47 +36,6 @@ def text_of(renderable: object, width: int = 80) -> str:
     out = io.StringIO()
     Console(file=out, width=width, highlight=False, color_system=None).print(renderable)
     return out.getvalue()
-
-
-# ----------------------------------------------------------------------------- the plan
-
-
-def test_a_sparse_phase_then_a_burst_with_distinct_ids() -> None:
-    sparse, burst = plan(10, 40.0, 25)
-    assert (sparse.name, sparse.items, sparse.rate) == ("sparse", 10, 40.0)
-    assert (burst.name, burst.items, burst.rate) == ("burst", 25, None)
-    ids = [rid for phase in (sparse, burst) for rid, _ in phase.requests()]
-    assert len(ids) == len(set(ids)) == 35
-    assert ids[0] == "sparse-0" and ids[10] == "burst-10"  # numbers run on: distinct texts
-    lanes = [lane for phase in (sparse, burst) for _, lane in phase.requests()]
-    assert lanes.count("high") == 7  # one in five
-
-
-def test_an_empty_sparse_phase_is_left_out() -> None:
-    assert [phase.name for phase in plan(0, 40.0, 5)] == ["burst"]
-
-
-def test_sparse_requests_are_spaced_a_burst_goes_at_once() -> None:
-    sparse, burst = plan(4, 20.0, 4)
-    assert [sparse.send_at(i) for i in range(4)] == [0.0, 0.05, 0.1, 0.15]
-    assert {burst.send_at(i) for i in range(4)} == {0.0}
-
-
-@pytest.mark.parametrize("rate", [0.0, -1.0, float("inf"), float("nan")])
-def test_a_phase_rate_must_be_positive_and_finite(rate: float) -> None:
-    with pytest.raises(ValueError, match="rate"):
-        Phase("sparse", 3, rate)
-
-
-@pytest.mark.parametrize(
-    ("phase", "words"),
-    [
-        (Phase("sparse", 200, 40.0), "sparse: 200 requests at 40/s"),
-        (Phase("burst", 3000), "burst: 3,000 requests at once"),
-    ],
-)
-def test_a_phase_describes_itself(phase: Phase, words: str) -> None:
-    assert phase.describe() == words
 
 
 # ----------------------------------------------------------------------------- figures
@@ -131,40 +91,62 @@ def test_registry_and_exposition_give_the_same_snapshot() -> None:
     assert snapshot(metrics) == parsed
 
 
+def test_a_lane_with_a_span_of_its_own_has_its_own_rate() -> None:
+    metrics = Metrics()
+    before = snapshot(metrics)
+    for _ in range(600):
+        metrics.observe_result("low", 1.0)
+    for _ in range(10):
+        metrics.observe_result("high", 0.05)
+    after = snapshot(metrics)
+    lanes = LanesPhase(600, 5.0).sent(10)
+    spans = {"low": 2.0, "high": 2.5}  # the backlog drained in 2 s; high ran for 2.5 s
+    figures = measure(lanes, before, after, 3.0, {}, spans)
+    assert figures.per_second(figures.lanes["low"].items, "low") == 300.0
+    assert figures.per_second(figures.lanes["high"].items, "high") == 4.0
+    assert figures.per_second(figures.total.items) == 610 / 3.0  # the phase's own span
+    assert figures.per_second(10, "retry") == 10 / 3.0  # a lane without a span: the phase's
+    assert measure(lanes, before, after, 3.0, {}).lane_seconds == {}
+
+
 def test_cache_figures_are_the_phase_increase_and_absent_without_look_ups() -> None:
     metrics = Metrics()
     metrics.count_cache_lookups({"memory": 5}, misses=5, tokens_saved=50)  # an earlier phase
     before = snapshot(metrics)
     metrics.count_cache_lookups({"memory": 3, "redis": 4}, misses=13, tokens_saved=70)
     after = snapshot(metrics)
-    figures = measure(Phase("burst", 20), before, after, 1.0, {})
+    figures = measure(LanesPhase(20, 50.0), before, after, 1.0, {})
     assert figures.cache == CacheFigures(hits=7, lookups=20, tokens_saved=70)
     assert figures.cache.describe() == "cache: 7 hits of 20 look-ups, 70 tokens saved"
-    assert measure(Phase("burst", 20), after, after, 1.0, {}).cache is None
+    assert measure(LanesPhase(20, 50.0), after, after, 1.0, {}).cache is None
 
 
 def test_no_call_means_no_mean_batch() -> None:
     empty = snapshot(Metrics())
-    figures = measure(Phase("burst", 0), empty, empty, 1.0, {})
+    figures = measure(LanesPhase(0, 50.0), empty, empty, 1.0, {})
     assert figures.calls == 0 and figures.mean_batch is None
     assert figures.total == LaneFigures(0, None, None)
 
 
 def test_latencies_are_grouped_by_phase_and_lane() -> None:
-    phases = plan(5, 10.0, 5)
+    sparse, lanes = plan(5, 10.0, 3, 50.0)
+    assert isinstance(lanes, LanesPhase)
     results = [
         ResultRecord("sparse-0", {"latency_ms": 12.0}),  # high (0 % 5)
         ResultRecord("sparse-1", {"latency_ms": 30}),
         ResultRecord("sparse-1", {"latency_ms": 31.0}),  # a duplicate: a consumer saw it too
-        ResultRecord("burst-5", {"latency_ms": 900.0}),  # high
-        ResultRecord("burst-6", {"latency_ms": "slow"}),  # unreadable: left out
-        ResultRecord("burst-7", {}),
+        ResultRecord("lanes-5", {"latency_ms": 900.0}),  # the backlog: low
+        ResultRecord("lanes-6", {"latency_ms": "slow"}),  # unreadable: left out
+        ResultRecord("lanes-7", {}),
+        ResultRecord("lanes-8", {"latency_ms": 40.0}),  # the first high request, once sent
         ResultRecord("elsewhere-1", {"latency_ms": 1.0}),  # not the demo's
     ]
-    assert latencies_by_phase(results, phases) == {
+    assert latencies_by_phase(results, [sparse, lanes.sent(1)]) == {
         "sparse": {"high": [12.0], "low": [30.0, 31.0]},
-        "burst": {"high": [900.0], "low": []},
+        "lanes": {"high": [40.0], "low": [900.0]},
     }
+    # The phase as planned (no high request sent yet) knows no high id.
+    assert latencies_by_phase(results, [lanes])["lanes"] == {"high": [], "low": [900.0]}
 
 
 # ----------------------------------------------------------------------------- outcomes
@@ -206,7 +188,7 @@ def test_ok_means_exactly_one_result_each(outcomes: Outcomes, ok: bool) -> None:
 # ----------------------------------------------------------------------------- the tables
 
 
-def _figures(phase: Phase, mean_batch: float, p99: float) -> PhaseFigures:
+def _figures(phase: RequestPhase, mean_batch: float, p99: float) -> PhaseFigures:
     return PhaseFigures(
         phase=phase,
         seconds=2.0,
@@ -218,34 +200,101 @@ def _figures(phase: Phase, mean_batch: float, p99: float) -> PhaseFigures:
     )
 
 
-def test_the_summary_has_a_table_per_phase_and_the_counted_outcomes() -> None:
-    sparse, burst = plan(200, 40.0, 3000)
-    text = text_of(
-        render(
-            [_figures(sparse, 1.1, 232.0), _figures(burst, 200.0, 3295.0)],
-            Outcomes(3200, 3200, 0, 0, 0, 0),
-        )
+def _lanes(high: LaneFigures, low: LaneFigures) -> PhaseFigures:
+    """The lanes phase: a backlog of 9,000 drained in 2.4 s, high requests for 2.5 s."""
+    return PhaseFigures(
+        phase=LanesPhase(9000, 50.0, first=200).sent(high.items),
+        seconds=2.5,
+        lanes={"high": high, "low": low},
+        total=LaneFigures(high.items + low.items, 1_000.0, 2_000.0),
+        calls=70,
+        mean_batch=130.0,
+        dead_letters=0,
+        lane_seconds={"low": 2.4, "high": 2.5},
     )
+
+
+def test_the_summary_has_a_table_per_phase_and_the_counted_outcomes() -> None:
+    sparse, _ = plan(200, 40.0, 9000, 50.0)
+    lanes = _lanes(LaneFigures(120, 100.0, 400.0), LaneFigures(9000, 1_000.0, 2_000.0))
+    text = text_of(render([_figures(sparse, 1.1, 232.0), lanes], Outcomes(9320, 9320, 0, 0, 0, 0)))
     assert "sparse: 200 requests at 40/s, done in 2.0 s" in text
-    assert "burst: 3,000 requests at once, done in 2.0 s" in text
+    assert "lanes: 9,000 low requests at once, then high ones at 50/s, done in 2.5 s" in text
     rows = [line.split() for line in text.splitlines()]
-    all_rows = [row for row in rows if row[:1] == ["all"]]
     # lane items items/s calls mean-batch P50 P99
-    assert all_rows == [
+    assert [row for row in rows if row[:1] == ["all"]] == [
         ["all", "200", "100", "182", "1.1", "78", "232"],
-        ["all", "200", "100", "1", "200.0", "78", "3,295"],
+        ["all", "9,120", "3,648", "70", "130.0", "1,000", "2,000"],
     ]
-    assert [row[:3] for row in rows if row[:1] == ["high"]] == [["high", "40", "20"]] * 2
+    # The sparse phase's lanes over its 2 s; in the lanes phase, the backlog over its drain
+    # (9,000 in 2.4 s) and the high requests over their own stretch (120 in 2.5 s).
+    assert [row[:3] for row in rows if row[:1] == ["high"]] == [
+        ["high", "40", "20"],
+        ["high", "120", "48"],
+    ]
+    assert [row[:3] for row in rows if row[:1] == ["low"]] == [
+        ["low", "160", "80"],
+        ["low", "9,000", "3,750"],
+    ]
+    assert "the low backlog drained in 2.4 s" in text
     assert "lost 0, duplicates 0, dead letters 0, wrong vectors 0" in text
     assert "every request has exactly one result" in text
     assert CACHE_OFF in text  # with the hint that turns it on
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
+def test_the_lanes_phase_puts_the_high_lane_beside_the_low_backlog_in_words() -> None:
+    figures = _lanes(LaneFigures(120, 95.0, 410.0), LaneFigures(9000, 1_020.0, 1_990.0))
+    assert str(lanes_lines(figures)) == (
+        "the low backlog drained in 2.4 s; 120 high requests sent meanwhile\n"
+        "waited 1/11 of low's P50 and 1/5 of its P99: high requests are served first"
+    )
+
+
+def test_the_lanes_phase_claims_no_priority_the_figures_do_not_show() -> None:
+    figures = _lanes(LaneFigures(3, 120.0, 260.0), LaneFigures(50, 110.0, 250.0))
+    words = str(lanes_lines(figures))
+    assert "waited 109% of low's P50 and 104% of its P99" in words
+    assert "served first" not in words
+
+
+def test_the_lanes_phase_says_so_when_no_high_request_had_a_result() -> None:
+    figures = _lanes(LaneFigures(0, None, None), LaneFigures(20, 30.0, 50.0))
+    assert str(lanes_lines(figures)) == (
+        "the low backlog drained in 2.4 s; no high request had a result meanwhile"
+    )
+
+
+def test_only_the_lanes_phase_has_lines_in_words() -> None:
+    sparse, _ = plan(200, 40.0, 9000, 50.0)
+    assert lanes_lines(_figures(sparse, 1.1, 232.0)) is None
+
+
+@pytest.mark.parametrize(
+    ("part", "whole", "words"),
+    [
+        (50.0, 1_000.0, "1/20"),
+        (95.0, 1_020.0, "1/11"),
+        (100.0, 200.0, "1/2"),
+        (100.0, 199.0, "50%"),  # more than half: a percentage
+        (80.0, 100.0, "80%"),
+        (150.0, 100.0, "150%"),
+        (0.0, 100.0, "0%"),
+        (5.0, 0.0, "-"),
+        (5_000.0, 1_000_000.0, "1/200"),
+        (1.0, 12_345.0, "1/12,345"),
+    ],
+)
+def test_a_share_is_a_fraction_when_small_a_percentage_otherwise(
+    part: float, whole: float, words: str
+) -> None:
+    assert share(part, whole) == words
+
+
 def test_with_a_cache_each_phase_says_what_it_saved() -> None:
-    (burst,) = plan(0, 40.0, 3000)
+    (lanes,) = plan(0, 40.0, 3000, 50.0)
     cached = CacheFigures(hits=2900, lookups=3000, tokens_saved=87_000)
-    figures = dataclasses.replace(_figures(burst, 10.0, 100.0), cache=cached)
+    figures = dataclasses.replace(_figures(lanes, 10.0, 100.0), cache=cached)
     text = text_of(render([figures], Outcomes(3000, 3000, 0, 0, 0, 0), cache_on=True))
     assert "cache: 2,900 hits of 3,000 look-ups, 87,000 tokens saved" in text
     assert CACHE_OFF not in text

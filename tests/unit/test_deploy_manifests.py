@@ -28,11 +28,12 @@ GRAFANA_DATASOURCE = ROOT / "ops" / "grafana" / "provisioning" / "datasources" /
 
 SERVICES = (
     *("kafka", "topics", "simulator", "processor", "prometheus", "grafana"),
-    *("postgres", "sink"),
+    *("postgres", "sink", "redis"),
 )
 SINK = ROOT / "ops" / "k8s" / "sink.yaml"
 PINNED_IMAGES = {
     "kafka": "apache/kafka",
+    "redis": "redis",
     "postgres": "pgvector/pgvector",
     "prometheus": "prom/prometheus",
     "grafana": "grafana/grafana",
@@ -181,6 +182,7 @@ def test_start_order_waits_for_health_and_topics(services: dict[str, Any]) -> No
         "kafka": "service_healthy",
         "topics": "service_completed_successfully",
         "simulator": "service_healthy",
+        "redis": "service_healthy",
     }
 
 
@@ -624,6 +626,16 @@ def test_the_dashboard_shows_the_cache() -> None:
         assert f"embedstream_cache_{name}_total" in exprs, name
 
 
+def test_the_dashboard_shows_the_fleets_budget_and_the_lane_processes() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", []))
+    for name in (
+        "budget_fleet_in_flight", "budget_members", "budget_leases", "budget_on_own_share",
+        "budget_waits_total", "lane_process_restarts_total",
+    ):  # fmt: skip
+        assert f"embedstream_{name}" in exprs, name
+
+
 # --------------------------------------------------------------------------- the store writer
 
 
@@ -725,26 +737,72 @@ def test_dashboard_store_row_queries_the_store_writers_metrics() -> None:
     assert "embedstream_store_writable" in used and "embedstream_store_rows_upserted_total" in used
 
 
-def test_the_online_lane_is_served_on_its_own_port_with_keys_from_a_secret(
+def _documents_by_kind(path: Path) -> dict[str, Any]:
+    docs = _load_all_yaml(path)
+    by_kind = {doc["kind"]: doc for doc in docs}
+    assert len(by_kind) == len(docs), f"several documents of one kind in {path.name}"
+    return by_kind
+
+
+def test_the_online_lane_runs_serve_replicas_on_its_own_port_with_keys_from_a_secret(
     k8s: dict[str, Any],
 ) -> None:
-    config = k8s["ConfigMap"]["data"]
-    container = _container(k8s)
+    online = _documents_by_kind(ROOT / "ops" / "k8s" / "online.yaml")
+    deployment = online["Deployment"]
+    pod = deployment["spec"]["template"]
+    [container] = pod["spec"]["containers"]
+    assert container["args"] == ["serve"]
+    env = {e["name"]: e for e in container["env"]}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports["online"] == int(config["EMBEDSTREAM_HTTP_PORT"]) != ports["metrics"]
-    assert config["EMBEDSTREAM_HTTP_HOST"] == "0.0.0.0"
-    keys_file = Path(config["EMBEDSTREAM_HTTP_API_KEYS_FILE"])
+    assert ports["online"] == int(env["EMBEDSTREAM_HTTP_PORT"]["value"]) != ports["metrics"]
+    assert env["EMBEDSTREAM_HTTP_HOST"]["value"] == "0.0.0.0"
+    keys_file = Path(env["EMBEDSTREAM_HTTP_API_KEYS_FILE"]["value"])
     [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == str(keys_file.parent)]
-    volumes = {v["name"]: v for v in k8s["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes[mount["name"]]["secret"]["secretName"] == "embedstream-online-keys"
-    [service] = _load_all_yaml(ROOT / "ops" / "k8s" / "online-service.yaml")
-    assert service["kind"] == "Service"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    service = online["Service"]
     assert service["spec"]["ports"] == [
         {"name": "online", "port": ports["online"], "targetPort": "online", "protocol": "TCP"}
     ]
-    assert service["spec"]["publishNotReadyAddresses"] is True  # it serves through rebalances
-    selector = service["spec"]["selector"]
-    assert selector.items() <= k8s["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    # Only the online replicas serve callers: no processor pod is behind the Service.
+    processor_labels = k8s["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= processor_labels.items()
+    assert "EMBEDSTREAM_HTTP_PORT" not in k8s["ConfigMap"]["data"]
+    assert online["PodDisruptionBudget"]["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_processors_and_online_replicas_draw_on_one_budget_in_the_redis_they_ship_with(
+    k8s: dict[str, Any],
+) -> None:
+    online = _documents_by_kind(ROOT / "ops" / "k8s" / "online.yaml")
+    [container] = online["Deployment"]["spec"]["template"]["spec"]["containers"]
+    refs = [e["configMapRef"]["name"] for e in container["envFrom"]]
+    # One ConfigMap: the same provider, model, key and limits, hence the same budget.
+    assert refs == [k8s["ConfigMap"]["metadata"]["name"]]
+    key = {e["name"]: e for e in container["env"]}["OPENAI_API_KEY"]
+    assert key["valueFrom"] == _container(k8s)["env"][0]["valueFrom"]
+    url = k8s["ConfigMap"]["data"]["EMBEDSTREAM_BUDGET_URL"]
+    settings = load_settings(env=k8s["ConfigMap"]["data"])
+    assert settings.budget_url == url
+    redis = _documents_by_kind(ROOT / "ops" / "k8s" / "redis.yaml")
+    host, port = re.fullmatch(r"redis://([a-z0-9-]+):(\d+)/\d+", url).groups()  # type: ignore[union-attr]
+    assert redis["Service"]["metadata"]["name"] == host
+    assert redis["Service"]["spec"]["ports"][0]["port"] == int(port)
+    assert redis["Service"]["spec"]["selector"].items() <= (
+        redis["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_compose_processors_share_the_budget_in_the_compose_redis(
+    services: dict[str, Any],
+) -> None:
+    env = _environment(services["processor"])
+    assert env["EMBEDSTREAM_BUDGET_URL"] == "redis://redis:6379/0"
+    assert services["processor"]["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert "ports" not in services["redis"]  # nothing outside the compose network needs it
 
 
 def test_the_image_and_compose_publish_the_online_port_off_by_default(

@@ -114,13 +114,16 @@ async def test_the_listener_returns_at_once_and_nothing_is_read_before_the_fence
 
 async def test_an_output_read_under_an_earlier_assignment_is_not_committed_in_a_later_one() -> None:
     """Revoked with a call in flight (past drain_timeout_s) and assigned here again: the input
-    is read again from the commit, so the late output of the first read must be dropped."""
+    is read again from the commit, so the late output of the first read must be dropped.
+    (No cache: with one, the second read waits for the first call's vector instead of making
+    a call of its own, test_shared_texts.py.)"""
     cluster = fake_cluster()
     backend = GatedBackend()
     producers = Producers(cluster)
     async with running(
-        backend, cluster=cluster, transactional=producers, drain_timeout_s=0.1, max_concurrency=4
-    ) as h:
+        backend, cluster=cluster, transactional=producers, drain_timeout_s=0.1, max_concurrency=4,
+        cache="off",
+    ) as h:  # fmt: skip
         cluster.produce(
             LOW.topic, orjson.dumps({"id": "slow", "text": "SLOW"}), b"slow", partition=0
         )
@@ -133,6 +136,30 @@ async def test_an_output_read_under_an_earlier_assignment_is_not_committed_in_a_
         await h.engine_idle()  # the stale output is written (staged) by now, if it ever is
         await h.commit_rounds()
     assert result_ids(cluster) == ["slow"]
+
+
+async def test_read_again_with_the_first_call_in_flight_it_waits_for_that_calls_vector() -> None:
+    """As above, with the cache: the second read makes no call of its own but waits for the
+    first one's vector (issue 43); only the current assignment's output is committed."""
+    cluster = fake_cluster()
+    backend = GatedBackend()
+    producers = Producers(cluster)
+    async with running(
+        backend, cluster=cluster, transactional=producers, drain_timeout_s=0.1, max_concurrency=4
+    ) as h:
+        cluster.produce(
+            LOW.topic, orjson.dumps({"id": "slow", "text": "SLOW"}), b"slow", partition=0
+        )
+        await eventually(lambda: len(backend.calls) == 1)
+        await h.consumer.revoke({LOW})
+        await h.consumer.assign({LOW})
+        await h.fetch_turns(2)  # read again and cut meanwhile: it waits, no second call
+        assert len(backend.calls) == 1
+        backend.gate.set()
+        await eventually(lambda: h.committed(LOW) == 1)
+        await h.engine_idle()
+        await h.commit_rounds()
+    assert result_ids(cluster) == ["slow"] and len(backend.calls) == 1
 
 
 async def test_a_fenced_producer_is_dropped_and_the_partition_given_up() -> None:

@@ -11,6 +11,7 @@ from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.policy import BatchLimits, FlushReason
 from embedstream.engine import batcher as batcher_module
 from embedstream.engine.batcher import Batcher
+from embedstream.engine.budget_local import LocalBudget
 from embedstream.testing import FakeClock
 from embedstream.tools.bench.baselines import without_fill_rule
 
@@ -33,7 +34,7 @@ async def call_sizes() -> list[int]:
         out.append((clock() + CALL_S, done))
         await done.wait()
 
-    batcher: Batcher[int] = Batcher(limits, dispatch, governor=governor, clock=clock)
+    batcher: Batcher[int] = Batcher(limits, dispatch, budget=LocalBudget(governor), clock=clock)
     for i in range(400):
         clock.advance(0.001)
         for ends, done in [c for c in out if c[0] <= clock()]:

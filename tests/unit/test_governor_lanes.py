@@ -3,12 +3,10 @@ reservation, and the picks they give (fake time)."""
 
 from __future__ import annotations
 
-import pytest
 from embedstream.core import configured
 from embedstream.core.governor import Governor, default_lanes
 from embedstream.core.lanes import Priority
 from embedstream.core.reservations import LaneTerms
-from embedstream.errors import ConfigError
 from embedstream.settings import load_settings
 
 ON, H, L = Priority.ONLINE, Priority.HIGH, Priority.LOW
@@ -66,25 +64,3 @@ def test_online_callers_take_the_slots_the_kafka_lanes_leave() -> None:
     assert governor.pick({L}) is None  # low is over its cap of 8 - 2 - 1 while online is active
     assert governor.call_cap(L, 2048) == 256
     assert governor.pick({ON, L}) is ON
-
-
-@pytest.mark.parametrize(
-    ("source", "value", "said"),
-    [
-        ("env", {"EMBEDSTREAM_HIGH_GUARD": "true"}, "was removed; use high_target_ms"),
-        ("overrides", {"high_guard": True}, "was removed; use high_target_ms"),
-        ("env", {"EMBEDSTREAM_HIGH_RESULTS_PRODUCER": "true"}, "was removed; high results share"),
-        ("overrides", {"high_results_producer": False}, "was removed; high results share"),
-    ],
-)
-def test_a_removed_setting_is_refused_saying_what_replaced_it(
-    source: str, value: dict[str, object], said: str
-) -> None:
-    with pytest.raises(ConfigError) as caught:
-        if source == "env":
-            load_settings(env={k: str(v) for k, v in value.items()})
-        else:
-            load_settings(env={}, overrides=value)
-    setting = next(iter(value)).removeprefix("EMBEDSTREAM_").lower()
-    assert caught.value.setting == setting
-    assert said in str(caught.value)

@@ -98,8 +98,8 @@ async def test_a_trickle_under_its_share_is_handed_over_before_a_floods_backlog(
 
 
 async def test_with_the_lane_idle_nobody_is_put_first() -> None:
-    """Nothing held: no backlog to jump, the consumer's own order stands (the flood's records
-    came first)."""
+    """Nothing held: no backlog to jump, the flood's records come first (the consumer had
+    them first); the trickle's one record rides along, read in step (oldest first)."""
     consumer, assignment = await flooded_lane()
     state = assignment.get(FLOOD)
     assert state is not None
@@ -109,7 +109,9 @@ async def test_with_the_lane_idle_nobody_is_put_first() -> None:
     fetcher.apply_backpressure(provider_blocked=False)
     fetched = await fetcher.fetch(10, asyncio.Event())
     assert fetched is not None
-    assert [state.tp for state, _ in fetched] == [FLOOD]
+    by_partition = {state.tp: [r.offset for r in records] for state, records in fetched}
+    assert fetched[0][0].tp == FLOOD
+    assert by_partition == {FLOOD: list(range(9)), TRICKLE: [0]}
 
 
 async def test_low_results_waiting_for_the_broker_leave_high_its_reserve() -> None:

@@ -78,8 +78,8 @@ async def test_a_revoke_past_the_drain_timeout_leaves_the_unfinished_record_to_t
 
 
 async def test_a_revoke_waiting_for_its_work_lets_go_once_the_shutdowns_drain_is_over() -> None:
-    """A revoke during the shutdown (another member of the group leaving: with high_thread,
-    the high lane's own) waits for its work no longer than the drain: once the drain is over
+    """A revoke during the shutdown (another member of the group leaving: a high processor
+    beside, input_lanes=high) waits for its work no longer than the drain: once it is over
     (a second stop cut it short), it commits and lets go at once, so the consumer's close is
     not held for the rest of drain_timeout_s."""
     backend = GatedBackend()

@@ -75,7 +75,7 @@ def test_the_lane_target_and_the_adaptive_limit_each_keep_to_their_knob() -> Non
     """Slow online items cut the lower calls' size and leave the concurrency limit alone;
     slow calls (per target_latency_ms) lower the limit and leave the size alone."""
     settings = load_settings(env={}, overrides={
-        "http_port": 8080, "concurrency_mode": "adaptive", "target_latency_ms": 1000,
+        "http_port": 8080, "target_latency_ms": 1000,
         "max_concurrency": 8, "max_batch_size": 2048,
     })  # fmt: skip
     now = [0.0]

@@ -13,6 +13,8 @@ import aiohttp
 import orjson
 import pytest
 from embedstream.app_serve import Gateway
+from embedstream.core.lanes import Priority
+from embedstream.core.tokens import estimate_tokens
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import ConfigError, EmbedStreamError
 from embedstream.settings import load_settings
@@ -108,7 +110,7 @@ async def test_token_ids_are_refused_naming_a_preset_that_takes_none() -> None:
 @pytest.mark.parametrize(
     ("values", "body", "status", "param"),
     [
-        ({}, {"input": ["ok", "  "]}, 400, "input[1]"),  # empty
+        ({}, {"input": ["ok", ""]}, 400, "input[1]"),  # empty
         ({"max_input_tokens": 10}, {"input": ["ok", "x" * 100]}, 400, "input[1]"),
         ({"oversize_policy": "truncate", "max_input_tokens": 10}, {"input": "x" * 100}, 400,
          "input[0]"),  # over max_input_tokens is a 400 whatever oversize_policy says
@@ -291,3 +293,40 @@ async def test_a_taken_port_is_one_line_naming_the_setting() -> None:
 
 def _unused(*_: Callable[..., Any]) -> None:
     return None
+
+
+async def test_blank_inputs_go_to_the_provider_as_it_embeds_them() -> None:
+    """Only what the provider refuses (an empty string) is refused here: LlamaIndex sends " "
+    for a blank chunk, and a 400 for it failed the caller's whole batch."""
+    backend = RecordingBackend()
+    async with gateway(backend) as (_, url):
+        status, body, _ = await post(url, {"input": [" ", "\t\n", "text"]})
+    assert status == 200
+    assert [d["embedding"] for d in body["data"]] == [vector_for(t) for t in (" ", "\t\n", "text")]
+    assert sorted(t for c in backend.calls for t in c.texts) == sorted([" ", "\t\n", "text"])
+
+
+async def test_usage_is_the_providers_count_when_the_request_had_calls_of_its_own() -> None:
+    """Found from outside: 3 for "hello" where the provider counted 1 (the lane's estimate)."""
+    backend = RecordingBackend()  # counts a text's characters: "hello" is 5, our estimate 3
+    async with gateway(backend, max_batch_size=2) as (_, url):
+        _, alone, _ = await post(url, {"input": "hello"})
+        _, several_calls, _ = await post(url, {"input": ["abc", "defg", "hijkl"]})
+    assert alone["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
+    assert len(backend.calls) == 3  # the three inputs in two calls, both of this request only
+    assert several_calls["usage"]["prompt_tokens"] == 3 + 4 + 5
+
+
+async def test_usage_is_the_estimate_when_a_call_carried_other_requests_too() -> None:
+    backend = HeldBackend()
+    async with gateway(backend, max_concurrency=1) as (service, url):
+        first = asyncio.create_task(post(url, {"input": "first"}))
+        await eventually(lambda: len(backend.calls) == 1)  # the one slot is busy
+        shared = [asyncio.create_task(post(url, {"input": t})) for t in ("abcdefgh", "ijklmnop")]
+        batcher = service._engine.batcher
+        await eventually(lambda: batcher.buffered_in(Priority.ONLINE) == 2)
+        backend.release.set()
+        answers = [await task for task in (first, *shared)]
+    assert [list(c.texts) for c in backend.calls][1] == ["abcdefgh", "ijklmnop"]
+    estimate = estimate_tokens("abcdefgh")
+    assert [body["usage"]["prompt_tokens"] for _, body, _ in answers] == [1, estimate, estimate]

@@ -20,8 +20,7 @@ from aiokafka import TopicPartition
 from embedstream.core.chunker import ChunkingRules
 from embedstream.core.generations import GenerationIds
 from embedstream.core.lanes import BucketKey, InputLane, Priority
-from embedstream.engine.cache import Hit
-from embedstream.engine.jobs import Embedded
+from embedstream.engine.jobs import Embedded, Hit
 from embedstream.kafka.documents import DocumentFlow
 from embedstream.kafka.outcomes import KafkaOutcomes
 from embedstream.kafka.partitions import PartitionState
@@ -169,7 +168,7 @@ async def test_cache_hits_waiting_for_the_ack_count_and_keep_no_vectors() -> Non
         state.offsets.track(item.origin.offset, size=len(item.raw))
     vectors = [Vector([1 / 3] * 1536) for _ in items]
     watched = [weakref.ref(v) for v in vectors]
-    outcomes.cached([Hit(item, KEY, v, 1536) for item, v in zip(items, vectors, strict=True)])
+    outcomes.answered([Hit(item, KEY, v, 1536) for item, v in zip(items, vectors, strict=True)])
     del vectors
     await writer.writing.wait()
     gc.collect()

@@ -487,6 +487,11 @@ def test_stats_counting_and_reset() -> None:
     stats.record_served(validate({"model": "m", "input": ["a b", "c"]}))
     stats.batches += 1
     stats.served_batch(5, 40)
+    for at in (10.0, 10.5, 11.0):  # three calls received at once by a provider of two slots
+        stats.arrive(at, capacity=2)
+    stats.depart(11.25, capacity=2)  # over the capacity from 11.0 to 11.25
+    stats.arrive(12.0, capacity=2)
+    stats.depart(12.75, capacity=2)  # and from 12.0 to 12.75
     assert stats.to_json() == {
         "calls": 3,
         "inputs": 2,
@@ -498,6 +503,10 @@ def test_stats_counting_and_reset() -> None:
         "batches": 1,
         "batch_inputs": 5,
         "batch_tokens": 40,
+        "received": 2,
+        "peak_received": 3,
+        "over_capacity_s": 1.0,
+        "longest_over_capacity_s": 0.75,
     }
     stats.reset()
     assert stats.to_json() == {
@@ -511,4 +520,8 @@ def test_stats_counting_and_reset() -> None:
         "batches": 0,
         "batch_inputs": 0,
         "batch_tokens": 0,
+        "received": 2,
+        "peak_received": 2,
+        "over_capacity_s": 0.0,
+        "longest_over_capacity_s": 0.0,
     }

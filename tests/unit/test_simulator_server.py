@@ -489,6 +489,10 @@ async def test_stats_and_reset(start: Start, http: aiohttp.ClientSession) -> Non
         "batches": 0,
         "batch_inputs": 0,
         "batch_tokens": 0,
+        "received": 0,
+        "peak_received": 1,
+        "over_capacity_s": 0.0,
+        "longest_over_capacity_s": 0.0,
     }
     async with http.post(f"{server.root_url}/admin/reset-stats") as response:
         assert response.status == 200

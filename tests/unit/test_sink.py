@@ -28,7 +28,7 @@ from embedstream.kafka.sink import (
 )
 from embedstream.kafka.topics import configured_topics
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import EngineJob, Origin
+from embedstream.kafka.work import Origin, WorkItem
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing.clock import FakeClock
@@ -238,6 +238,6 @@ LIMITS = BatchLimits(max_items=8, max_tokens=1000, max_wait_s=0.1, scale_factor=
 
 
 async def nothing_dispatched(
-    key: BucketKey, batch: Sequence[Pending[EngineJob]], why: FlushReason
+    key: BucketKey, batch: Sequence[Pending[WorkItem]], why: FlushReason
 ) -> None:
     raise AssertionError("held retries are not sent")

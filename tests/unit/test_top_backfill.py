@@ -27,13 +27,17 @@ def scrape(setup: Callable[[Metrics], None]) -> Snapshot:
     return parse_exposition(generate_latest(metrics.registry).decode())
 
 
-def filling(ended: int, skipped: int, left: int, now: float) -> Callable[[Metrics], None]:
+def filling(
+    ended: int, skipped: int, left: int, now: float, superseded: int = 0
+) -> Callable[[Metrics], None]:
     def setup(m: Metrics) -> None:
         m.migration.set_plan(1_000, 800_000)
         for _ in range(ended):
             m.migration.count_document("complete")
         for _ in range(skipped):
             m.migration.count_skipped(SkipReason.COMPLETE)
+        for _ in range(superseded):
+            m.migration.count_skipped(SkipReason.SUPERSEDED)
         m.migration.count_tokens("7c2e91af", "backfill", 200 * ended)
         m.migration.count_tokens("7c2e91af", "low", 5_000)  # the dual-write's: not the backfill's
         m.migration.sample(left + 100, 0, 0.0)
@@ -58,23 +62,32 @@ def test_no_backfill_while_no_generation_is_filled() -> None:
     [
         (
             [filling(30, 5, 400, 10.0)],
-            "backfill: 35 of 1,000 documents (5 held already), 6,000 of 800,000 tokens, "
-            "400 records to read, about 40 s left",
+            "backfill: 35 of 1,000 documents (5 held already), "
+            "6,000 provider tokens (planned 800,000 estimated), 400 records to read, "
+            "about 40 s left",
         ),
         (  # two processors: summed; the slower one's time left
             [filling(30, 5, 400, 10.0), filling(20, 0, 6_000, 10.0)],
-            "backfill: 55 of 1,000 documents (5 held already), 10,000 of 800,000 tokens, "
-            "6,400 records to read, about 10 min left",
+            "backfill: 55 of 1,000 documents (5 held already), "
+            "10,000 provider tokens (planned 800,000 estimated), 6,400 records to read, "
+            "about 10 min left",
         ),
         (
             [filling(900, 100, 0, 10.0)],
-            "backfill: 1,000 of 1,000 documents (100 held already), 180,000 of 800,000 tokens, "
-            "0 records to read, all read",
+            "backfill: 1,000 of 1,000 documents (100 held already), "
+            "180,000 provider tokens (planned 800,000 estimated), 0 records to read, all read",
+        ),
+        (  # older versions passed over are no documents of the plan
+            [filling(30, 5, 400, 10.0, superseded=7)],
+            "backfill: 35 of 1,000 documents (5 held already, 7 older versions passed over), "
+            "6,000 provider tokens (planned 800,000 estimated), 400 records to read, "
+            "about 40 s left",
         ),
         (  # a target reading nothing for a minute while records are left
             [filling(30, 5, 400, 0.0)],
-            "backfill: 35 of 1,000 documents (5 held already), 6,000 of 800,000 tokens, "
-            "400 records to read, no progress in the last minute",
+            "backfill: 35 of 1,000 documents (5 held already), "
+            "6,000 provider tokens (planned 800,000 estimated), 400 records to read, "
+            "no progress in the last minute",
         ),
     ],
 )

@@ -370,3 +370,14 @@ def test_a_changelog_name_at_fault_names_topic_changelog(
     with pytest.raises(ConfigError, match=message) as caught:
         configured_specs(_settings(**values))
     assert caught.value.setting == "topic_changelog"
+
+
+def test_the_documents_topic_is_compacted_within_a_day_active_segment_too() -> None:
+    """Kafka never compacts the active segment (rolled after 7 days by default) and waits for
+    half the log to be dirty: without these, a week of edits stayed in the documents topic and
+    a migration's backfill read every version (issue 43)."""
+    specs = {s.key: s for s in configured_specs(_settings(topic_documents="ix.docs"))}
+    configs = specs["documents"].configs
+    assert configs["cleanup.policy"] == "compact"
+    assert int(configs["segment.ms"]) <= 3_600_000  # the active segment rolls within an hour
+    assert int(configs["max.compaction.lag.ms"]) <= 86_400_000  # compactable within a day

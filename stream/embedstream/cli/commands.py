@@ -18,13 +18,13 @@ from embedstream.cli.parser import (
     CLIENT_SETTINGS,
     MIGRATE_SETTINGS,
     REGISTRY_CLIENT_SETTINGS,
-    SERVE_SETTINGS,
     build_parser,
 )
 from embedstream.errors import ENV_PREFIX, ConfigError, EmbedStreamError
 from embedstream.ops.logs import discard_summaries, setup_logging
 from embedstream.settings import Settings
-from embedstream.settings.flags import settings_from_args
+from embedstream.settings.commands import SERVE_SETTINGS
+from embedstream.settings.flags import given_flags, settings_from_args
 
 
 def _settings(ns: argparse.Namespace, names: Sequence[str]) -> Settings:
@@ -85,6 +85,10 @@ async def _dispatch(ns: argparse.Namespace) -> int:
     if command == "run":
         settings = _settings(ns, ALL_SETTINGS)
         setup_logging(settings.log_level, settings.log_format, settings.secret_values())
+        from embedstream.app_host import run_host, supervises
+
+        if supervises(settings):  # each lane a process of its own
+            return await run_host(settings, given_flags(ns, ALL_SETTINGS), ns.config)
         from embedstream.app import run_service
 
         await run_service(settings)
@@ -143,12 +147,30 @@ async def _sink(ns: argparse.Namespace) -> int:
     if ns.action == "init":
         print(await app_store.init_store(settings))
     elif ns.action == "search":
-        for hit in await app_store.search_store(settings, ns.question, ns.k):
+        online = _online_lane(ns)
+        for hit in await app_store.search_store(settings, ns.question, ns.k, online):
             text = (hit.text or "").replace("\n", " ")
             print(f"{hit.distance:.4f}  {hit.doc_id}#{hit.chunk_seq}  {text[:200]}")
     else:
         await app_store.run_store_writer(settings)
     return 0
+
+
+def _online_lane(ns: argparse.Namespace) -> Any:
+    """`sink search`'s --online-url and the key of --online-key-file, or None."""
+    from embedstream.app_store import OnlineLaneAddress
+
+    if ns.online_url is None:
+        if ns.online_key_file is not None:
+            raise ConfigError("--online-key-file", "is given without --online-url")
+        return None
+    key = None
+    if ns.online_key_file is not None:
+        try:
+            key = ns.online_key_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError("--online-key-file", f"cannot be read: {exc.strerror}") from None
+    return OnlineLaneAddress(ns.online_url, key)
 
 
 def _migrate_conflict(ns: argparse.Namespace) -> str | None:

@@ -6,23 +6,13 @@ import argparse
 from pathlib import Path
 
 from embedstream.settings import FIELDS, Group, spec
+from embedstream.settings.commands import RUN_SETTINGS, SERVE_SETTINGS
 from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags
 
 # What `embedstream --help` says the program is, in one line.
 DESCRIPTION = "Kafka text events in, embeddings out, batched for any OpenAI-compatible API."
 
-ALL_SETTINGS = tuple(FIELDS)
-# `serve`: the engine and the online lane, no Kafka (nor documents, formats or the store).
-_SERVE_GROUPS = (Group.PROVIDER, Group.BATCHING, Group.LIMITS, Group.CACHE, Group.OPERATIONS)
-SERVE_SETTINGS = tuple(
-    name
-    for name in FIELDS
-    if (spec(name).group in _SERVE_GROUPS and name != "dimensions")  # Kafka's events only
-    or (spec(name).group is Group.ONLINE and not name.startswith("online_"))
-    or name in ("online_timeout_s", "max_attempts", "retry_backoff_base_ms",
-                "retry_backoff_cap_ms", "drain_timeout_s")
-    or spec(name).group is Group.TRACING
-)  # fmt: skip
+ALL_SETTINGS = RUN_SETTINGS
 COMMON_SETTINGS = CONNECTION_SETTINGS
 # The one-shot client commands also take the log level: DEBUG shows tracebacks and every line.
 CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
@@ -38,7 +28,7 @@ MIGRATE_SETTINGS = tuple(
     or name in ("log_level", "log_format", *CONNECTION_SETTINGS)
 )
 # produce --format: where the schema is registered, and which fields key the records.
-REGISTRY_CLIENT_SETTINGS = ("schema_registry_url", "id_field", "doc_id_field")
+REGISTRY_CLIENT_SETTINGS = ("schema_registry_url", "field_map")
 
 
 def package_version() -> str:
@@ -217,6 +207,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sink.add_argument("question", nargs="?", default=None, help="search: the text to look up")
     sink.add_argument("--k", type=_positive_int, default=5, help="search: how many chunks")
+    sink.add_argument(
+        "--online-url",
+        type=_http_url,
+        default=None,
+        metavar="URL",
+        help="search: embed the question through this online lane (http://host:port/v1 of "
+        "`embedstream serve` or `run`'s), on the processors' provider budget; default: call "
+        "the provider directly",
+    )
+    sink.add_argument(
+        "--online-key-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="search: a file holding the key the online lane's callers send",
+    )
     add_settings_flags(sink, ALL_SETTINGS)
 
     migrate = command(
@@ -281,9 +287,15 @@ def build_parser() -> argparse.ArgumentParser:
     from embedstream.tools.demo.options import add_cli_arguments as add_demo_arguments
 
     add_demo_arguments(
-        command("demo", "embedded broker + simulator + processor: a sparse phase, then a burst")
+        command("demo", "embedded broker + simulator + processor: sparse, then backlog vs high")
     )
     return parser
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"must start with http:// or https://, got {text!r}")
+    return text
 
 
 def _positive_int(text: str) -> int:

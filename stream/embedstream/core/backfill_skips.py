@@ -8,6 +8,9 @@ document the live stream wrote, is skipped: its offset is done at once and no pr
 paid for it. This is how a restarted backfill (SIGKILL, a rebalance) resumes without paying
 again for what it embedded before its commit, whatever the cache.
 
+A version a later record of its document replaces in the topic (*superseded*, read ahead:
+`core/latest_records.py`) is skipped too: the later one brings the document's state.
+
 Only a version held at that same version is skipped: an older one, or none, is embedded. A
 delete is never skipped (it costs no call, and its place in the order matters). Nor is a
 version of a document this backfill has already written something for since it started: an
@@ -28,6 +31,7 @@ class SkipReason(StrEnum):
 
     COMPLETE = "complete"  # the generation holds this very version complete
     LIVE = "live"  # the live stream wrote the document to the generation: it wins
+    SUPERSEDED = "superseded"  # a later record of the document in the topic replaces it
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,7 @@ class ReadVersion:
 
     doc_id: str
     version: str | None
+    superseded: bool = False  # a later record of its key was read ahead
 
 
 def skips(
@@ -56,7 +61,9 @@ def skips(
     decided: list[SkipReason | None] = []
     for read in reads:
         reason: SkipReason | None = None
-        if read.version is not None and read.doc_id in held.live:
+        if read.version is not None and read.superseded:
+            reason = SkipReason.SUPERSEDED  # the later record decides; sends nothing now
+        elif read.version is not None and read.doc_id in held.live:
             reason = SkipReason.LIVE  # every backfill record of it is dropped: any order
         elif (
             read.version is not None

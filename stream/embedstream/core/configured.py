@@ -6,9 +6,11 @@ here, so a default changed in `Settings` changes both. Pure: the clock is passed
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from embedstream.core.backoff import Backoff
+from embedstream.core.cachekeys import provider_identity
 from embedstream.core.governor import Governor, default_lanes
 from embedstream.core.lanes import Priority
 from embedstream.core.limits import ProviderLimits, effective_limits, profile
@@ -83,17 +85,21 @@ def lane_targets(settings: Settings) -> dict[Priority, LaneTarget]:
 
 
 def governor(settings: Settings, clock: Callable[[], float]) -> Governor:
+    """The budget's rule for this process. With a shared budget (``budget_url``) the RPM/TPM
+    buckets are the fleet's, kept in its store, so this process's plan has none of its own.
+    Every member keeps slots for the online lane: a replica of `serve` may join the fleet."""
+    shared = bool(settings.budget_url)
     lanes = default_lanes(
         settings.min_low_share,
-        online=ONLINE_LANE if settings.http_port else None,
+        online=ONLINE_LANE if settings.http_port or shared else None,
     )
     return Governor(
         max_concurrency=settings.max_concurrency,
         clock=clock,
-        adaptive=settings.concurrency_mode == "adaptive",
+        adaptive=settings.target_latency_ms > 0,
         target_latency_s=settings.target_latency_ms / 1000.0 or None,
-        rpm=settings.rate_limit_rpm,
-        tpm=settings.rate_limit_tpm,
+        rpm=None if shared else settings.rate_limit_rpm,
+        tpm=None if shared else settings.rate_limit_tpm,
         lanes=lanes,
         targets=lane_targets(settings),
     )
@@ -104,3 +110,14 @@ def backoff(settings: Settings) -> Backoff:
         base_s=settings.retry_backoff_base_ms / 1000.0,
         cap_s=settings.retry_backoff_cap_ms / 1000.0,
     )
+
+
+def budget_namespace(settings: Settings) -> str:
+    """Which fleet budget a process draws on: one per provider endpoint and API key, so every
+    process calling the same provider with the same key (whose limits are the org's) shares
+    one, and other deployments on the same Redis never mix with it."""
+    endpoint = provider_identity(
+        provider_endpoint(settings), settings.provider_profile, settings.extra_body_map
+    )
+    digest = hashlib.sha256(f"{endpoint}\n{settings.api_key or ''}".encode()).hexdigest()
+    return digest[:16]

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Protocol
 
+from embedstream.core.budget import FleetView
 from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
 from embedstream.core.lanes import Priority
 from embedstream.core.outage import OutageDetector
@@ -50,27 +50,6 @@ def default_lanes(
     }
 
 
-class GovernorEcho(Protocol):
-    """Told what a governor of another engine starts and spends, so that this one counts it:
-    the online lane on a thread of its own (``online_thread``) echoes its calls to the
-    processor's governor, which keeps its reservations and budget for them."""
-
-    def saw(self, lane: Priority) -> None: ...
-
-    def started(self, lane: Priority) -> None: ...
-
-    def finished(self, lane: Priority, oldest_s: float | None) -> None: ...
-
-    def reserved(self, tokens: int) -> None: ...
-
-    def failed(self, error: EmbedStreamError) -> None: ...
-
-    def held_for(self) -> float:
-        """Seconds the other governor still holds every call (a 429's retry-after, a
-        provider down): this one holds its calls as long."""
-        ...
-
-
 class Governor:
     def __init__(
         self,
@@ -94,13 +73,47 @@ class Governor:
             max_concurrency, adaptive=adaptive, target_latency_s=target_latency_s
         )
         self.gate = ProviderGate()
-        self._rates = RateLimits(rpm or None, tpm or None)
+        self.rates = RateLimits(rpm or None, tpm or None)
         self.announced = AnnouncedBudget()
         self.in_flight = 0
         self._lane_in_flight: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._outage = OutageDetector()  # when the provider counts as down (see core/outage)
         self._refused = False  # the last answer refused everyone (bad key, unknown model)
-        self.echo: GovernorEcho | None = None  # another engine's governor that counts ours
+        self._held_until = -math.inf  # hold(): until then, or until the provider serves again
+        # The rest of the fleet as last seen, when the budget is shared (`core/budget.py`).
+        self.fleet: FleetView | None = None
+        self.seen_here: dict[Priority, float] = {}  # lanes' items seen in this process
+
+    def active_here(self) -> list[Priority]:
+        """The lanes with items seen in this process within their ``recent_s`` (what a
+        member tells the fleet is active here)."""
+        now = self._clock()
+        terms = self.reservations.terms
+        return [lane for lane, at in self.seen_here.items() if now - at <= terms[lane].recent_s]
+
+    def see_fleet(self, view: FleetView) -> None:
+        """The fleet's use of the budget, as a store answer gave it: other members' calls
+        count against the limit and the lanes' slots, a lane active anywhere keeps its
+        reservations here, and the shared gate and pace hold this member's calls."""
+        self.fleet = view
+        for lane, at in view.active_at.items():
+            self.reservations.saw(lane, at)
+
+    @property
+    def capacity(self) -> int:
+        """Calls in flight allowed now: the limit, or this member's share of it while a
+        shared budget's store is out of reach."""
+        fleet = self.fleet
+        if fleet is not None and not fleet.shared:
+            return fleet.share(self.limit.limit)
+        return self.limit.limit
+
+    def _others(self, lane: Priority) -> int:
+        fleet = self.fleet
+        return fleet.others_in_flight.get(lane, 0) if fleet is not None and fleet.shared else 0
+
+    def _in_flight_everywhere(self) -> dict[Priority, int]:
+        return {lane: count + self._others(lane) for lane, count in self._lane_in_flight.items()}
 
     @property
     def provider_usable(self) -> bool:
@@ -115,10 +128,11 @@ class Governor:
     def blocked_for(self) -> float:
         """Seconds until a call may start: the gate, then the request budgets' pace."""
         now = self._clock()
-        held = self.echo.held_for() if self.echo is not None else 0.0
+        held = self.fleet.blocked_until - now if self.fleet is not None else 0.0
         return max(
-            self.gate.blocked_for(now), self._rates.wait(now), self.announced.wait(now), held
-        )
+            self.gate.blocked_for(now), self.rates.wait(now), self.announced.wait(now), held,
+            self._held_until - now,
+        )  # fmt: skip
 
     def pick(self, ready: Collection[Priority]) -> Priority | None:
         """The lane that may start a call now, of those with a batch ``ready``, or None;
@@ -126,24 +140,32 @@ class Governor:
         if self.blocked_for() > 0:
             return None
         now = self._clock()
-        return self.reservations.pick(ready, self._lane_in_flight, self.limit.limit, now)
+        return self.reservations.pick(ready, self._in_flight_everywhere(), self.capacity, now)
 
     def saw(self, lane: Priority) -> None:
         """An item of ``lane`` arrived (or is still buffered): the lane counts as active."""
-        self.reservations.saw(lane, self._clock())
-        if self.echo is not None:
-            self.echo.saw(lane)
+        now = self._clock()
+        self.reservations.saw(lane, now)
+        self.seen_here[lane] = now
 
     def call_cap(self, lane: Priority, max_items: int) -> int:
         """Most inputs in the next call of ``lane`` (fewer while an upper lane is active)."""
-        return self.reservations.call_cap(lane, max_items, self._clock())
+        now = self._clock()
+        cap = self.reservations.call_cap(lane, max_items, now)
+        if self.fleet is not None:  # what the members steering an upper lane allow
+            for upper, items in self.fleet.lower_call_items.items():
+                if upper < lane and self.reservations.active(upper, now):
+                    cap = min(cap, items)
+        return cap
 
     def lane_in_flight(self, lane: Priority) -> int:
         return self._lane_in_flight[lane]
 
     def lane_slots(self, lane: Priority) -> int:
-        """Calls this lane may have in flight at once."""
-        return self.reservations.slot_cap(lane, self.limit.limit, self._clock())
+        """Calls this lane may have in flight at once here (in a fleet: less the other
+        members' calls of the lane)."""
+        cap = self.reservations.slot_cap(lane, self.capacity, self._clock())
+        return max(0, cap - self._others(lane))
 
     def idle_slots(self, lane: Priority) -> int:
         """Calls this lane could start now, the one being started included: the slots a
@@ -153,17 +175,16 @@ class Governor:
     def free_slots(self, lane: Priority) -> int:
         """Calls this lane could start now (0 when none): within the in-flight limit, the
         lane's reservations and the call budgets."""
-        free = self.limit.limit - self.in_flight
+        others = sum(self._others(other) for other in Priority)
+        free = self.capacity - self.in_flight - others
         free = min(free, self.lane_slots(lane) - self._lane_in_flight[lane])
         now = self._clock()
-        budget = min(self._rates.calls_now(now), self.announced.calls_now(now))
+        budget = min(self.rates.calls_now(now), self.announced.calls_now(now))
         return max(0, min(free, math.floor(budget) if math.isfinite(budget) else free))
 
     def started(self, lane: Priority) -> None:
         self.in_flight += 1
         self._lane_in_flight[lane] += 1
-        if self.echo is not None:
-            self.echo.started(lane)
 
     def finished(self, lane: Priority, oldest_s: float | None = None) -> None:
         """A call of ``lane`` ended; ``oldest_s``: how long its oldest item took, from
@@ -172,20 +193,18 @@ class Governor:
         self._lane_in_flight[lane] -= 1
         if oldest_s is not None:
             self.reservations.observe(lane, oldest_s, self._clock())
-        if self.echo is not None:
-            self.echo.finished(lane, oldest_s)
 
     def reserve(self, tokens: int) -> float:
         """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""
         now = self._clock()
-        if self.echo is not None:
-            self.echo.reserved(tokens)
-        return max(self._rates.reserve(tokens, now), self.announced.reserve(tokens, now))
+        return max(self.rates.reserve(tokens, now), self.announced.reserve(tokens, now))
 
     def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:
         now = self._clock()
         self._outage.success(now)
         self._refused = False
+        if not self._outage.down(now):  # serving again: an outage's or refusal's hold ends
+            self._held_until = -math.inf
         self.limit.on_success(latency_s, now)
         self.gate.from_headers(headers, now)
         self.announced.observe(headers, now, unanswered=max(0, self.in_flight - 1))
@@ -207,9 +226,8 @@ class Governor:
                 self.gate.block_until(now + pause)
         elif isinstance(error, ProviderWideError) and error.retry_after:
             self.gate.block_until(now + error.retry_after)
-        if self.echo is not None:
-            self.echo.failed(error)
 
     def hold(self, seconds: float) -> None:
-        """Close the gate for everyone (e.g. while the key is refused)."""
-        self.gate.block_until(self._clock() + seconds)
+        """Hold every call (while the provider is down or refuses the key), until ``seconds``
+        pass or a call succeeds with the provider no longer down (`engine/probe.py`)."""
+        self._held_until = max(self._held_until, self._clock() + seconds)

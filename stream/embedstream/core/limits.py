@@ -185,10 +185,15 @@ def check_item(
     dimensions: int | None = None,
     parameters: Sequence[str] = (),
     profile_name: str = "this provider",
+    blank_ok: bool = False,
 ) -> ItemProblem | None:
     """The first problem that makes this item unsendable, or None if it may be batched.
-    ``parameters`` are the request fields of REQUEST_PARAMETERS the item sets."""
-    if limits.reject_empty and not text.strip():
+    ``parameters`` are the request fields of REQUEST_PARAMETERS the item sets; ``blank_ok``:
+    only an empty text is refused, as the provider refuses it (the online lane: LlamaIndex
+    sends " " for a blank chunk, and OpenAI embeds it)."""
+    if limits.reject_empty and not text:
+        return ItemProblem(Reason.EMPTY_TEXT, "input text is empty")
+    if limits.reject_empty and not blank_ok and not text.strip():
         return ItemProblem(Reason.EMPTY_TEXT, "input text is empty or whitespace only")
     if tokens > limits.max_tokens_per_input:
         return ItemProblem(

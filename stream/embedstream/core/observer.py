@@ -72,3 +72,38 @@ class NullObserver:
 
     def count_cache_evictions(self, tier: str, entries: int) -> None:
         return None
+
+
+class BudgetObserver(Protocol):
+    """What a shared provider budget reports (`engine/budget_shared.py`)."""
+
+    def set_budget_fleet(
+        self, members: int, in_flight: Mapping[str, int], leases: Mapping[str, int]
+    ) -> None:
+        """The fleet as the last answer showed it: its members, its calls in flight per lane,
+        and this member's leases per lane."""
+
+    def set_budget_on_own_share(self, on_own: bool) -> None:
+        """Whether the store is out of reach (this member keeps to its share alone)."""
+
+    def count_budget_wait(self, lane: str, reason: str) -> None:
+        """A call was told to wait (no slot, the gate, the pace)."""
+
+    def observe_budget_round_trip(self, seconds: float, *, ok: bool) -> None:
+        """One decision asked of the store."""
+
+
+class NullBudgetObserver:
+    def set_budget_fleet(
+        self, members: int, in_flight: Mapping[str, int], leases: Mapping[str, int]
+    ) -> None:
+        return None
+
+    def set_budget_on_own_share(self, on_own: bool) -> None:
+        return None
+
+    def count_budget_wait(self, lane: str, reason: str) -> None:
+        return None
+
+    def observe_budget_round_trip(self, seconds: float, *, ok: bool) -> None:
+        return None

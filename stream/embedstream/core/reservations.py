@@ -95,17 +95,35 @@ class Reservations:
 
     def slot_cap(self, lane: Priority, limit: int, now: float) -> int:
         """Most calls ``lane`` may have in flight at ``now`` under the in-flight ``limit``."""
+        active = {upper for upper in Priority if upper < lane and self.active(upper, now)}
+        return self.slot_cap_when(lane, limit, active)
+
+    def slot_cap_when(self, lane: Priority, limit: int, active: Collection[Priority]) -> int:
+        """Most calls ``lane`` may have in flight under ``limit`` while the lanes in
+        ``active`` are active (the rule of step 2, with activity given)."""
         kept = 0
         for upper in Priority:
             if upper >= lane:
                 break
             terms = self.terms[upper]
-            kept += terms.reserved_slots if self.active(upper, now) else terms.idle_slots
+            kept += terms.reserved_slots if upper in active else terms.idle_slots
         if kept == 0:
             return limit
         share = math.ceil(self.terms[lane].min_share * limit - _EPSILON)
         floor = max(1, min(share, limit - 1))
         return max(floor, limit - kept)
+
+    def slot_table(self, limit: int) -> list[int]:
+        """Every lane's slot cap under ``limit`` for every set of active lanes, as a flat
+        list indexed ``lane * 2**len(Priority) + mask`` (bit i of the mask: lane i active).
+        A store that decides for a fleet (a Lua script) applies the rule by looking it up,
+        so the rule itself is written once, here."""
+        masks = 1 << len(Priority)
+        return [
+            self.slot_cap_when(lane, limit, {p for p in Priority if mask >> p & 1})
+            for lane in Priority
+            for mask in range(masks)
+        ]
 
     def call_cap(self, lane: Priority, max_items: int, now: float) -> int:
         """Most inputs in one call of ``lane`` at ``now``."""

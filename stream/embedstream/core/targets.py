@@ -9,7 +9,7 @@ answers to calls sent before the last cut does not halve it again), never under
 full size per answer, up to the batch limit. The cap starts at ``start_items``.
 
 This steers the *size* of lower calls only. The adaptive concurrency limit
-(``concurrency_mode=adaptive``, ``core/concurrency.py``) decides how *many* calls are out in all,
+(``target_latency_ms`` above 0, ``core/concurrency.py``) decides how *many* calls are out in all,
 from the provider's overload signals (429, 503, calls slower than ``target_latency_ms``);
 the two act on different knobs, so they never undo each other: a lane target cuts big lower
 calls that a small upper call waits behind, the limit backs off when the provider as a whole is

@@ -9,7 +9,8 @@ what the first pass left in the main area (about as many entries as fit), instea
 The main area is a segmented LRU: entries hit there are protected (80% of it) from entries
 seen once (probation).
 
-The sketch counts look-ups (not stores: a miss's store would count its text twice), four rows
+The sketch counts look-ups (not stores, nor peeks: a miss's store, or its text looked up
+again before its call, would count it twice), four rows
 of counters up to 15, each keeping the lowest count it can (conservative update); every
 `SAMPLE_FACTOR` x `max_items` look-ups all counts are halved, so what was popular long ago
 gives way. A small window loses texts asked for again soon but only once before (an upstream
@@ -207,6 +208,16 @@ class TinyLfuCache(Generic[K, V]):
 
     def get_many(self, keys: Sequence[K], now: float) -> list[V | None]:
         return [self.get(key, now) for key in keys]
+
+    def peek(self, key: K, now: float) -> V | None:
+        """The value, if held and not expired, as no access: the sketch, the window's
+        climber and the segments stay as they were. For a text looked up again before its
+        call (a second look-up of one request: counted, its text counted twice)."""
+        segment = self._where.get(key)
+        if segment is None:
+            return None
+        entry = segment.entries[key]
+        return entry.value if entry.expires > now else None
 
     def put(self, key: K, value: V, now: float) -> int:
         """Store `value` (not at all if it alone outweighs the bound); how many entries were

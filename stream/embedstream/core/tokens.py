@@ -9,13 +9,29 @@ counts matter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 TokenCounter = Callable[[str], int]
 
 
 def estimate_tokens(text: str) -> int:
     return tokens_of_bytes(len(text.encode("utf-8")))
+
+
+def apportion(total: int, estimates: Sequence[int]) -> list[int]:
+    """``total`` (a call's count, as the provider reported it) shared by ``estimates``, each in
+    proportion and whole, summing to ``total`` exactly (largest remainders get the rest)."""
+    weight = sum(estimates)
+    if not estimates:
+        return []
+    if weight <= 0:
+        estimates, weight = [1] * len(estimates), len(estimates)
+    exact = [total * e / weight for e in estimates]
+    shares = [int(x) for x in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: shares[i] - exact[i])
+    for i in by_remainder[: total - sum(shares)]:
+        shares[i] += 1
+    return shares
 
 
 def tokens_of_bytes(size: int) -> int:

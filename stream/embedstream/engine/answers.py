@@ -5,6 +5,7 @@ transient or provider-wide. Both request paths of the embedder use these rules."
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 
 import orjson
@@ -15,6 +16,7 @@ from embedstream.errors import (
     PermanentItemError,
     ProviderWideError,
     Reason,
+    RequestRefused,
     TransientError,
     http_reason,
 )
@@ -119,18 +121,17 @@ def _check_finite(vector: list[float]) -> None:
 
 
 def classify_status(
-    status: int, message: str, headers: Mapping[str, str], call: BatchCall | None = None
+    status: int,
+    message: str,
+    headers: Mapping[str, str],
+    call: BatchCall | None = None,
+    body: bytes = b"",
 ) -> EmbedStreamError:
     """Map an HTTP error answer (status >= 400) to permanent / transient / provider-wide,
-    keeping retry-after; ``headers`` are looked up without case."""
-    if _refuses_dimensions(status, message, call):
-        # The model cannot shorten its vectors: every input of this call (one bucket, one
-        # `dimensions`) would fail alike, so there is nothing to split.
-        return PermanentItemError(
-            Reason.UNSUPPORTED_DIMENSIONS,
-            f"the provider refused dimensions={call.dimensions if call else None} for this "
-            f"model: {message}",
-        )
+    keeping retry-after; ``headers`` are looked up without case, ``body`` is the answer's."""
+    refused = _refused_request(status, message, call, body)
+    if refused is not None:
+        return refused
     retry_after = _retry_after(headers)
     if status in (401, 403):
         return ProviderWideError(Reason.AUTH, f"provider refused the key ({status}): {message}")
@@ -150,27 +151,77 @@ def classify_status(
 def status_message(status: int, body: bytes) -> str:
     """The SDK's message for an error answer: the status and the body's error message."""
     message = f"Error code: {status}"
+    text, _, _ = error_fields(body)
+    if text:
+        message += f" - {text}"
+    return message[:1024]
+
+
+def error_fields(body: bytes) -> tuple[str | None, str | None, str | None]:
+    """The message, param and code of an error body: OpenAI's ``{"error": {...}}``, or the
+    flat shapes of vLLM and TEI; None for each one it lacks."""
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return message
+        return None, None, None
     error = document.get("error", document) if isinstance(document, dict) else None
-    text = error.get("message") if isinstance(error, dict) else None
-    if isinstance(text, str) and text:
-        message += f" - {text}"
-    return message[:1024]
+    if not isinstance(error, dict):
+        return None, None, None
+    fields = [error.get(name) for name in ("message", "param", "code")]
+    message, param, code = (v[:1024] if isinstance(v, str) and v else None for v in fields)
+    return message, param, code
 
 
 # How providers say a model takes no `dimensions`: OpenAI and Azure ("This model does not
 # support specifying dimensions."), vLLM ("... does not support matryoshka representation").
 _DIMENSION_REFUSALS = ("specifying dimensions", "matryoshka")
+# The request fields other than `input` a 400 may be about, as its message quotes them
+# ('dimensions', `encoding_format`); a message that names `input` is about the inputs.
+_FIELDS = ("dimensions", "encoding_format", "model", "user", "input_type", "task")
+_QUOTED_FIELD = re.compile("['\"`](" + "|".join(_FIELDS) + ")['\"`]")
+_NAMES_INPUT = re.compile(r"\binputs?\b", re.IGNORECASE)
 
 
-def _refuses_dimensions(status: int, message: str, call: BatchCall | None) -> bool:
-    if call is None or call.dimensions is None:
-        return False
-    lowered = message.lower()
-    return status == 400 and any(words in lowered for words in _DIMENSION_REFUSALS)
+def _refused_request(
+    status: int, message: str, call: BatchCall | None, body: bytes
+) -> RequestRefused | None:
+    """A refusal of the request rather than of an input: a 404 naming the call's model, or a
+    400/422 naming a field other than `input` (its `param`, or its message quoting one).
+    None for anything else: a 400 about inputs, or naming nothing, is split to find them."""
+    text, param, code = error_fields(body)
+    said = text or message
+    if status == 404:
+        model = call.model if call is not None else None
+        if code == "model_not_found" or param == "model" or (model and model in said):
+            return RequestRefused(
+                Reason.UNKNOWN_MODEL, f"the provider does not serve model {model!r}: {said}",
+                status=404, provider_message=said, param="model", code=code or "model_not_found",
+            )  # fmt: skip
+        return None
+    if status not in (400, 422):
+        return None
+    lowered = said.lower()
+    if (
+        call is not None
+        and call.dimensions is not None
+        and any(words in lowered for words in _DIMENSION_REFUSALS)
+    ):
+        # The model cannot shorten its vectors: every input of this call (one bucket, one
+        # `dimensions`) would fail alike, so there is nothing to split.
+        return RequestRefused(
+            Reason.UNSUPPORTED_DIMENSIONS,
+            f"the provider refused dimensions={call.dimensions} for this model: {said}",
+            status=status, provider_message=said, param="dimensions", code=code,
+        )  # fmt: skip
+    if param is None and not _NAMES_INPUT.search(said):
+        quoted = _QUOTED_FIELD.search(said)
+        param = quoted.group(1) if quoted else None
+    if param is None or param.startswith("input"):
+        return None
+    return RequestRefused(
+        Reason.REJECTED, f"provider rejected the request's {param} ({status}): {said}",
+        status=status, provider_message=said, param=param, code=code,
+    )  # fmt: skip
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

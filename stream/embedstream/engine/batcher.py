@@ -1,9 +1,9 @@
 """The asyncio shell around the pure policy: buffers items, asks the policy, launches calls.
 
 It owns no I/O of its own: ``dispatch`` (the batch-call path) is injected, and so are the
-clock, the backlog source (consumer lag), the observer of cut batches and the governor that
-says whether, and for which lane, another call may start. That keeps every timing rule
-testable.
+clock, the backlog source (consumer lag), the observer of cut batches and the provider budget
+(`core/budget.py`): its plan says whether, and for which lane, another call may start, and
+each call holds a lease of it. That keeps every timing rule testable.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Generic, TypeVar
 
 from embedstream.core.arrivals import ArrivalRate
+from embedstream.core.budget import Lease, LeaseWait, ProviderBudget
 from embedstream.core.costmodel import CostModels, cost_key
 from embedstream.core.governor import Governor
 from embedstream.core.lanes import Bucket, BucketKey, Pending, Priority, Source
@@ -31,6 +32,7 @@ from embedstream.core.policy import (
     fill_wait,
     spread_length,
 )
+from embedstream.engine.budget_local import LocalBudget
 
 T = TypeVar("T")
 Dispatch = Callable[[BucketKey, list[Pending[T]], FlushReason], Awaitable[None]]
@@ -44,7 +46,7 @@ class Batcher(Generic[T]):
         limits: BatchLimits,
         dispatch: Dispatch[T],
         *,
-        governor: Governor | None = None,
+        budget: ProviderBudget | None = None,
         max_concurrency: int = 4,
         clock: Callable[[], float] = time.monotonic,
         backlog: Callable[[Priority], int] = lambda lane: 0,
@@ -56,7 +58,9 @@ class Batcher(Generic[T]):
         self._limits = limits
         self._dispatch = dispatch
         self._clock = clock
-        self.governor = governor or Governor(max_concurrency=max_concurrency, clock=clock)
+        self.budget = budget or LocalBudget(Governor(max_concurrency=max_concurrency, clock=clock))
+        self.governor = self.budget.plan  # what the cuts are planned with
+        self.budget.on_change(self.poke)  # a slot freed elsewhere in a fleet: plan again
         self._backlog = backlog
         self._observer = observer or NullObserver()
         self._awaited = 0  # jobs that will be added again later (retries waiting in memory)
@@ -86,6 +90,10 @@ class Batcher(Generic[T]):
         self.on_flush: Callable[[BucketKey, list[Pending[T]], FlushReason, float], None] | None = (
             None
         )
+        # Runs beside `run`, cancelled when it ends (the outage probe: engine/probe.py).
+        self.companion: Callable[[], Coroutine[Any, Any, None]] | None = None
+        # Buckets whose items wait (a model the provider does not serve: core/model_pauses.py).
+        self.paused: Callable[[BucketKey], bool] = lambda key: False
 
     @property
     def limits(self) -> BatchLimits:
@@ -163,6 +171,8 @@ class Batcher(Generic[T]):
         self._wake.set()
 
     async def run(self) -> None:
+        await self.budget.open()
+        companion = asyncio.create_task(self.companion()) if self.companion else None
         try:
             while not self._abandoned and not (
                 self._draining and self._buffered == 0 and not self._in_flight and not self._awaited
@@ -172,8 +182,12 @@ class Batcher(Generic[T]):
                 self._wake.clear()
                 await self._woken(timeout)
         finally:
+            if companion is not None:
+                companion.cancel()
+                await asyncio.gather(companion, return_exceptions=True)
             if self._in_flight:
                 await asyncio.gather(*list(self._in_flight), return_exceptions=True)
+            await self.budget.close()
 
     async def _woken(self, wake_in_s: float | None) -> None:
         """Until the next event, or `wake_in_s` seconds. A timer that sets the event, not
@@ -228,7 +242,7 @@ class Batcher(Generic[T]):
         depths: dict[Priority, int] = {}
         for bucket in sorted(self._buckets.values(), key=_bucket_order):
             lane = bucket.key.priority
-            if not bucket or lane in ready:
+            if not bucket or lane in ready or self.paused(bucket.key):
                 continue
             if bucket.key in self._spreading:  # the rest of a plan goes now, under its reason
                 ready[lane] = (bucket, self._spreading[bucket.key])
@@ -252,7 +266,10 @@ class Batcher(Generic[T]):
             lowest = max(ready)
             for bucket in sorted(self._buckets.values(), key=_bucket_order):
                 lane = bucket.key.priority
-                if bucket and lane < lowest and lane not in ready and lane < Priority.LOW:
+                if (
+                    bucket and lane < lowest and lane not in ready and lane < Priority.LOW
+                    and not self.paused(bucket.key)
+                ):  # fmt: skip
                     ready[lane] = (bucket, FlushReason.PRIORITY)
         if soonest is not None:
             soonest = max(soonest, 0.0005)  # never spin on a sub-millisecond remainder
@@ -296,17 +313,23 @@ class Batcher(Generic[T]):
         self._observer.observe_flush(lane.label, reason, len(items), tokens, waits)
         if self.on_flush is not None:
             self.on_flush(bucket.key, items, reason, now)
-        self.governor.started(lane)
-        delay = self.governor.reserve(tokens)
-        task = asyncio.create_task(self._call(bucket.key, items, reason, delay))
+        lease = self.budget.admit(lane, len(items), tokens)
+        task = asyncio.create_task(self._call(bucket.key, items, reason, lease, tokens))
         self._in_flight[task] = items
 
     async def _call(
-        self, key: BucketKey, items: list[Pending[T]], reason: FlushReason, delay: float
+        self,
+        key: BucketKey,
+        items: list[Pending[T]],
+        reason: FlushReason,
+        lease: Lease | None,
+        tokens: int,
     ) -> None:
         try:
-            if delay > 0:
-                await asyncio.sleep(delay)  # RPM/TPM budget: hold the slot, not the loop
+            if lease is None:  # the fleet decides: ask, and wait for a slot if need be
+                lease = await self._ask(key.priority, len(items), tokens)
+            if lease.go_in_s > 0:
+                await asyncio.sleep(lease.go_in_s)  # RPM/TPM budget: hold the slot, not the loop
             started = self._clock()
             await self._dispatch(key, items, reason)
             if self._observe_dispatch:
@@ -318,11 +341,18 @@ class Batcher(Generic[T]):
             log.exception("dispatch of a batch of %d failed", len(items))
         finally:
             oldest = self._clock() - min(p.arrival for p in items) if items else None
-            self.governor.finished(key.priority, oldest)
+            self.budget.release(key.priority, lease, oldest)
             task = asyncio.current_task()
             if task is not None:
                 self._in_flight.pop(task, None)
             self._wake.set()
+
+    async def _ask(self, lane: Priority, inputs: int, tokens: int) -> Lease:
+        while True:
+            answer = await self.budget.ask(lane, inputs, tokens)
+            if not isinstance(answer, LeaseWait):
+                return answer
+            await self.budget.woken(answer)
 
 
 def _bucket_order(bucket: Bucket[T]) -> tuple[int, float]:

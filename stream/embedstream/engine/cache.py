@@ -25,8 +25,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from embedstream.core import configured
 from embedstream.core.cachekeys import CacheKeys, provider_identity
@@ -34,12 +33,14 @@ from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import CacheObserver, NullObserver
 from embedstream.engine.cache_tiers import (
     WRITE_TIMEOUT_FACTOR,
+    ClaimingTier,
     MemoryTier,
     RedisTier,
     Tier,
     TierFailed,
 )
-from embedstream.engine.jobs import Job
+from embedstream.engine.inflight import TextsInFlight
+from embedstream.engine.jobs import Hit, Job
 from embedstream.settings import Settings
 from embedstream.wire import Vector, float32_bytes, vector_from_float32
 from embedstream.wire.openai import Input
@@ -60,29 +61,24 @@ WRITE_CHUNK = 1000  # entries per Redis write command
 MAX_UNWRITTEN = 20_000
 MAX_UNWRITTEN_BYTES = 64 * 1024 * 1024
 CLOSE_WRITE_S = 2.0  # on close, how long the last writes may take
-
-
-@dataclass(frozen=True, slots=True)
-class Hit(Generic[J]):
-    """A job answered from the cache, in the encoding it asked for."""
-
-    job: J
-    key: BucketKey
-    vector: Vector
-    dimensions: int
+CLAIM_TTL_MIN_S = 30.0  # a text claimed in Redis while its call runs (engine/inflight.py)
 
 
 class EmbeddingCache:
     def __init__(
         self,
         provider: str,
-        memory: Tier,
+        memory: MemoryTier,
         shared: Tier | None = None,
         *,
         timeout_s: float = 0.25,
         observer: CacheObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        claims: ClaimingTier | None = None,
+        claim_ttl_s: float = 30.0,
     ) -> None:
+        """``claims``: the shared tier, when texts in flight are claimed there across
+        processes (`engine/inflight.py`), each claim for ``claim_ttl_s`` at most."""
         self._provider = provider
         self._keys = CacheKeys(provider)
         self._memory = memory
@@ -97,6 +93,11 @@ class EmbeddingCache:
         self._unwritten_bytes = 0
         self._writer: asyncio.Task[None] | None = None
         self._retry: asyncio.TimerHandle | None = None  # the backlog's next try after a pause
+        # Texts being embedded now, by their names here: each is paid once (shared_texts.py).
+        self.in_flight = TextsInFlight(
+            claims, claim_ttl_s=claim_ttl_s, timeout_s=timeout_s,
+            failed=lambda exc: self._shared_failed("get", exc),
+        )  # fmt: skip
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -134,18 +135,43 @@ class EmbeddingCache:
             hits.append(hit)
             hits_by_tier[tier] = hits_by_tier.get(tier, 0) + 1
             saved += job.tokens
-        self._observer.count_cache_lookups(hits_by_tier, len(misses), saved)
+        # Misses are counted when sent: one may yet be answered at its call's cut.
+        self._observer.count_cache_lookups(hits_by_tier, 0, saved)
         return hits, misses
+
+    def name_of(self, key: BucketKey, text: Input) -> str:
+        """What a text's vector is filed under (`core/cachekeys.py`)."""
+        return self._keys.of(key, text)
+
+    def peek(self, names: Sequence[str]) -> list[bytes | None]:
+        """What the in-process tier holds of these, counted as no access: a text looked up
+        again at its call's cut was counted when it arrived."""
+        return self._memory.peek_many(names)
+
+    @property
+    def shared_usable(self) -> bool:
+        """Redis may be asked now (not in the pause after a failure)."""
+        return self._shared is not None and self._shared_usable("get")
+
+    def count(self, hits_by_tier: dict[str, int], misses: int, tokens_saved: int) -> None:
+        """Hits and misses decided after the look-up (at a call's cut: shared_texts.py)."""
+        self._observer.count_cache_lookups(hits_by_tier, misses, tokens_saved)
+
+    def answer(self, job: J, key: BucketKey, data: bytes) -> Hit[J] | None:
+        """``job`` answered with a stored vector, in its encoding; None if unreadable."""
+        return self._decode(job, key, data)
 
     async def store(
         self, key: BucketKey, texts: Sequence[Input], vectors: Sequence[Vector]
     ) -> None:
-        """Keep the vectors a call returned (one per distinct text of the batch)."""
+        """Keep the vectors a call returned (one per distinct text of the batch); whoever
+        waits for them in this process gets them now."""
         entries = [
             (self._keys.of(key, text), float32_bytes(vector))
             for text, vector in zip(texts, vectors, strict=True)
         ]
         await self._memory.put_many(entries)
+        self.in_flight.settle(entries)
         if self._shared is None:
             return
         self._keep_unwritten(entries, at_front=False)
@@ -163,6 +189,7 @@ class EmbeddingCache:
         return len(self._unwritten)
 
     async def close(self) -> None:
+        await self.in_flight.close()
         if self._retry is not None:
             self._retry.cancel()
         if self._writer is not None:
@@ -301,14 +328,18 @@ def build_cache(
         observer,
         max_bytes=settings.cache_max_bytes,
     )
-    shared: Tier | None = None
+    shared: RedisTier | None = None
     timeout_s = settings.cache_timeout_ms / 1000.0
     if settings.cache == "redis":
         assert settings.cache_url is not None  # validated
         shared = RedisTier(settings.cache_url, settings.cache_ttl_s, timeout_s)
+    # A claim outlives any call but one held back by rate limits; then it expires and the
+    # processes waiting for it send the text themselves.
+    claim_ttl_s = max(CLAIM_TTL_MIN_S, 2 * settings.request_timeout_s)
     return EmbeddingCache(
-        provider, memory, shared, timeout_s=timeout_s, observer=observer, clock=clock
-    )
+        provider, memory, shared, timeout_s=timeout_s, observer=observer, clock=clock,
+        claims=shared, claim_ttl_s=claim_ttl_s,
+    )  # fmt: skip
 
 
 def undersized_warning(settings: Settings) -> str | None:

@@ -1,19 +1,16 @@
 """The embedding cache's two tiers behind one small interface: the in-process map and Redis.
-The only module that imports ``redis`` (when a Redis tier is built: a processor without one
-never pays for it)."""
+Redis is reached through `engine/redis_link.py` (imported only when a Redis tier is built: a
+processor without one never pays for it)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from embedstream.core.observer import CacheObserver, NullObserver
 from embedstream.core.tinylfu import TinyLfuCache
-
-if TYPE_CHECKING:
-    import redis.asyncio as redis
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +23,8 @@ WRITE_TIMEOUT_FACTOR = 4
 # 357 bytes with a 79-character key, CPython 3.12).
 ENTRY_OVERHEAD_BYTES = 280
 
-# One command stores a whole batch, each key with the TTL (ARGV[1], ms; 0: none).
+# One command stores a whole batch, each key with the TTL (ARGV[1], ms; 0: none), and ends the
+# claims on them (a vector stored is what the processes watching a claim wait for).
 _SET_MANY = """
 local ttl = tonumber(ARGV[1])
 for i, key in ipairs(KEYS) do
@@ -35,9 +33,53 @@ for i, key in ipairs(KEYS) do
   else
     redis.call('SET', key, ARGV[i + 1])
   end
+  redis.call('DEL', key .. CLAIM)
 end
 return #KEYS
 """
+# A text in flight: the process sending it claims it (ARGV[1], its token) for ARGV[2] ms. Per
+# key: its vector when stored; 1 when claimed now; 0 when another process holds the claim.
+_CLAIM_MANY = """
+local found = {}
+for i, key in ipairs(KEYS) do
+  local vector = redis.call('GET', key)
+  if vector then
+    found[i] = vector
+  elseif redis.call('SET', key .. CLAIM, ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then
+    found[i] = 1
+  else
+    found[i] = 0
+  end
+end
+return found
+"""
+# Per key: its vector when stored; 1 while another's claim holds; 0 when neither is there.
+_WATCH_MANY = """
+local found = {}
+for i, key in ipairs(KEYS) do
+  local vector = redis.call('GET', key)
+  if vector then
+    found[i] = vector
+  else
+    found[i] = redis.call('EXISTS', key .. CLAIM)
+  end
+end
+return found
+"""
+# Ends this process's claims (ARGV[1], its token) on texts it did not store (a failed call).
+_RELEASE_MANY = """
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key .. CLAIM) == ARGV[1] then
+    redis.call('DEL', key .. CLAIM)
+  end
+end
+return #KEYS
+"""
+CLAIM_SUFFIX = ":claim"  # a claim's key: the vector's key and this
+
+
+def _with_suffix(script: str) -> str:
+    return f"local CLAIM = '{CLAIM_SUFFIX}'" + script
 
 
 class Tier(Protocol):
@@ -48,6 +90,20 @@ class Tier(Protocol):
     async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class ClaimingTier(Protocol):
+    """A shared tier where processes claim the texts they are sending (Redis): per key, its
+    vector when stored, else whether the claim is this process's (``claim_many``) or still
+    another's (``watch_many``)."""
+
+    async def claim_many(
+        self, keys: Sequence[str], token: str, ttl_ms: int
+    ) -> list[bytes | bool]: ...
+
+    async def watch_many(self, keys: Sequence[str]) -> list[bytes | bool]: ...
+
+    async def release_many(self, keys: Sequence[str], token: str) -> None: ...
 
 
 class TierFailed(OSError):
@@ -90,6 +146,11 @@ class MemoryTier:
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         return self._entries.get_many(keys, self._clock())
 
+    def peek_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """What it holds of ``keys``, counted as no access (a second look-up of a text)."""
+        now = self._clock()
+        return [self._entries.peek(key, now) for key in keys]
+
     async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
         evicted = self._entries.put_many(entries, self._clock())
         if not evicted:
@@ -116,46 +177,62 @@ def entry_bytes(key: str, vector: bytes) -> int:
 
 class RedisTier:
     """Redis: MGET for look-ups, one script of SET ... PX for writes (one command, however many
-    entries: redis-py's per-command cost dominates otherwise). redis-py retries only
-    once, at once, on a broken connection (a pooled one Redis closed, say by restarting): the
-    cache's answer to a failure is a miss, not a wait."""
+    entries: redis-py's per-command cost dominates otherwise). The connection is
+    `engine/redis_link.py`'s: the cache's answer to a failure is a miss, not a wait."""
 
     name = "redis"
 
     def __init__(self, url: str, ttl_s: float, timeout_s: float) -> None:
-        import redis.asyncio as redis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import RedisError
+        from embedstream.engine.redis_link import RedisLink
 
-        self._redis_error = RedisError
         self._ttl_ms = int(ttl_s * 1000) if ttl_s > 0 else 0
-        self._client: redis.Redis = redis.Redis.from_url(
-            url,
-            # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
-            # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
-            socket_timeout=timeout_s * WRITE_TIMEOUT_FACTOR,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-            retry_on_error=[],
-            health_check_interval=0,
+        # Look-ups are bounded by the cache's own timeout; the socket's must not cut a write
+        # (which gets WRITE_TIMEOUT_FACTOR times as long) shorter.
+        self._link = RedisLink(
+            url, timeout_s=timeout_s * WRITE_TIMEOUT_FACTOR, connect_timeout_s=timeout_s
         )
-        self._set_many = self._client.register_script(_SET_MANY)
+        self._set_many = self._link.script(_with_suffix(_SET_MANY))
+        self._claim_many = self._link.script(_with_suffix(_CLAIM_MANY))
+        self._watch_many = self._link.script(_with_suffix(_WATCH_MANY))
+        self._release_many = self._link.script(_with_suffix(_RELEASE_MANY))
 
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         try:
-            found = await self._client.mget(keys)
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
-        return [value if isinstance(value, bytes) else None for value in found]
+            return await self._link.mget(keys)
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
 
     async def put_many(self, entries: Sequence[tuple[str, bytes]]) -> None:
         keys = [key for key, _ in entries]
         try:
-            await self._set_many(keys=keys, args=[self._ttl_ms, *(v for _, v in entries)])
-        except self._redis_error as exc:
-            raise TierFailed(f"{type(exc).__name__}: {exc}") from exc
+            await self._set_many(keys, [self._ttl_ms, *(v for _, v in entries)])
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
+
+    async def claim_many(self, keys: Sequence[str], token: str, ttl_ms: int) -> list[bytes | bool]:
+        try:
+            found = await self._claim_many(keys, [token, ttl_ms])
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
+        return [_answer(value) for value in found]
+
+    async def watch_many(self, keys: Sequence[str]) -> list[bytes | bool]:
+        try:
+            found = await self._watch_many(keys, [])
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
+        return [_answer(value) for value in found]
+
+    async def release_many(self, keys: Sequence[str], token: str) -> None:
+        try:
+            await self._release_many(keys, [token])
+        except OSError as exc:
+            raise TierFailed(str(exc)) from exc
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._link.close()
+
+
+def _answer(value: object) -> bytes | bool:
+    """A script's answer for one key: the vector's bytes, or a flag (1 or 0)."""
+    return value if isinstance(value, bytes) else value == 1

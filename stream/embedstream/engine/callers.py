@@ -18,7 +18,7 @@ from typing import Generic, Protocol, TypeVar, cast
 
 from embedstream.core.lanes import BucketKey, Source
 from embedstream.engine.cache import EmbeddingCache
-from embedstream.engine.jobs import Embedded, Job, Outcomes
+from embedstream.engine.jobs import Embedded, Hit, Job, Outcomes
 from embedstream.errors import EmbedStreamError, Reason, TransientError
 from embedstream.wire import Vector
 
@@ -28,10 +28,27 @@ T_contra = TypeVar("T_contra", contravariant=True)
 J = TypeVar("J", bound=Job)
 
 
+@dataclass(slots=True, eq=False)
+class RequestUsage:
+    """What the provider counted for one online request's inputs, as the calls that carried
+    them report it (each input its share of its call's usage)."""
+
+    inputs: int = 0  # inputs embedded by a call (not the cache)
+    tokens: int = 0  # their shares of those calls' counts
+    shared: bool = False  # a call carried another request's inputs too
+
+    def provider_count(self, inputs: int) -> int | None:
+        """The provider's count when every one of the ``inputs`` went in calls that carried
+        only this request's inputs; None when it is not known (shared calls, the cache)."""
+        exact = self.inputs == inputs and not self.shared and self.tokens > 0
+        return self.tokens if exact else None
+
+
 @dataclass(slots=True, eq=False, kw_only=True)
 class CallerRequest(Job):
     key: BucketKey
     future: asyncio.Future[Vector]
+    usage: RequestUsage | None = None  # its request's, shared by the request's inputs
 
 
 class JobQueue(Protocol[T_contra]):
@@ -71,9 +88,20 @@ class Callers(Outcomes[CallerRequest]):
     async def succeeded(
         self, key: BucketKey, done: Sequence[Embedded[CallerRequest]], dimensions: int
     ) -> None:
+        usages = {id(embedded.job.usage) for embedded in done}
         for embedded in done:
-            if not embedded.job.future.done():  # the caller may have given up
-                embedded.job.future.set_result(embedded.vector)
+            job = embedded.job
+            if job.usage is not None:
+                job.usage.inputs += 1
+                job.usage.tokens += embedded.tokens
+                job.usage.shared |= len(usages) > 1
+            if not job.future.done():  # the caller may have given up
+                job.future.set_result(embedded.vector)
+
+    def answered(self, hits: Sequence[Hit[CallerRequest]]) -> None:
+        for hit in hits:
+            if not hit.job.future.done():
+                hit.job.future.set_result(hit.vector)
 
     async def retry_later(
         self, job: CallerRequest, error: EmbedStreamError, delay_s: float
@@ -99,6 +127,9 @@ class Callers(Outcomes[CallerRequest]):
         for job in jobs:
             if not job.future.done():
                 job.future.set_exception(client_closed())
+
+    def waits_for_model(self, job: CallerRequest) -> bool:
+        return False  # a caller hears the provider's 404 at once
 
     def give_up_waiting(self) -> None:
         """Closing: retries still waiting for their delay fail now."""
@@ -185,6 +216,12 @@ class CallersBeside(Outcomes[J | CallerRequest], Generic[J]):
         else:
             await self.others.succeeded(key, cast(Sequence[Embedded[J]], done), dimensions)
 
+    def answered(self, hits: Sequence[Hit[J | CallerRequest]]) -> None:
+        callers = [h for h in hits if isinstance(h.job, CallerRequest)]
+        others = [h for h in hits if not isinstance(h.job, CallerRequest)]
+        self.callers.answered(cast(list[Hit[CallerRequest]], callers))
+        self.others.answered(cast(list[Hit[J]], others))
+
     async def retry_later(
         self, job: J | CallerRequest, error: EmbedStreamError, delay_s: float
     ) -> None:
@@ -198,6 +235,11 @@ class CallersBeside(Outcomes[J | CallerRequest], Generic[J]):
             await self.callers.dead_letter(job, error)
         else:
             await self.others.dead_letter(job, error)
+
+    def waits_for_model(self, job: J | CallerRequest) -> bool:
+        if isinstance(job, CallerRequest):
+            return self.callers.waits_for_model(job)
+        return self.others.waits_for_model(job)
 
     def abandoned(self, jobs: Sequence[J | CallerRequest]) -> None:
         self.callers.abandoned([j for j in jobs if isinstance(j, CallerRequest)])

@@ -4,7 +4,8 @@ The Kafka processor and the in-process :class:`~embedstream.engine.client.Batchi
 both send every batch through :class:`BatchCaller`, so they share every rule:
 
 - a job whose deadline has passed is dead-lettered without a call;
-- identical texts in a batch are sent once and the vector fanned out;
+- identical texts are sent once and the vector fanned out: in a batch, and with an embedding
+  cache across calls too (looked up again at the cut, `engine/shared_texts.py`, and stored);
 - a batch the provider rejects as a whole (400, timeout, malformed response) is split in halves
   until the bad jobs are isolated, so one bad job never fails its batch-mates; so is a batch
   failing with a server error (500, 502, 503, 504) a second time while other calls succeed (a
@@ -17,19 +18,21 @@ both send every batch through :class:`BatchCaller`, so they share every rule:
   the provider's other calls do not share count as attempts, so an outage dead-letters nothing.
   Whether they share it is judged by the answers of the calls in flight, not by sending the
   batch again: a batch is sent again without spending an attempt only as a hold's probe,
-  while nothing else can tell (after a 5xx, half of it: `_probe`). Such a hold closes the gate
-  for everyone only once the provider looks down (`core/outage.py`); before that it holds its
-  own batch alone;
+  while nothing else can tell (after a 5xx, half of it: `engine/held.py`). Such a hold closes
+  the gate for everyone only once the provider looks down (`core/outage.py`); before that it
+  holds its own batch alone. A held batch sends again only the jobs still wanted (a caller
+  that left is never sent for); while the provider is down, `engine/probe.py` asks it too;
+- a refusal of the request rather than of an input (`RequestRefused`: a model the provider
+  does not serve, a field it refuses) is never split: one call, every job the same answer.
+  Callers hear it at once; Kafka work of a model the provider does not serve waits, with only
+  that model's other items (`core/model_pauses.py`);
 - a transient failure is retried after a backoff, up to `max_attempts`; then, or for a
   permanent failure, the job is dead-lettered;
-- with an embedding cache, the vectors of a successful call are stored in it once their
-  outcomes are delivered (look-ups happen before jobs reach the batcher: `engine/cache.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -37,17 +40,20 @@ from collections.abc import Callable, Sequence
 from typing import Generic
 
 from embedstream.core.backoff import Backoff
+from embedstream.core.budget import ProviderBudget
 from embedstream.core.costmodel import CostModels, cost_key
 from embedstream.core.dedup import unique_texts
-from embedstream.core.governor import OUTAGE_REASONS, Governor
+from embedstream.core.governor import OUTAGE_REASONS
 from embedstream.core.lanes import BucketKey, Pending
 from embedstream.core.observer import EngineObserver, NullObserver
 from embedstream.core.policy import FlushReason
+from embedstream.core.tokens import apportion
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
-from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.evidence import FailingInputs, ServiceEvidence
+from embedstream.engine.held import Holds, joined, probe_piece, still_wanted
 from embedstream.engine.jobs import Embedded, J, Outcomes
+from embedstream.engine.shared_texts import NO_SHARING, SharedTexts, TextSharing
 from embedstream.errors import (
     SERVER_ERROR_REASONS,
     SPLITTABLE_REASONS,
@@ -55,6 +61,7 @@ from embedstream.errors import (
     PermanentItemError,
     ProviderWideError,
     Reason,
+    RequestRefused,
     TransientError,
 )
 
@@ -63,9 +70,6 @@ log = logging.getLogger(__name__)
 # An outage-like failure right after a success may still be this batch's own fault: the first
 # failure of a job counts as an attempt if the provider served a call this recently.
 RECENT_SUCCESS_MS = 1000
-# A held batch asks the provider again at least this often (one call), whatever the retry
-# backoff cap: work resumes within seconds of the provider's return, not half a minute.
-HOLD_PROBE_MAX_S = 5.0
 
 
 def _shared_user(batch: Sequence[Pending[J]]) -> str | None:
@@ -74,27 +78,6 @@ def _shared_user(batch: Sequence[Pending[J]]) -> str | None:
     if first is None or any(p.payload.user != first for p in batch):
         return None
     return first
-
-
-def _probe(
-    held: list[Pending[J]], waiting: list[list[Pending[J]]], exc: EmbedStreamError
-) -> tuple[list[Pending[J]], list[list[Pending[J]]]]:
-    """What a held batch sends after its hold, and the pieces that wait for it. After a server
-    error, half of what just failed: while every call fails (an outage, or a burst whose every
-    call holds an input the provider fails), a poison-free half answers, which a whole batch
-    never does; a lone input that failed again waits behind the other pieces, which are not
-    held back by it. One call a hold either way: a provider that is down gets no more."""
-    if exc.reason not in SERVER_ERROR_REASONS:
-        return _joined([held, *waiting]), []
-    if len(held) > 1:
-        middle = len(held) // 2
-        return held[:middle], [held[middle:], *waiting]
-    pieces = [*waiting, held]
-    return pieces[0], pieces[1:]
-
-
-def _joined(pieces: Sequence[Sequence[Pending[J]]]) -> list[Pending[J]]:
-    return [p for piece in pieces for p in piece]
 
 
 def wall_clock_ms() -> int:
@@ -106,7 +89,7 @@ class BatchCaller(Generic[J]):
         self,
         backend: EmbeddingBackend,
         outcomes: Outcomes[J],
-        governor: Governor,
+        budget: ProviderBudget,
         *,
         max_attempts: int,
         backoff: Backoff,
@@ -115,29 +98,47 @@ class BatchCaller(Generic[J]):
         observer: EngineObserver | None = None,
         cost: CostModels | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        cache: EmbeddingCache | None = None,
+        texts: SharedTexts[J] | None = None,
         tracer: Tracer = NULL_TRACER,
+        keep: Callable[[J], bool] | None = None,
     ) -> None:
+        """`keep`: whether a job is still wanted (a caller may have gone): a held batch
+        sends only those again."""
         self._backend = backend
+        self._keep = keep
         self._outcomes = outcomes
-        self._governor = governor
+        self._budget = budget
+        self._governor = budget.plan  # what the budget looks like here, for holds
         self._max_attempts = max_attempts
         self._backoff = backoff
         self._rng = rng or random.Random()
+        self._holds = Holds(budget, backoff, self._rng, monotonic)
         self._clock_ms = clock_ms
         self._observer = observer or NullObserver()
         self._cost = cost  # learns L(b) from each successful call (spreading decisions)
         self._monotonic = monotonic
-        self._cache = cache
+        self._texts: TextSharing[J] = texts or NO_SHARING  # with a cache: each text paid once
         self._tracer = tracer  # one client span per call, linked to its requests' spans
-        self._abandon = asyncio.Event()
         self._evidence = ServiceEvidence(clock_ms)  # whether the provider serves others meanwhile
         self._failing = FailingInputs()  # inputs the provider failed alone (server errors)
+        self.probe_key: BucketKey | None = None  # the last call's shape served: what probes send
+        # Puts jobs back in the batcher (build_engine): a paused model's batches beyond the
+        # one that asks the provider again wait there, not in a call slot each.
+        self.requeue: Callable[[BucketKey, Sequence[Pending[J]]], None] | None = None
 
     def abandon_holds(self) -> None:
         """Stop waiting out rate limits and outages: held batches end with `abandoned`."""
-        self._abandon.set()
+        self._holds.abandon()
         self._evidence.stop()  # a verdict waiting for answers stops waiting too
+        self._texts.abandon()
+
+    def paused(self, key: BucketKey) -> bool:
+        """Whether the batcher keeps a bucket's items (`engine/held.py`)."""
+        return self._holds.paused(key)
+
+    async def probe(self, call: BatchCall) -> BatchOutcome:
+        """One call outside any batch (`engine/probe.py`), counted as evidence of service."""
+        return await self._evidence.call(self._embed(call), self._clock_ms())
 
     async def dispatch(
         self, key: BucketKey, batch: Sequence[Pending[J]], reason: FlushReason
@@ -153,16 +154,22 @@ class BatchCaller(Generic[J]):
                 )
                 await self._dead_letter(job, expired)
             else:
-                job.attempts += 1
                 live.append(pending)
+        sending = await self._texts.to_send(key, live)  # the others: answered without a call
+        live = sending.jobs
+        for pending in live:
+            pending.payload.attempts += 1
         failing = self._failing
         alone = [p for p in live if p.payload.input in failing] if failing else []
-        if alone and len(live) > 1:  # without batch-mates, whom they would fail too
-            others = [p for p in live if p.payload.input not in failing]
-            calls = [self._call(key, [p], reason) for p in alone]
-            await asyncio.gather(*calls, *([self._call(key, others, reason)] if others else []))
-        elif live:
-            await self._call(key, live, reason)
+        try:
+            if alone and len(live) > 1:  # without batch-mates, whom they would fail too
+                others = [p for p in live if p.payload.input not in failing]
+                calls = [self._call(key, [p], reason) for p in alone]
+                await asyncio.gather(*calls, *([self._call(key, others, reason)] if others else []))
+            elif live:
+                await self._call(key, live, reason)
+        finally:
+            self._texts.ended(sending, abandoned=self._holds.abandoned)
 
     async def _call(
         self,
@@ -190,12 +197,12 @@ class BatchCaller(Generic[J]):
                 span.end(error=exc.reason)
                 self._observer.observe_call(time.perf_counter() - started, ok=False)
                 self._observer.observe_error(type(exc).__name__, exc.reason)
-                self._governor.on_failure(exc)
+                self._budget.failed(exc)
                 if not isinstance(exc, ProviderWideError | PermanentItemError | TransientError):
                     raise
                 verdict = await self._verdict(batch, exc, split_from_ms or sent_ms, split_from_ms)
                 if verdict is None:
-                    self._outcomes.abandoned([p.payload for p in _joined([batch, *waiting])])
+                    self._outcomes.abandoned([p.payload for p in joined([batch, *waiting])])
                     return
                 counted, held = verdict
                 if counted:
@@ -204,13 +211,23 @@ class BatchCaller(Generic[J]):
                     if not waiting:
                         return
                     # The provider answers about inputs again: the rest at once.
-                    batch, waiting, held_back, reason = _joined(waiting), [], 0, "held"
+                    batch, waiting, held_back, reason = joined(waiting), [], 0, "held"
                     continue
                 held_back += 1
-                if not await self._hold_back(exc, held_back, len(_joined([held, *waiting]))):
-                    self._outcomes.abandoned([p.payload for p in _joined([held, *waiting])])
+                every = joined([held, *waiting])
+                if self.requeue is not None and self._holds.asked_by_another(exc, key, held_back):
+                    for pending in every:  # no attempt spent: they wait in the batcher
+                        pending.payload.attempts -= 1
+                    self.requeue(key, every)
                     return
-                batch, waiting = _probe(held, waiting, exc)
+                if not await self._holds.wait(exc, held_back, len(every), key.model):
+                    self._outcomes.abandoned([p.payload for p in every])
+                    return
+                batch, waiting = probe_piece(held, waiting, exc)
+                if self._keep is not None:  # never sent again for callers that are gone
+                    batch, waiting = still_wanted(batch, waiting, self._keep)
+                    if not batch:
+                        return
                 reason = "held"  # the batch (or a probe of it) again, after a hold
                 continue
             span.end(input_tokens=outcome.total_tokens)
@@ -220,13 +237,14 @@ class BatchCaller(Generic[J]):
                     cost_key(key), tokens, len(distinct), outcome.latency_s, self._monotonic()
                 )
             self._observer.observe_call(outcome.latency_s, ok=True)
-            self._governor.on_success(outcome.latency_s, outcome.headers)
+            self._budget.succeeded(outcome.latency_s, outcome.headers)
+            self.probe_key = key
+            self._holds.served(key.model)
             await self._succeeded(key, batch, mapping, outcome)
-            if self._cache is not None:
-                await self._cache.store(key, distinct, outcome.vectors)
+            await self._texts.store(key, distinct, outcome.vectors)
             if not waiting:
                 return
-            batch, waiting, held_back, reason = _joined(waiting), [], 0, "held"  # the rest
+            batch, waiting, held_back, reason = joined(waiting), [], 0, "held"  # the rest
 
     async def _embed(self, call: BatchCall) -> BatchOutcome:
         try:
@@ -267,6 +285,11 @@ class BatchCaller(Generic[J]):
         """
         if isinstance(exc, ProviderWideError) or exc.reason == Reason.RATE_LIMITED:
             return [], list(batch)
+        if exc.reason == Reason.UNKNOWN_MODEL:  # callers hear it now, Kafka work waits
+            waits = [self._outcomes.waits_for_model(p.payload) for p in batch]
+            return [p for p, w in zip(batch, waits, strict=True) if not w], [
+                p for p, w in zip(batch, waits, strict=True) if w
+            ]
         if not (exc.retriable and exc.reason in OUTAGE_REASONS):
             return list(batch), []
         now = self._clock_ms()
@@ -295,31 +318,6 @@ class BatchCaller(Generic[J]):
             return job.first_failure_ms
         return now_ms - RECENT_SUCCESS_MS
 
-    async def _hold_back(self, exc: EmbedStreamError, times: int, size: int) -> bool:
-        """Wait until the provider may be called again; False if abandoned meanwhile."""
-        delay = self._backoff.delay(times, self._rng, exc.retry_after)
-        if exc.reason == Reason.RATE_LIMITED:
-            # The gate already holds everyone until retry-after: wait for it, not longer.
-            delay = max(self._governor.blocked_for(), exc.retry_after or 0.0)
-        else:
-            delay = max(min(delay, HOLD_PROBE_MAX_S), exc.retry_after or 0.0)
-            if isinstance(exc, ProviderWideError) or self._governor.provider_down:
-                refused = isinstance(exc, ProviderWideError)
-                what = "provider refuses calls" if refused else "provider down"
-                log.error("%s (%s): %s; retrying in %.1fs", what, exc.reason, exc, delay)
-                self._governor.hold(delay)  # nobody else calls meanwhile either
-            else:
-                # Not known to be down (core/outage.py): the calls sent since this batch first
-                # failed are unanswered yet, on a slow provider, or they were served. Only this
-                # batch waits: closing the gate here held everyone at each repeat of an input
-                # the provider always fails.
-                log.info("held a call of %d inputs (%s): no call sent since its first failure "
-                         "is answered yet; sent again in %.1fs, no attempt spent", size,
-                         exc.reason, delay)  # fmt: skip
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._abandon.wait(), delay)
-        return not self._abandon.is_set()
-
     async def _failed(
         self,
         key: BucketKey,
@@ -328,9 +326,13 @@ class BatchCaller(Generic[J]):
         sent_ms: int,
         split_from_ms: int | None,
     ) -> None:
-        if len(batch) > 1 and (
-            exc.reason in SPLITTABLE_REASONS
-            or self._to_split(batch, exc, split_from_ms is not None)
+        if (
+            len(batch) > 1
+            and not isinstance(exc, RequestRefused)
+            and (
+                exc.reason in SPLITTABLE_REASONS
+                or self._to_split(batch, exc, split_from_ms is not None)
+            )
         ):
             middle = len(batch) // 2
             halves = (batch[:middle], batch[middle:])
@@ -372,22 +374,21 @@ class BatchCaller(Generic[J]):
         await self._outcomes.retry_later(job, exc, delay)
 
     async def _dead_letter(self, job: J, exc: EmbedStreamError) -> None:
-        log.warning("dead-lettered %s after %d attempts (%s)", job.id, job.attempts, exc.reason)
+        if not isinstance(exc, RequestRefused):  # that one is logged once for its call
+            log.warning("dead-lettered %s after %d attempts (%s)", job.id, job.attempts,
+                        exc.reason)  # fmt: skip
         self._observer.count_dead_letter(exc.reason)
         await self._outcomes.dead_letter(job, exc)
 
     async def _succeeded(
         self, key: BucketKey, batch: Sequence[Pending[J]], mapping: list[int], outcome: BatchOutcome
     ) -> None:
-        # The provider reports usage per call; each job gets its estimated share.
-        estimated = sum(p.tokens for p in batch) or 1
+        # The provider reports usage per call; each job gets its share by estimate, the
+        # shares summing to the provider's count.
+        shares = apportion(outcome.total_tokens, [p.tokens for p in batch])
         done = [
-            Embedded(
-                p.payload,
-                outcome.vectors[index],
-                round(outcome.total_tokens * p.tokens / estimated),
-            )
-            for p, index in zip(batch, mapping, strict=True)
+            Embedded(p.payload, outcome.vectors[index], share)
+            for p, index, share in zip(batch, mapping, shares, strict=True)
         ]
         if self._failing:
             for p in batch:

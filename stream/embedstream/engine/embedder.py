@@ -31,6 +31,7 @@ from embedstream.engine.lean_http import JsonPoster, PostFailed
 from embedstream.errors import (
     EmbedStreamError,
     Reason,
+    RequestRefused,
     TransientError,
 )
 from embedstream.settings import Settings, header_secrets
@@ -165,7 +166,9 @@ class OpenAIEmbedder:
             ) from None
         if answer.status >= 400:
             message = status_message(answer.status, answer.body)
-            raise self._scrubbed(classify_status(answer.status, message, answer.headers, call))
+            raise self._scrubbed(
+                classify_status(answer.status, message, answer.headers, call, answer.body)
+            )
         latency = time.perf_counter() - started
         headers = {k.lower(): v for k, v in answer.headers.items() if k.lower().startswith(_HINTS)}
         return parse_body(call, answer.body, latency, headers)
@@ -182,6 +185,8 @@ class OpenAIEmbedder:
             if secret in error.message:
                 # Keys quoted back must not reach logs or dead letters.
                 error.message = error.message.replace(secret, "***")
+            if isinstance(error, RequestRefused):  # nor online callers
+                error.provider_message = error.provider_message.replace(secret, "***")
         error.args = (error.message,)
         return error
 
@@ -264,7 +269,9 @@ def classify(exc: openai.APIError, call: BatchCall | None = None) -> EmbedStream
     if isinstance(exc, openai.APIConnectionError):
         return TransientError(Reason.CONNECTION, f"cannot reach the provider: {message}")
     if isinstance(exc, openai.APIStatusError):
-        return classify_status(exc.status_code, message, exc.response.headers, call)
+        return classify_status(
+            exc.status_code, message, exc.response.headers, call, exc.response.content
+        )
     return TransientError(Reason.MALFORMED_RESPONSE, message)
 
 

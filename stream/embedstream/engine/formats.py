@@ -17,6 +17,8 @@ from embedstream.wire.field_mapping import FieldMapping
 
 # The library each registry format needs (the `registry` extra).
 _LIBRARIES = {"avro": "fastavro", "json_schema": "jsonschema", "protobuf": "grpc_tools"}
+# Schemas kept by id: an id's schema never changes, and a deployment reads a handful of them.
+SCHEMAS_KEPT = 1_000
 
 
 def uses_registry(settings: Settings) -> bool:
@@ -41,19 +43,22 @@ def registry_client(settings: Settings) -> RegistryClient:
             ssl_keyfile=settings.schema_registry_ssl_keyfile,
             ssl_keyfile_password=settings.schema_registry_ssl_keyfile_password,
             timeout_s=settings.schema_registry_timeout_s,
-            cache_size=settings.schema_registry_cache_size,
+            cache_size=SCHEMAS_KEPT,
         )
     )
 
 
 def field_mapping(settings: Settings) -> FieldMapping:
+    """Where each request field is in a registry record: field_map's paths, and for the id,
+    the text and a document's id their own names by default."""
+    paths = dict(settings.field_map_paths)
     try:
         return FieldMapping(
-            id_field=settings.id_field,
-            text_field=settings.text_field,
-            doc_id_field=settings.doc_id_field,
-            priority_field=settings.priority_field,
-            optional=settings.field_map_paths,
+            id_field=paths.pop("id", "id"),
+            text_field=paths.pop("text", "text"),
+            doc_id_field=paths.pop("doc_id", "doc_id"),
+            priority_field=paths.pop("priority", None),
+            optional=paths,
         )
     except ValueError as exc:
         raise ConfigError("field_map", str(exc)) from None
@@ -67,7 +72,7 @@ def schema_decoders(settings: Settings, client: RegistryClient) -> SchemaDecoder
         client,
         settings.input_format,
         field_mapping(settings),
-        max_schemas=settings.schema_registry_cache_size,
+        max_schemas=SCHEMAS_KEPT,
     )
 
 
@@ -75,6 +80,6 @@ def framed_outputs(settings: Settings, client: RegistryClient) -> FramedOutputs:
     """The store writer's reader of results written in a registry output_format."""
     decoders = SchemaDecoders(
         client, settings.output_format, FieldMapping(),
-        max_schemas=settings.schema_registry_cache_size,
+        max_schemas=SCHEMAS_KEPT,
     )  # fmt: skip
     return FramedOutputs(decoders)

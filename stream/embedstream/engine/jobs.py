@@ -44,6 +44,17 @@ class Job:
 J = TypeVar("J", bound=Job)
 
 
+@dataclass(frozen=True, slots=True)
+class Hit(Generic[J]):
+    """A job answered without a call of its own (the cache, or another call sending its
+    text), in the encoding it asked for."""
+
+    job: J
+    key: BucketKey
+    vector: Vector
+    dimensions: int
+
+
 class Embedded(NamedTuple, Generic[J]):
     """One job's vector (a tuple: one is made per item, on the hot path)."""
 
@@ -60,12 +71,23 @@ class Outcomes(ABC, Generic[J]):
         """A call returned these vectors (one per job, in batch order)."""
 
     @abstractmethod
+    def answered(self, hits: Sequence[Hit[J]]) -> None:
+        """These jobs were answered without a call of their own: from the cache, or by
+        another call sending the same text (no tokens charged)."""
+
+    @abstractmethod
     async def retry_later(self, job: J, error: EmbedStreamError, delay_s: float) -> None:
         """This attempt failed in a way a later one may not: try again after `delay_s`."""
 
     @abstractmethod
     async def dead_letter(self, job: J, error: EmbedStreamError) -> None:
         """The job can never succeed, or has used up its attempts."""
+
+    def waits_for_model(self, job: J) -> bool:
+        """Whether a job whose model the provider does not serve waits until it does (Kafka
+        work: the model may be deployed meanwhile), rather than failing at once (an online
+        caller, `engine.callers.Callers`)."""
+        return True
 
     @abstractmethod
     def abandoned(self, jobs: Sequence[J]) -> None:

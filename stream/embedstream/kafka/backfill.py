@@ -11,7 +11,10 @@ call path, cache and outcomes as the live lanes, the same budget, of which the b
 what the others leave (`core/reservations.py`). Its outputs carry ``embedstream.backfill``:
 the store never lets them overwrite what the live stream wrote to that generation meanwhile.
 
-Before it embeds the document versions of a poll, it asks the store once which of them the
+Before it embeds anything, it reads the topic once to its end (`kafka/backfill_ahead.py`), and
+then passes over every version a later record of its document replaces: it pays for each
+document's latest version only, as the topic compacted would hold it. Before it embeds the
+document versions of a poll, it asks the store once which of them the
 generation already holds complete at that version, or the live stream wrote
 (`core/backfill_skips.py`): those are not embedded, their offsets done at once. So a restarted
 backfill pays nothing again for what it embedded before its last commit, whatever the cache.
@@ -40,6 +43,7 @@ from embedstream.core.backfill_skips import ReadVersion, SentDocuments, SkipReas
 from embedstream.core.clock import Clock
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.lanes import InputLane
+from embedstream.core.latest_records import LatestRecords
 from embedstream.engine.batcher import Batcher
 from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.backfill_held import StoreAnswers, StoreHoldings
@@ -52,7 +56,7 @@ from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer, Record
 from embedstream.kafka.sink import Output, Sink, Writer
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import EngineJob, WorkItem
+from embedstream.kafka.work import WorkItem
 from embedstream.wire.document_events import DocumentTombstone
 
 log = logging.getLogger(__name__)
@@ -74,7 +78,7 @@ def backfill_group(group_id: str, generation_id: str) -> str:
 class SharedEngine:
     """The processor's parts the backfill rides on."""
 
-    batcher: Batcher[EngineJob]
+    batcher: Batcher[WorkItem]
     waiting: WaitingRetries
     sink: Sink
     documents: DocumentFlow
@@ -111,11 +115,13 @@ class BackfillFeed:
         *,
         holdings: StoreHoldings | None = None,
         count_skipped: Callable[[SkipReason], None] = lambda _reason: None,
+        read_ahead: Callable[[], Awaitable[LatestRecords]] | None = None,
         batch: BatchLane | None = None,
     ) -> None:
         """``holdings``: the store's answers (None: nothing is ever held); ``count_skipped``:
-        a document version not embedded, by why; ``batch``: every version (and delete) goes
-        into batch jobs (a migration started ``--via batch``)."""
+        a document version not embedded, by why; ``read_ahead``: each key's newest record
+        in the topic (None: no version is known to be superseded); ``batch``: every version
+        (and delete) goes into batch jobs (a migration started ``--via batch``)."""
         self._batch = batch
         self.generation = generation
         self.topic = topic
@@ -136,6 +142,8 @@ class BackfillFeed:
         self._count_skipped = count_skipped
         # doc_ids embedded or deleted since it started, up to SENT_KEPT
         self._written = SentDocuments(SENT_KEPT)
+        self._read_ahead = read_ahead
+        self._latest = LatestRecords(0)  # nothing known until the read-ahead
 
     @property
     def lag(self) -> int:
@@ -146,8 +154,15 @@ class BackfillFeed:
         self._stop.set()
 
     async def run(self) -> None:
-        """Read, admit and submit until `stop()`; then finish what was read (within
-        drain_timeout_s), commit it and leave the group."""
+        """Read the topic ahead, then read, admit and submit until `stop()`; then finish what
+        was read (within drain_timeout_s), commit it and leave the group."""
+        if self._read_ahead is not None:
+            latest = await _unless_stopped(self._read_ahead(), self._stop)
+            if latest is None:
+                await self._consumer.stop()  # built, never started: closed all the same
+                await self._holdings.close()
+                return
+            self._latest = latest
         await consume(self._consumer, [self.topic], self.handoff, self._consume)
 
     async def _consume(self) -> None:
@@ -248,14 +263,8 @@ class BackfillFeed:
     async def _start(self, reads: Sequence[_Read]) -> list[WorkItem]:
         """The chunks of a poll's reads, in read order, but for the versions the generation
         already holds: those, and records not the backfill's, are done at once."""
-        versions = [
-            ReadVersion(r.verdict.doc_id, None)
-            if isinstance(r.verdict, DocumentTombstone)
-            else ReadVersion(r.verdict.admitted.event.doc_id, r.verdict.admitted.version)
-            for r in reads
-            if r.verdict is not None
-        ]
-        asked = [v.doc_id for v in versions if v.version is not None]
+        versions = [self._version(r) for r in reads if r.verdict is not None]
+        asked = [v.doc_id for v in versions if v.version is not None and not v.superseded]
         decided = skips(versions, await self._holdings.held(asked), self._written)
         if self._written.add_all(sent(versions, decided)):
             log.info("backfill of %s: over %d documents sent; versions the generation holds "
@@ -282,6 +291,15 @@ class BackfillFeed:
                 chunks = len(verdict.admitted.chunks)
                 self._chunks_per_record += (chunks - self._chunks_per_record) / 16
         return items
+
+    def _version(self, read: _Read) -> ReadVersion:
+        """What the skip rule needs of a read document event (`core/backfill_skips.py`)."""
+        verdict, record = read.verdict, read.record
+        if isinstance(verdict, DocumentTombstone):
+            return ReadVersion(verdict.doc_id, None)
+        assert verdict is not None
+        superseded = self._latest.superseded(record.partition, record.offset, record.key)
+        return ReadVersion(verdict.admitted.event.doc_id, verdict.admitted.version, superseded)
 
     async def _commit_periodically(self) -> None:
         while True:

@@ -38,7 +38,7 @@ from embedstream.kafka.protocols import Consumer
 from embedstream.kafka.sink import Sink
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import EngineJob, WorkItem
+from embedstream.kafka.work import WorkItem
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Handoff:
     def __init__(
         self,
         assignment: Assignment,
-        batcher: Batcher[EngineJob],
+        batcher: Batcher[WorkItem],
         waiting: WaitingRetries,
         sink: Sink,
         committer: OffsetCommitter,
@@ -244,8 +244,8 @@ class Handoff:
 
     def drained(self) -> None:
         """The shutdown's drain is over: what is unfinished now never will be, so a revoke
-        from now on (another member of the group leaving: the high lane's own, with
-        high_thread) commits and lets go at once."""
+        from now on (another member of the group leaving: a high processor beside, with
+        input_lanes) commits and lets go at once."""
         self._stopping = True
         self._stop_by = self._monotonic()
         self._assignment.progress.set()  # a revoke waiting for its work: wait no longer
@@ -268,6 +268,6 @@ class Handoff:
             await asyncio.gather(*stopped, return_exceptions=True)
 
 
-def _revoked(job: EngineJob) -> bool:
+def _revoked(job: WorkItem) -> bool:
     """A buffered item of a partition no longer assigned (an online caller's never is)."""
     return isinstance(job, WorkItem) and not job.current

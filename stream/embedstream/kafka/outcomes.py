@@ -20,8 +20,7 @@ from embedstream.core.clock import Clock
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.observer import EngineObserver
 from embedstream.core.tracing import TRACEPARENT
-from embedstream.engine.cache import Hit
-from embedstream.engine.jobs import Embedded, Outcomes
+from embedstream.engine.jobs import Embedded, Hit, Outcomes
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.documents import DocumentFlow
 from embedstream.kafka.partitions import PartitionState
@@ -221,10 +220,11 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         for generation, count in tokens.items():
             self._observer.count_generation_tokens(generation, key.priority.label, count)
 
-    def cached(self, hits: Sequence[Hit[WorkItem]]) -> None:
-        """Results served from the embedding cache (no call made, no tokens charged), written
-        in the background like those of calls. A result the broker will not take leaves its
-        item unfinished (uncommitted, redone later)."""
+    def answered(self, hits: Sequence[Hit[WorkItem]]) -> None:
+        """Results served from the embedding cache, or from another call's vector for the
+        same text (no call of their own, no tokens charged), written in the background like
+        those of calls. A result the broker will not take leaves its item unfinished
+        (uncommitted, redone later)."""
         if not hits:
             return
         now = self._clock_ms()

@@ -40,7 +40,7 @@ from embedstream.kafka.protocols import Consumer, Producer, Record
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.user_errors import topics_must_exist
 from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import EngineJob, WorkItem
+from embedstream.kafka.work import WorkItem
 from embedstream.settings import Settings
 from embedstream.wire import Failure
 from embedstream.wire.document_events import DocumentTombstone
@@ -73,8 +73,8 @@ class Parts:
     fetcher: Fetcher
     admission: Admission
     outcomes: KafkaOutcomes
-    batcher: Batcher[EngineJob]
-    caller: BatchCaller[EngineJob]
+    batcher: Batcher[WorkItem]
+    caller: BatchCaller[WorkItem]
     governor: Governor
     waiting: WaitingRetries
     committer: OffsetCommitter
@@ -341,7 +341,7 @@ class Processor:
                 p.waiting.hold_or_submit(item)
         # Written in the background (still held, so backpressure bounds them; the drain
         # waits for them with the other results).
-        p.outcomes.cached([hit for hit in hits if hit.job.current])
+        p.outcomes.answered([hit for hit in hits if hit.job.current])
 
     async def _commit_periodically(self, stop: asyncio.Event) -> None:
         interval_s = self.parts.settings.commit_interval_ms / 1000.0

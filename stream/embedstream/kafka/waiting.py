@@ -17,13 +17,13 @@ from embedstream.core.clock import Clock
 from embedstream.core.delayed import DelayQueue
 from embedstream.engine.batcher import Batcher
 from embedstream.kafka.sink import OutputUnwritable, Sink
-from embedstream.kafka.work import EngineJob, WorkItem
+from embedstream.kafka.work import WorkItem
 
 log = logging.getLogger(__name__)
 
 
 class WaitingRetries:
-    def __init__(self, batcher: Batcher[EngineJob], clock: Clock) -> None:
+    def __init__(self, batcher: Batcher[WorkItem], clock: Clock) -> None:
         self._batcher = batcher
         self._clock_ms = clock.wall_ms
         self._queue: DelayQueue[WorkItem] = DelayQueue()

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from embedstream.core.lanes import BucketKey, Priority
-from embedstream.engine.callers import CallerRequest
 from embedstream.engine.jobs import Job
 from embedstream.kafka.partitions import PartitionState
 from embedstream.wire import EmbedRequest
@@ -76,7 +75,3 @@ class WorkItem(Job):
             self.partition.complete(self.origin.offset)
         else:
             self.chunk.document.chunk_failed(self.chunk.seq)
-
-
-# What the processor's engine carries: Kafka work, and the online lane's callers beside it.
-EngineJob = WorkItem | CallerRequest

@@ -4,8 +4,11 @@ against its deadline, queued in the top lane of the engine and answered in input
 Every way a request can fail maps to OpenAI's statuses here: a bad field or input is a 400
 naming it (``input[i]``), an unknown model a 404, a key over its limits or a lane that cannot
 answer in time a 429 with Retry-After, at once; a provider failing beyond the retries a 503, a
-deadline passed a 504. Inputs share calls only with other online inputs (the lane has buckets
-of its own), the cache and the provider budget with every lane.
+deadline passed a 504. The provider's refusal of the request itself (a model it does not
+serve, a field it refuses: `RequestRefused`) is passed on with its status and message.
+Inputs share calls only with other online inputs (the lane has buckets of its own), the cache
+and the provider budget with every lane; `usage` is the provider's count when the request's
+inputs had calls of their own (`RequestUsage`), else the estimate.
 """
 
 from __future__ import annotations
@@ -25,8 +28,14 @@ from embedstream.core.limits import check_item
 from embedstream.core.shedding import LaneLoad, judge
 from embedstream.core.tokens import TokenCounter
 from embedstream.core.tracing import NULL_TRACER, RequestSpan, Tracer
-from embedstream.engine.callers import CallerIntake, CallerRequest
-from embedstream.errors import EmbedStreamError, PermanentItemError, Reason, TransientError
+from embedstream.engine.callers import CallerIntake, CallerRequest, RequestUsage
+from embedstream.errors import (
+    EmbedStreamError,
+    PermanentItemError,
+    Reason,
+    RequestRefused,
+    TransientError,
+)
 from embedstream.settings import Settings, key_limits
 from embedstream.wire import Vector
 from embedstream.wire.openai import (
@@ -186,7 +195,12 @@ class OnlineLane:
                 code="overloaded" if shed.status == 429 else "provider_unavailable",
                 retry_after_s=shed.retry_after_s,
             )
-        vectors = await self._queue_and_wait(key, items, caller, request.user, deadline_s, span)
+        usage = RequestUsage()
+        vectors = await self._queue_and_wait(
+            key, items, caller, request.user, deadline_s, span, usage
+        )
+        # The provider's count when the request's inputs had calls of their own; else ours.
+        tokens = usage.provider_count(len(items)) or tokens
         return embeddings_response(vectors, model, tokens), tokens
 
     def _check_fields(self, encoding: str, request: EmbeddingsRequest) -> None:
@@ -221,8 +235,9 @@ class OnlineLane:
         # Over max_input_tokens is a 400 here whatever oversize_policy says: a caller waiting
         # for its vector wants to know, not to get the vector of a text cut short.
         problem = check_item(
-            self._limits, text=text, tokens=tokens, encoding_format=self._limits.wire_format
-        )
+            self._limits, text=text, tokens=tokens, encoding_format=self._limits.wire_format,
+            blank_ok=True,
+        )  # fmt: skip
         if problem is not None:
             raise bad_request(f"Invalid '{param}': {problem.message}", param, problem.reason)
         return _Item(value, tokens)
@@ -247,6 +262,7 @@ class OnlineLane:
         user: str | None,
         deadline_s: float,
         span: RequestSpan,
+        usage: RequestUsage,
     ) -> list[Vector]:
         loop = asyncio.get_running_loop()
         deadline_ms = self._clock.wall_ms() + int(deadline_s * 1000)
@@ -259,6 +275,7 @@ class OnlineLane:
                 CallerRequest(
                     id=f"online:{caller}", text=text, token_ids=ids, tokens=item.tokens,
                     key=key, future=future, deadline_ms=deadline_ms, user=user, span=span,
+                    usage=usage,
                 )
             )  # fmt: skip
             futures.append(future)
@@ -282,14 +299,26 @@ class OnlineLane:
             raise
         finally:
             self._waiting.difference_update(futures)
-            if not settled:  # the caller is gone or out of time: unsent inputs are never sent
-                for future in futures:
+            for future in futures:
+                if not settled:  # the caller is gone or out of time: unsent inputs never go
                     future.cancel()
+                future.add_done_callback(_retrieved)  # a batch-mate's failure is not news
+
+
+def _retrieved(future: asyncio.Future[Vector]) -> None:
+    """Mark an unawaited future's outcome as seen: the request was answered without it."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _answer(index: int, future: asyncio.Future[Vector]) -> Vector:
     try:
         return await future
+    except RequestRefused as exc:  # about the request, not this input: the provider's words
+        raise ApiProblem(
+            exc.status if 400 <= exc.status < 500 else 400, exc.provider_message,
+            param=exc.param, code=exc.code or exc.reason,
+        ) from None  # fmt: skip
     except PermanentItemError as exc:
         param = f"input[{index}]"
         raise bad_request(f"Invalid '{param}': {exc.message}", param, exc.reason) from None

@@ -17,7 +17,6 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol
 
 import orjson
 from aiohttp import web
@@ -41,17 +40,6 @@ JSON = "application/json"
 # In-flight requests get this long to be answered once stopping began (the drain answers them
 # sooner: the lane's deadline is online_timeout_s).
 SHUTDOWN_GRACE_S = 5.0
-
-
-class OnlineFront(Protocol):
-    """What a processor runs its online lane through: this server on its own loop, or the
-    lane on a thread of its own (`app_online_thread.OnlineThread`, ``online_thread``)."""
-
-    async def start(self, host: str, port: int) -> None: ...
-
-    async def stop_accepting(self) -> None: ...
-
-    async def stop(self) -> None: ...
 
 
 class OnlineServer:

@@ -44,7 +44,8 @@ class MigrationMetrics:
         self._skipped = Counter(
             "embedstream_backfill_skipped",
             "Document versions the backfill did not embed: the new generation held them "
-            "complete at that version, or the live stream wrote the document.",
+            "complete at that version, the live stream wrote the document, or a later record "
+            "of the document in the topic supersedes them.",
             ["reason"],
             registry=registry,
         )

@@ -10,7 +10,8 @@ Binds 127.0.0.1 unless told otherwise: metrics and readiness are not for the ope
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
@@ -129,11 +130,19 @@ class Exposed(Protocol):
 
 
 class OpsServer:
-    """Serves ``metrics`` and the ``readiness`` callable (asked afresh on every /readyz)."""
+    """Serves ``metrics`` and the ``readiness`` callable (asked afresh on every /readyz; it
+    may answer later, as the supervisor of lane processes asks them). ``before_scrape``
+    runs before each /metrics (the supervisor fetches its children's then)."""
 
-    def __init__(self, metrics: Exposed, readiness: Callable[[], ReadinessReport]) -> None:
+    def __init__(
+        self,
+        metrics: Exposed,
+        readiness: Callable[[], ReadinessReport | Awaitable[ReadinessReport]],
+        before_scrape: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._metrics = metrics
         self._readiness = readiness
+        self._before_scrape = before_scrape
         self._runner: web.AppRunner | None = None
         self._address: tuple[str, int] | None = None
 
@@ -185,6 +194,8 @@ class OpsServer:
         return self._address
 
     async def _handle_metrics(self, request: web.Request) -> web.Response:
+        if self._before_scrape is not None:
+            await self._before_scrape()
         # CONTENT_TYPE_LATEST carries a charset, which aiohttp's content_type= rejects.
         return web.Response(
             body=generate_latest(self._metrics.registry),
@@ -195,7 +206,8 @@ class OpsServer:
         return web.Response(text="ok")
 
     async def _handle_readyz(self, request: web.Request) -> web.Response:
-        readiness = self._readiness()
+        asked = self._readiness()
+        readiness = await asked if inspect.isawaitable(asked) else asked
         self._metrics.set_ready(readiness.ready)
         body: dict[str, object] = {"ready": readiness.ready, "checks": readiness.checks()}
         if not readiness.ready:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from embedstream.settings.types import (
     CacheMode,
     CompressionType,
-    ConcurrencyMode,
     Delivery,
     EncodingFormat,
     Group,
+    InputLanes,
     LogFormat,
     LogLevel,
     OversizePolicy,
@@ -43,15 +43,6 @@ class CoreFields:
     heartbeat_interval_ms: int = setting(3_000, "Consumer heartbeat interval.", _K, gt=0)
     fetch_max_wait_ms: int = setting(100, "Longest a fetch waits for data on the broker.", _K, ge=0)
     max_poll_records: int = setting(1_000, "Most records one poll hands over.", _K, gt=0)
-    high_thread: bool = setting(
-        False,
-        "Run the high lane as a processor of its own on a thread and event loop of its own "
-        "(a second member of the group, reading the high topics; its own provider "
-        "connections, batcher and results producer), so a high request never waits for the "
-        "low lanes' turns of the loop; its calls count in the processor's slots, reservations "
-        "and RPM/TPM budget. Not with store_dsn.",
-        _K,
-    )
     commit_interval_ms: int = setting(500, "How often completed offsets are committed.", _K, gt=0)
     connect_timeout_s: float = setting(
         15.0, "How long start-up waits for the broker.", _K, gt=0, le=_HOUR_S
@@ -62,6 +53,21 @@ class CoreFields:
         _K,
     )
 
+    input_lanes: InputLanes = setting(
+        "all",
+        "Which input topics this processor reads: all, high (the high-priority request topics "
+        "only) or bulk (every other: low, retry, documents). A high and a bulk processor, "
+        "each a process of its own on one provider budget (budget_url), keep the high lane's "
+        "fetch, calls and commits from waiting for anything of the bulk's.",
+        _T,
+    )
+    high_process: bool = setting(
+        False,
+        "embedstream run: the high lane's processor in a process of its own (input_lanes=high) "
+        "beside the bulk one (input_lanes=bulk), both supervised by the one command and on "
+        "its provider budget.",
+        _T,
+    )
     topic_prefix: str = setting(
         "embed.", "Prefix of the default topic names (embed.requests.high, ...).", _T
     )
@@ -222,12 +228,11 @@ class CoreFields:
 
     max_input_tokens: int = setting(8_192, "Most estimated tokens in one input.", _L, gt=0)
     max_concurrency: int = setting(4, "Most embeddings calls in flight.", _L, gt=0)
-    concurrency_mode: ConcurrencyMode = setting(
-        "fixed", "fixed, or adaptive (AIMD: halve on 429/503 or slow calls, grow by one).", _L
-    )
     target_latency_ms: float = setting(
         0.0,
-        "Adaptive mode: a call slower than this counts as overload; 0 disables.",
+        "Above 0, the in-flight limit is adaptive (AIMD: halved on a 429, a 503 or a call "
+        "slower than this, grown by one as calls go well, up to max_concurrency); 0 keeps it "
+        "at max_concurrency.",
         _L,
         ge=0,
         le=_HOUR_S * 1000,
@@ -237,6 +242,15 @@ class CoreFields:
     )
     rate_limit_tpm: float = setting(
         0.0, "Most estimated tokens per minute (token bucket); 0 is unlimited.", _L, ge=0
+    )
+    budget_url: str | None = setting(
+        None,
+        "One provider budget for the fleet: redis://[:password@]host:port/db (or rediss://, "
+        "unix://), where every process and replica of the deployment shares call slots, "
+        "RPM/TPM and the 429 gate (max_concurrency and the rate limits are then the fleet's, "
+        "each process given the same). Unset: this process's own. Password never logged.",
+        _L,
+        secret=True,
     )
     max_buffered_items: int | None = setting(
         None,

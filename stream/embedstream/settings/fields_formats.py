@@ -68,31 +68,11 @@ class FormatFields:
         10.0, "Longest one registry request may take before it counts as an outage.", _F,
         gt=0, le=_HOUR_S,
     )  # fmt: skip
-    schema_registry_cache_size: int = setting(
-        1_000, "Schemas kept by id (an id's schema never changes, so no expiry).", _F, ge=1
-    )
-    id_field: str = setting(
-        "id", "Registry records: dotted path of the request id (a string or an integer).", _F
-    )
-    text_field: str = setting(
-        "text", "Registry records: dotted path of the text, e.g. body.content.", _F
-    )
-    doc_id_field: str = setting(
-        "doc_id",
-        "Registry records: dotted path of a document's id; a record that has it is a document "
-        "(cut into chunks), one that has none a plain request.",
-        _F,
-    )
-    priority_field: str | None = setting(
-        None,
-        "Registry records: dotted path of the priority (high/low, true/false); unset or "
-        "absent: the topic decides.",
-        _F,
-    )
     field_map: str = setting(
         "",
-        "Registry records: other request fields as name=path, comma separated, e.g. "
-        "metadata=attrs,version=rev,model=m (fields not named are read from the top-level "
-        "field of their own name).",
+        "Registry records: where each request field is, as name=dotted.path pairs, comma "
+        "separated, e.g. id=event_id,text=body.content,doc_id=doc.key,priority=meta.prio,"
+        "metadata=attrs (a field not named is read from the top-level field of its own name; "
+        "a record with a doc_id is a document; priority unset: the topic decides).",
         _F,
     )

@@ -70,21 +70,3 @@ class OnlineFields:
         ge=0,
         le=_HOUR_S * 1000,
     )
-    online_thread: bool = setting(
-        True,
-        "Serve the online lane (embedstream run with http_port) on a thread and event loop of "
-        "its own, with its own provider connections and in-process cache, so its requests "
-        "never wait for the Kafka lanes' turns of the processor's loop (online P99 halved "
-        "beside a backlog); its calls still count in the processor's slots, reservations and "
-        "RPM/TPM budget, and 429 pauses hold both. false: one loop for every lane.",
-        _ON,
-    )
-    online_url: str | None = setting(
-        None,
-        "A processor's online lane (http://host:port/v1) that `sink search` and `demo --rag` "
-        "embed questions through; unset: they call the provider themselves.",
-        _ON,
-    )
-    online_api_key: str | None = setting(
-        None, "The key `sink search` sends to online_url. Never logged.", _ON, secret=True
-    )

@@ -77,3 +77,24 @@ def settings_from_args(
     overrides.update(extra)
     source = os.environ if env is None else env
     return load_settings(env=source, file=ns.config, overrides=overrides)
+
+
+def given_flags(ns: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """The settings of ``names`` given as flags on this command line (None: not given)."""
+    return {name: value for name in names if (value := getattr(ns, name, None)) is not None}
+
+
+def as_flags(given: Mapping[str, Any], accepted: Iterable[str]) -> list[str]:
+    """``given`` flags (as `given_flags` read them) written back as a command line, for the
+    settings a command ``accepted``: what a supervised child is started with."""
+    wanted = set(accepted)
+    argv: list[str] = []
+    for name, value in given.items():
+        if name not in wanted:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + name.replace("_", "-"))
+        else:
+            argv += [flag, str(value)]
+    return argv

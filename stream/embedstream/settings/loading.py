@@ -13,6 +13,7 @@ from typing import Any
 from embedstream.errors import ConfigError
 from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
 from embedstream.settings.rules import (
+    validate_budget,
     validate_cache,
     validate_documents,
     validate_formats,
@@ -76,6 +77,7 @@ def validate(s: Settings) -> None:
     validate_topics(s)
     validate_provider(s)
     validate_cache(s)
+    validate_budget(s)
     validate_documents(s)
     validate_formats(s)
     validate_store(s)

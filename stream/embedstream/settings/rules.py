@@ -25,7 +25,6 @@ from embedstream.settings.parsing import (
     json_object,
     key_limits,
     name_paths,
-    path_problem,
     topic_list,
     topic_name_problem,
     weight_map,
@@ -152,6 +151,17 @@ def validate_cache(s: Settings) -> None:
         )
 
 
+def validate_budget(s: Settings) -> None:
+    """A shared budget's store is a URL redis-py understands, or the ledger of the
+    `embedstream run` supervising this process (``ledger+unix://<socket>``)."""
+    schemes = (*CACHE_URL_SCHEMES, "ledger+unix://")
+    if s.budget_url and not s.budget_url.startswith(schemes):
+        raise ConfigError(
+            "budget_url",
+            f"must start with redis://, rediss:// or unix://, got {scrub_url(s.budget_url)!r}",
+        )
+
+
 def validate_documents(s: Settings) -> None:
     """The overlap leaves room for new text, and small chunks stay under big ones. (A document
     over max_buffered_bytes is still admitted, whole: the bound is then exceeded by at most
@@ -200,11 +210,6 @@ def validate_formats(s: Settings) -> None:
         path = getattr(s, name)
         if path and not Path(path).is_file():
             raise ConfigError(name, f"no such file: {path}")
-    for name in ("id_field", "text_field", "doc_id_field", "priority_field"):
-        path = getattr(s, name)
-        problem = None if path is None else path_problem(path)
-        if problem:
-            raise ConfigError(name, problem)
     name_paths("field_map", s.field_map)
 
 
@@ -324,7 +329,3 @@ def validate_online(s: Settings, port: int | None = None) -> None:
         path = getattr(s, name)
         if path and not Path(path).is_file():
             raise ConfigError(name, f"no such file: {path}")
-    if s.online_url and not s.online_url.startswith(("http://", "https://")):
-        raise ConfigError(
-            "online_url", f"must start with http:// or https://, got {s.online_url!r}"
-        )

@@ -53,6 +53,20 @@ REMOVED_SETTINGS: Mapping[str, str] = {
     "only while high items wait longer (e.g. 150)",
     "high_results_producer": "high results share the one producer (a second one measured no "
     "gain); delete the setting",
+    "online_thread": "embedstream run with http_port runs the online lane as a process of its "
+    "own (embedstream serve), on the same provider budget; delete the setting",
+    "high_thread": "run a processor with input_lanes=high beside one with input_lanes=bulk "
+    "(processes of their own, on one provider budget); delete the setting",
+    "id_field": "name the path in field_map, e.g. field_map=id=event_id",
+    "text_field": "name the path in field_map, e.g. field_map=text=body.content",
+    "doc_id_field": "name the path in field_map, e.g. field_map=doc_id=doc.key",
+    "priority_field": "name the path in field_map, e.g. field_map=priority=meta.prio",
+    "concurrency_mode": "set target_latency_ms above 0 for the adaptive limit (AIMD on 429, "
+    "503 and calls slower than it; a large value: on 429 and 503 alone), 0 for a fixed one",
+    "online_url": "give `embedstream sink search` --online-url (and --online-key-file)",
+    "online_api_key": "give `embedstream sink search` --online-key-file, a file holding the key",
+    "schema_registry_cache_size": "every schema read is kept (an id's schema never changes); "
+    "delete the setting",
 }
 
 

@@ -16,10 +16,10 @@ EncodingFormat = Literal["float", "base64"]
 LogFormat = Literal["plain", "json"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 ProviderProfile = Literal["openai", "azure", "vllm", "tei", "ollama", "dashscope", "generic"]
-ConcurrencyMode = Literal["fixed", "adaptive"]
 OversizePolicy = Literal["dead_letter", "truncate"]
 Delivery = Literal["at_least_once", "exactly_once"]
 CacheMode = Literal["off", "memory", "redis"]
+InputLanes = Literal["all", "high", "bulk"]
 TracingMode = Literal["off", "otlp_http", "otlp_grpc"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
@@ -38,10 +38,10 @@ _LITERALS: dict[str, Any] = {
     "LogFormat": LogFormat,
     "LogLevel": LogLevel,
     "ProviderProfile": ProviderProfile,
-    "ConcurrencyMode": ConcurrencyMode,
     "OversizePolicy": OversizePolicy,
     "Delivery": Delivery,
     "CacheMode": CacheMode,
+    "InputLanes": InputLanes,
     "TracingMode": TracingMode,
     "SecurityProtocol": SecurityProtocol,
     "SaslMechanism": SaslMechanism,

@@ -45,6 +45,7 @@ class GenerationStatus:
     chunks: int = 0
     requests: int = 0
     tokens: int = 0  # the provider tokens of the vectors it holds (0 for cached ones)
+    estimated: int = 0  # its chunks' tokens estimated as a plan estimates them
     lacking: int | None = None  # not the active one: documents not caught up with the active
     extra: int | None = None  # ... documents it has that the active one does not
     index: str = "none"  # none, valid, invalid (a build cut short), or absent
@@ -170,7 +171,7 @@ class Migrations:
                 differences = None
                 if active is not None and active.size is not None and g is not active:
                     differences = await self._differences(active, g)
-                documents, complete, chunks, requests, tokens = (int(v) for v in row)
+                documents, complete, chunks, requests, tokens, estimated = (int(v) for v in row)
                 found.append(
                     GenerationStatus(
                         g,
@@ -179,6 +180,7 @@ class Migrations:
                         chunks,
                         requests,
                         tokens,
+                        estimated,
                         lacking=None if differences is None else differences.lacking,
                         extra=None if differences is None else differences.extra,
                         index=await self._index_state(g),

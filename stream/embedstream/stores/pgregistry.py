@@ -133,8 +133,11 @@ def lock_timeout(seconds: float) -> str:
 
 
 def counts(tables: GenerationTables) -> str:
-    """Documents, documents whose latest version is complete, chunk rows, plain results, and
-    the provider tokens of the vectors held (0 for those the cache answered)."""
+    """Documents, documents whose latest version is complete, chunk rows, plain results, the
+    provider tokens of the vectors held (0 for those the cache answered), and the chunk rows'
+    tokens estimated as a plan estimates them (`core/reembed.py`: a third of the text's UTF-8
+    bytes, rounded up, plus one; the span's length without the text)."""
+    size = "coalesce(octet_length(text), span_end - span_start)"
     return f"""SELECT
         (SELECT count(*) FROM {tables.documents}),
         (SELECT count(*) FROM {tables.documents}
@@ -142,7 +145,8 @@ def counts(tables: GenerationTables) -> str:
         (SELECT count(*) FROM {tables.chunks}),
         (SELECT count(*) FROM {tables.requests}),
         (SELECT coalesce(sum(tokens), 0) FROM {tables.chunks})
-            + (SELECT coalesce(sum(tokens), 0) FROM {tables.requests})"""
+            + (SELECT coalesce(sum(tokens), 0) FROM {tables.requests}),
+        (SELECT coalesce(sum(({size} + 2) / 3 + 1), 0) FROM {tables.chunks})"""
 
 
 def missing_documents(active: GenerationTables, other: GenerationTables) -> str:

@@ -79,6 +79,14 @@ class RedisServer:
             self._process.wait()
         self._process = None
 
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would (its data is gone; start() brings it back)."""
+        if self._process is None:
+            return
+        self._process.kill()
+        self._process.wait()
+        self._process = None
+
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -9,33 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import signal
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from embedstream.errors import EmbedStreamError
+from embedstream.ops.local import die_with_parent, free_port
 
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_parent() -> None:
-    """In a child's process before it runs (Linux): a terminated or killed demo or bench takes
-    its broker (and the bench its simulator and processors) with it, rather than leaving them
-    running and holding memory."""
-    if sys.platform != "linux":
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+__all__ = ["EmbeddedBroker", "die_with_parent", "free_port"]
 
 
 class EmbeddedBroker:

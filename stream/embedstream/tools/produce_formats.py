@@ -4,8 +4,8 @@ of that schema, in the Schema Registry wire format.
 The schema is registered under ``<topic>-value`` (TopicNameStrategy, as the serializers do)
 before the first line is sent; each line must fit it, or produce stops naming the line (a
 record that does not fit a schema cannot be written in its format at all). Protobuf lines are
-messages of the file's first message type (message index 0). Keys are the record's
-``doc_id_field`` if it has one, else its ``id_field``, as the processor reads them.
+messages of the file's first message type (message index 0). Keys are the record's doc_id if
+it has one, else its id, at the paths ``field_map`` names, as the processor reads them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from embedstream.engine.formats import registry_client
+from embedstream.engine.formats import field_mapping, registry_client
 from embedstream.errors import EmbedStreamError, InvalidEvent
 from embedstream.settings import Settings
 from embedstream.wire.field_mapping import lookup
@@ -38,7 +38,8 @@ class LineFraming:
         self._schema_id = schema_id
         self._encode = encode
         self._indexes = message_indexes
-        self._key_paths = (settings.doc_id_field, settings.id_field)
+        mapping = field_mapping(settings)
+        self._key_paths = tuple(p for p in (mapping.doc_id_field, mapping.id_field) if p)
 
     def value(self, doc: dict[str, Any]) -> bytes:
         return write_frame(self._schema_id, self._encode(doc), self._indexes)

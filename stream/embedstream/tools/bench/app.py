@@ -269,7 +269,7 @@ def _steps(
         steps.append(("kafka mixed", mixed))
     if "online" in chosen:
         online = functools.partial(kafka_online, broker=broker, low_items=sizes.online_items,
-                                   rate=sizes.online_rate, stages=ns.timeline)  # fmt: skip
+                                   rate=sizes.online_rate)  # fmt: skip
         steps.append(("online", online))
     return steps
 

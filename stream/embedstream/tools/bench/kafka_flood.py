@@ -110,9 +110,7 @@ async def _drain(
         async with (
             publisher,
             reporting(ctx.progress, label, len(texts), "items", done),
-            running_processor(
-                settings, backend, metrics, timeline=timeline, make_backend=ctx.embedder
-            ),
+            running_processor(settings, backend, metrics, timeline=timeline),
         ):
             backend.restart()
             cpu.start()

@@ -27,30 +27,28 @@ import aiohttp
 from embedstream.app_serve import Gateway
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
-from embedstream.ops.metrics import Metrics
-from embedstream.settings import Settings, validate
+from embedstream.errors import env_var
+from embedstream.settings import Settings
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
+from embedstream.tools.bench.hosts import scrape, settle, tree_cpu_s
 from embedstream.tools.bench.kafka_figures import Drain
-from embedstream.tools.bench.kafka_flood import POLL_S, lane_results
+from embedstream.tools.bench.kafka_flood import POLL_S
 from embedstream.tools.bench.kafka_scenarios import (
     KafkaBroker,
     publish,
-    running_processor,
     scenario_topics,
     unique_prefix,
 )
-from embedstream.tools.bench.model import Row
 from embedstream.tools.bench.online_figures import (
     Callers,
     FrontCpu,
     front_cpu_row,
     online_rows,
-    online_stage_rows,
 )
-from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
-from embedstream.tools.bench.remote_callers import CallerFigures, CallersChild
+from embedstream.tools.bench.processes import ProcessorProcess
+from embedstream.tools.bench.remote_callers import CallersChild
+from embedstream.tools.bench.scaleout import member_environment
 from embedstream.tools.bench.scenarios import GRACE_S
-from embedstream.tools.bench.timeline import Timeline, TimelineTracer
 from embedstream.tools.bench.workload import make_texts
 from embedstream.tools.embedded import free_port
 
@@ -58,70 +56,84 @@ FRONT_REQUESTS = 2_000
 
 
 async def _arm(
-    ctx: BenchContext,
-    broker: KafkaBroker,
-    texts: Sequence[str],
-    rate: float,
-    arm: str,
-    timeline: Timeline | None = None,
+    ctx: BenchContext, broker: KafkaBroker, texts: Sequence[str], rate: float, arm: str
 ) -> tuple[Drain, Callers | None]:
-    """One drain on topics of its own; ``arm``: "alone", "lane" or "direct". ``timeline``:
-    the lane's requests' moments are noted there."""
+    """One drain on topics of its own by `embedstream run` in a process of its own (with the
+    online lane on, for the "lane" arm: `serve` and the processor as its lane processes),
+    from the backlog's publication, once the group has settled, to its last result; ``arm``:
+    "alone", "lane" or "direct"."""
     settings = broker.settings(ctx.settings, unique_prefix("online"))
-    if arm == "lane":
-        settings = dataclasses.replace(settings, http_port=free_port())
-        validate(settings)
+    http_port = free_port() if arm == "lane" else 0
     async with scenario_topics(settings) as names:
-        await publish(settings, names.requests_low, texts, "low-")
-        backend = TimedBackend(ctx.embedder(settings))
-        metrics = Metrics()
-        cpu = CpuMeter(ctx.provider_cpu())
         await ctx.reset_provider_stats()
-
-        def done() -> float:
-            return lane_results(metrics, "low")
-
+        provider_before = ctx.provider.cpu_s() if ctx.provider is not None else None
+        env = member_environment(settings) | {env_var("http_port"): str(http_port)}
+        proc = ProcessorProcess(f"online-{arm}", env, ctx.log_dir)
         bound_s = GRACE_S + len(texts) / 500.0
-        url = _url(settings, ctx.settings, arm)
-        # The callers run in a process of their own, as a RAG service does: in this one,
-        # their client side waited for the drain's turns of this event loop in both arms.
+        url = _url(settings, ctx.settings, arm, http_port)
+        # The callers run in a process of their own, as a RAG service does.
         callers = CallersChild(url, settings.model, rate if arm != "alone" else 0.0, bound_s)
         label = f"online {rate:g}/s, {arm}: {len(texts):,} low"
-        tracer = TimelineTracer(timeline) if timeline is not None else None
-        async with (
-            callers,
-            reporting(ctx.progress, label, len(texts), "items", done),
-            running_processor(settings, backend, metrics, tracer=tracer),
-        ):
-            backend.restart()
-            cpu.start()
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            callers.begin(time.monotonic() + 0.05)
-            while done() < len(texts) and loop.time() < start + bound_s:  # noqa: ASYNC110
-                await asyncio.sleep(POLL_S)
-            seconds = loop.time() - start
-            cpu.stop()
-            figures = await callers.finish()
-    drain = Drain(int(done()), seconds, backend.calls, backend.inputs, cpu.client_s,
-                  cpu.provider_s, len(texts))  # fmt: skip
-    if timeline is not None:
-        _note_callers(timeline, figures)
+        progress = _Progress()
+        proc.start_nowait()
+        try:
+            await proc.wait_started()
+            timeout = aiohttp.ClientTimeout(total=2.0)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                await settle(session, [proc.metrics_url], names.requests_low, 4)
+                async with (
+                    callers,
+                    reporting(ctx.progress, label, len(texts), "items", progress.done),
+                ):
+                    cpu_before = tree_cpu_s(proc.pid)
+                    callers.begin(time.monotonic() + 0.05)
+                    start = time.perf_counter()
+                    # Published once the group has settled: the drain runs beside the callers.
+                    await publish(settings, names.requests_low, texts, "low-")
+                    await progress.until(session, proc.metrics_url, len(texts), bound_s)
+                    seconds = time.perf_counter() - start
+                    cpu = tree_cpu_s(proc.pid) - cpu_before
+                    figures = await callers.finish()
+        finally:
+            proc.terminate()
+            await asyncio.to_thread(proc.stop)
+    provider_after = ctx.provider.cpu_s() if ctx.provider is not None else None
+    provider_cpu = (
+        provider_after - provider_before
+        if provider_after is not None and provider_before is not None
+        else None
+    )
+    drain = Drain(int(progress.results), seconds, int(progress.calls), int(progress.inputs),
+                  cpu, provider_cpu, len(texts))  # fmt: skip
     if arm == "alone":
         return drain, None
     return drain, Callers(figures.latencies_s, figures.sent, figures.failed, seconds)
 
 
-def _note_callers(timeline: Timeline, figures: CallerFigures) -> None:
-    """The callers' moments beside the processor's, by request number."""
-    for number, scheduled, answered in figures.answered:
-        timeline.note(str(number), "scheduled", scheduled)
-        timeline.note(str(number), "answered", answered)
+class _Progress:
+    """A processor's results, calls and inputs from its /metrics, while it drains."""
+
+    def __init__(self) -> None:
+        self.results = self.calls = self.inputs = 0.0
+
+    def done(self) -> float:
+        return self.results
+
+    async def until(
+        self, session: aiohttp.ClientSession, url: str, items: int, bound_s: float
+    ) -> None:
+        deadline = time.monotonic() + bound_s
+        while self.results < items and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+            snapshot = await scrape(session, url)
+            if snapshot is not None:
+                self.results = snapshot.results.get("low", 0.0)
+                self.calls, self.inputs = snapshot.batch_size.count, snapshot.batch_size.sum
 
 
-def _url(settings: Settings, engine: Settings, arm: str) -> str:
+def _url(settings: Settings, engine: Settings, arm: str, http_port: int) -> str:
     if arm == "lane":
-        return f"http://127.0.0.1:{settings.http_port}/v1/embeddings"
+        return f"http://127.0.0.1:{http_port}/v1/embeddings"
     return f"{(engine.base_url or '').rstrip('/')}/embeddings"
 
 
@@ -170,25 +182,20 @@ async def _cpu_of(requests: int, call: Callable[[int], Awaitable[object]]) -> fl
 
 
 async def kafka_online(
-    ctx: BenchContext, broker: KafkaBroker, low_items: int, rate: float, stages: bool = False
+    ctx: BenchContext, broker: KafkaBroker, low_items: int, rate: float
 ) -> list[ScenarioResult]:
-    """The drain alone, with callers through the lane, with callers straight to the provider;
-    then the front's CPU per request. ``stages``: a row per stage of the lane's requests."""
+    """The drain alone, with callers through the lane, with callers straight to the provider,
+    each by `embedstream run` in a process of its own (its lanes as processes with the online
+    lane on); then the front's CPU per request."""
     texts = make_texts(low_items, tokens=ctx.tokens, seed=ctx.seed)
     alone, _ = await _arm(ctx, broker, texts, rate, "alone")
     ctx.progress.end(f"{alone.per_s:,.0f} items/s")
-    timeline = Timeline() if stages else None
-    lane, lane_callers = await _arm(ctx, broker, texts, rate, "lane", timeline)
+    lane, lane_callers = await _arm(ctx, broker, texts, rate, "lane")
     ctx.progress.end(f"{lane.per_s:,.0f} items/s")
     direct, direct_callers = await _arm(ctx, broker, texts, rate, "direct")
     ctx.progress.end(f"{direct.per_s:,.0f} items/s")
     assert lane_callers is not None and direct_callers is not None
     rows = online_rows(alone, (lane, lane_callers), (direct, direct_callers), rate, broker.name)
-    if timeline is not None:
-        label = f"online {rate:g}/s beside {low_items:,} low: the lane's requests"
-        answered = {n: t for n, t in timeline.moments.items() if "answered" in t}
-        stage: list[Row] = online_stage_rows(answered, label, lane.seconds)
-        rows[3:3] = stage  # after the lane's callers' row
     ctx.progress.begin("online front: CPU per request", None, "requests")
     front = await front_cpu(ctx.settings)
     rows.append(front_cpu_row(front))

@@ -8,12 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from embedstream.tools.bench.kafka_figures import Drain, drain_row, stage_rows
+from embedstream.tools.bench.kafka_figures import Drain, drain_row
 from embedstream.tools.bench.model import Row, latency_percentiles
-
-# The moments of one online request, in order: scheduled and answered in the callers' process,
-# the rest in the processor's (bench/timeline.py, TimelineTracer).
-ONLINE_MOMENTS = ("scheduled", "received", "call_start", "call_done", "returned", "answered")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +100,3 @@ def front_cpu_row(front: FrontCpu) -> Row:
         provider_cpu_s=None,
         note="sequential single-text requests, an instant provider; client and server here",
     )
-
-
-def online_stage_rows(
-    moments: dict[str, dict[str, float]], label: str, seconds: float
-) -> list[Row]:
-    """One row per stage of the online requests' way (ONLINE_MOMENTS) and the whole way."""
-    note = ("per-request timeline: the callers' process and the processor's tracer, one "
-            "monotonic clock")  # fmt: skip
-    return stage_rows(moments, label, seconds, last="answered", order=ONLINE_MOMENTS, note=note)

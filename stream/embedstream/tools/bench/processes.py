@@ -206,6 +206,10 @@ class ProcessorProcess:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
+    @property
+    def pid(self) -> int:
+        return self._child.pid
+
     def start_nowait(self) -> None:
         self._child.start()
 

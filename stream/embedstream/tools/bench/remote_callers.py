@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import random
 import sys
 import time
@@ -41,6 +42,9 @@ class CallerFigures:
     sent: int
     failed: int
     answered: list[tuple[int, float, float]]
+    # Answers other than 200 by HTTP status ("0": no answer: a timeout or a broken connection),
+    # each with how long it took: a 429 given at once is not a 504 after the deadline.
+    refused: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     @property
     def latencies_s(self) -> list[float]:
@@ -67,6 +71,7 @@ class OnlineCallers:
         self.latencies_s: list[float] = []
         self.answered: list[tuple[int, float, float]] = []
         self.failed = 0
+        self.refused: dict[str, list[float]] = {}
         self.sent = 0
         self._inflight: set[asyncio.Task[None]] = set()
 
@@ -94,20 +99,22 @@ class OnlineCallers:
         self, session: aiohttp.ClientSession, number: int, body: bytes, due: float
     ) -> None:
         loop = asyncio.get_running_loop()
+        status = 0
         try:
             headers = {"Content-Type": "application/json", "Authorization": "Bearer bench",
                        "traceparent": traceparent_for(number)}  # fmt: skip
             async with session.post(self._url, data=body, headers=headers) as answer:
                 await answer.read()
-                ok = answer.status == 200
+                status = answer.status
         except (aiohttp.ClientError, asyncio.CancelledError):
-            ok = False
-        if ok:
-            answered = loop.time()
+            status = 0
+        answered = loop.time()
+        if status == 200:
             self.latencies_s.append(answered - due)
             self.answered.append((number, due, answered))
         else:
             self.failed += 1
+            self.refused.setdefault(str(status), []).append(answered - due)
 
 
 async def serve_once(url: str, model: str, rate: float, seconds: float) -> dict[str, object]:
@@ -123,7 +130,12 @@ async def serve_once(url: str, model: str, rate: float, seconds: float) -> dict[
         with contextlib.suppress(asyncio.CancelledError):
             await calling
         await callers.settle(ANSWER_WAIT_S)
-    return {"sent": callers.sent, "failed": callers.failed, "answered": callers.answered}
+    return {
+        "sent": callers.sent,
+        "failed": callers.failed,
+        "answered": callers.answered,
+        "refused": callers.refused,
+    }
 
 
 class CallersChild(BenchChild):
@@ -140,7 +152,11 @@ class CallersChild(BenchChild):
         """Stop sending; what the callers measured."""
         figures = await self.figures()
         answered = [(int(n), float(due), float(at)) for n, due, at in figures["answered"]]
-        return CallerFigures(int(figures["sent"]), int(figures["failed"]), answered)
+        refused = {
+            str(status): [float(s) for s in took]
+            for status, took in dict(figures.get("refused") or {}).items()
+        }
+        return CallerFigures(int(figures["sent"]), int(figures["failed"]), answered, refused)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,16 +1,14 @@
 """A processor running in the bench's process for the length of a scenario, its clients and
-backend wrapped to note each request's moments when a timeline is asked for (with
-`high_thread`, the high lane's own processor's too)."""
+backend wrapped to note each request's moments when a timeline is asked for."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from embedstream.app import Service, build_service, default_backend
-from embedstream.app_high_thread import HighParts
+from embedstream.app import Service, build_service
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.kafka.clients import make_consumer, make_producer
@@ -37,14 +35,11 @@ async def running_processor(
     timeline: Timeline | None = None,
     result_linger_ms: int | None = None,
     tracer: Tracer | None = None,
-    make_backend: Callable[[Settings], EmbeddingBackend] | None = None,
 ) -> AsyncIterator[Service]:
     """A processor running until the block ends, entered once it holds its partitions.
     ``timeline``: its clients and backend note each request's moments (bench/timeline.py);
     ``result_linger_ms``: its results producer's linger instead of the library's; ``tracer``:
-    its tracer instead of the settings' (``TimelineTracer`` notes the online requests');
-    ``make_backend``: the high lane's own processor's backend (``high_thread``), made on its
-    thread, its clients wrapped as the processor's."""
+    its tracer instead of the settings'."""
     overrides = {} if result_linger_ms is None else {"linger_ms": result_linger_ms}
     consumer: Any = make_consumer(settings)
     producer: Any = make_producer(settings, **overrides)
@@ -54,22 +49,9 @@ async def running_processor(
         producer = TimelineProducer(producer, timeline)
         engine = TimelineBackend(backend, timeline)
 
-    def high_parts(high: Settings) -> HighParts:
-        parts = HighParts(
-            make_backend(high) if make_backend is not None else default_backend(high),
-            make_consumer(high),
-            make_producer(high, **overrides),
-        )
-        if timeline is None:
-            return parts
-        return HighParts(
-            TimelineBackend(parts.backend, timeline),
-            TimelineConsumer(parts.consumer, timeline),
-            TimelineProducer(parts.producer, timeline),
-        )
-
-    service = build_service(settings, engine, metrics=metrics, consumer=consumer,
-                            producer=producer, tracer=tracer, high_parts=high_parts)  # fmt: skip
+    service = build_service(
+        settings, engine, metrics=metrics, consumer=consumer, producer=producer, tracer=tracer
+    )
     task = asyncio.create_task(service.run())
     try:
         assigned = asyncio.create_task(service.wait_assigned())

@@ -15,16 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from embedstream.core.tracing import (
-    NULL_CALL_SPAN,
-    NULL_SPAN,
-    CallSpan,
-    RecordHeaders,
-    RequestSpan,
-)
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 
 
@@ -152,81 +145,3 @@ def traceparent_for(request_id: int) -> str:
     """The W3C ``traceparent`` an online caller sends so that the processor's tracer can tell
     its request apart: the request's number as the trace id."""
     return f"00-{request_id + 1:032x}-{1:016x}-01"
-
-
-def request_id_of(traceparent: str | None) -> str | None:
-    """The request's number ``traceparent_for`` put in the header (None: not one of ours)."""
-    parts = (traceparent or "").split("-")
-    if len(parts) != 4 or len(parts[1]) != 32:
-        return None
-    try:
-        return str(int(parts[1], 16) - 1)
-    except ValueError:
-        return None
-
-
-class _OnlineSpan:
-    """An online request's span: 'returned' when the lane is done with it."""
-
-    def __init__(self, request_id: str, timeline: Timeline) -> None:
-        self.request_id = request_id
-        self._timeline = timeline
-
-    def traceparent(self) -> bytes | None:
-        return None
-
-    def child(self, name: str, seq: int) -> RequestSpan:
-        return NULL_SPAN
-
-    def event(self, name: str) -> None:
-        return None
-
-    def end(self, outcome: str) -> None:
-        self._timeline.note(self.request_id, "returned")
-
-
-class _NotingCallSpan:
-    def __init__(self, request_ids: Sequence[str], timeline: Timeline) -> None:
-        self._ids = request_ids
-        self._timeline = timeline
-
-    def end(self, *, input_tokens: int | None = None, error: str | None = None) -> None:
-        now = time.monotonic()
-        for request_id in self._ids:
-            self._timeline.note(request_id, "call_done", now)
-
-
-class TimelineTracer:
-    """The processor's tracer, noting each online request's moments by the number in its
-    ``traceparent``: 'received' when the lane takes it, 'call_start' and 'call_done' around
-    the first provider call carrying one of its inputs, 'returned' when the lane answers.
-    Records read from Kafka get the no-op span, as with tracing off."""
-
-    def __init__(self, timeline: Timeline) -> None:
-        self._timeline = timeline
-
-    def request(
-        self, headers: RecordHeaders | None, topic: str, partition: int, offset: int
-    ) -> RequestSpan:
-        return NULL_SPAN
-
-    def online(self, traceparent: str | None, key: str) -> RequestSpan:
-        request_id = request_id_of(traceparent)
-        if request_id is None:
-            return NULL_SPAN
-        self._timeline.note(request_id, "received")
-        return _OnlineSpan(request_id, self._timeline)
-
-    def call(
-        self, model: str, spans: Iterable[RequestSpan], *, size: int, reason: str, attempt: int
-    ) -> CallSpan:
-        ids = [span.request_id for span in spans if isinstance(span, _OnlineSpan)]
-        if not ids:
-            return NULL_CALL_SPAN
-        now = time.monotonic()
-        for request_id in ids:
-            self._timeline.note(request_id, "call_start", now)
-        return _NotingCallSpan(ids, self._timeline)
-
-    def close(self) -> None:
-        return None

@@ -2,13 +2,15 @@
 
 Starts the embedded broker and the simulated provider on free loopback ports (or uses a real
 endpoint when OPENAI_API_KEY / OPENAI_BASE_URL are set), creates the topics and runs one
-processor in this process. Each phase publishes its requests and waits until the processor's
-metrics registry counts an outcome for every one; the registry is read at both ends of the
-phase. The documents phase (:mod:`embedstream.tools.demo.documents`) publishes documents, then
-edits of some and a delete, each pass waited for by its endings in the registry. Then the
-topics are read back and checked as ``embedstream verify`` would, and
-:mod:`embedstream.tools.demo.summary` turns it all into tables. With ``--live`` the top view
-(:mod:`embedstream.tools.top`) watches the processor's /metrics while the phases run.
+processor in this process. Each request phase (planned by
+:mod:`embedstream.tools.demo.phases`, run by :mod:`embedstream.tools.demo.publishing`)
+publishes its requests and waits until the processor's metrics registry counts an outcome for
+every one; the registry is read at both ends of the phase. The documents phase
+(:mod:`embedstream.tools.demo.documents`) publishes documents, then edits of some and a
+delete, each pass waited for by its endings in the registry. Then the topics are read back
+and checked as ``embedstream verify`` would, and :mod:`embedstream.tools.demo.summary` turns
+it all into tables. With ``--live`` the top view (:mod:`embedstream.tools.top`) watches the
+processor's /metrics while the phases run.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from rich.console import Console
 from embedstream.app import Service, build_service, default_backend
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.admin import TopicNames, configured_specs, configured_topics, create_topics
+from embedstream.kafka.admin import configured_specs, configured_topics, create_topics
 from embedstream.kafka.clients import connection_for, make_producer
 from embedstream.kafka.protocols import Producer
 from embedstream.ops.logs import setup_logging
@@ -45,41 +47,37 @@ from embedstream.tools.demo.documents import (
     documents_ok,
 )
 from embedstream.tools.demo.options import (
-    DEFAULT_BURST_ITEMS,
+    DEFAULT_BACKLOG_ITEMS,
     DEFAULT_DOCUMENTS,
+    DEFAULT_HIGH_RATE,
     DEFAULT_SPARSE_ITEMS,
     DEFAULT_SPARSE_RATE,
     DEFAULT_TIMEOUT_S,
 )
+from embedstream.tools.demo.phases import RequestPhase, plan
+from embedstream.tools.demo.publishing import POLL_S, Measured, PhasePublisher
 from embedstream.tools.demo.summary import (
     Outcomes,
-    Phase,
     PhaseFigures,
     latencies_by_phase,
     measure,
-    plan,
     render,
 )
-from embedstream.tools.demo.texts import sample_texts
+from embedstream.tools.demo.texts import text_stream
 from embedstream.tools.embedded import EmbeddedBroker, free_port
 from embedstream.tools.top import run_top
-from embedstream.tools.top.model import Snapshot, snapshot_of
+from embedstream.tools.top.model import snapshot_of
 from embedstream.tools.verify.app import read_back
 
 LIVE_INTERVAL_S = 1.0
-_POLL_S = 0.02  # how often the registry is asked whether a phase is done
 _JOIN_TIMEOUT_S = 60.0
 _READ_BACK_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
-_YIELD_EVERY = 20  # burst sends between two turns of the event loop
-_OUTCOME_COUNTERS = ("embedstream_results_total", "embedstream_dead_letters_total")
 _DOCUMENT_COUNTER = "embedstream_documents_total"
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# A phase with the registry's snapshots at its start and end and the seconds between them.
-Measured = tuple[Phase, Snapshot, Snapshot, float]
 
 
 async def run_demo_from_args(ns: argparse.Namespace) -> int:
@@ -94,6 +92,7 @@ async def run_demo_from_args(ns: argparse.Namespace) -> int:
         sparse_items=ns.sparse_items,
         sparse_rate=ns.sparse_rate,
         documents=ns.documents,
+        high_rate=ns.high_rate,
         timeout_s=ns.timeout,
         metrics_port=ns.metrics_port,
         live=ns.live,
@@ -101,11 +100,12 @@ async def run_demo_from_args(ns: argparse.Namespace) -> int:
 
 
 async def run_demo(
-    items: int = DEFAULT_BURST_ITEMS,
+    items: int = DEFAULT_BACKLOG_ITEMS,
     sparse_items: int = DEFAULT_SPARSE_ITEMS,
     sparse_rate: float = DEFAULT_SPARSE_RATE,
     documents: int = DEFAULT_DOCUMENTS,
     *,
+    high_rate: float = DEFAULT_HIGH_RATE,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     metrics_port: int = 0,
     live: bool = False,
@@ -116,7 +116,7 @@ async def run_demo(
     one result and every document ended as the contract says, 1 otherwise."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
-    phases = plan(sparse_items, sparse_rate, items)
+    phases = plan(sparse_items, sparse_rate, items, high_rate)
     on_screen = live and out.isatty()  # the full-screen view owns the terminal meanwhile
 
     def say(line: str) -> None:
@@ -211,7 +211,7 @@ class _Demo:
         settings: Settings,
         service: Service,
         metrics: Metrics,
-        phases: Sequence[Phase],
+        phases: Sequence[RequestPhase],
         documents: DocumentPlan | None,
         say: Callable[[str], None],
     ) -> None:
@@ -224,11 +224,8 @@ class _Demo:
         self.say = say
         self.names = configured_topics(settings)
 
-    def snapshot(self) -> Snapshot:
-        return snapshot_of(self.metrics.registry.collect())
-
     async def run(self, live: bool, out: TextIO) -> list[Measured]:
-        """Both phases, with the top view on ``out`` meanwhile if ``live``."""
+        """The phases, with the top view on ``out`` meanwhile if ``live``."""
         top: asyncio.Task[int] | None = None
         try:
             try:
@@ -263,10 +260,10 @@ class _Demo:
         report = await asyncio.to_thread(
             found.report, check_vectors=check_vectors, default_model=self.settings.model
         )
-        latencies = latencies_by_phase(found.results, self.phases)
+        latencies = latencies_by_phase(found.results, [m.phase for m in measured])
         figures = [
-            measure(phase, before, after, seconds, latencies[phase.name])
-            for phase, before, after, seconds in measured
+            measure(m.phase, m.before, m.after, m.seconds, latencies[m.phase.name], m.lane_seconds)
+            for m in measured
         ]
         docs = None
         if self.documents is not None and report.documents is not None:
@@ -277,18 +274,15 @@ class _Demo:
 
     async def _phases(self) -> list[Measured]:
         loop = asyncio.get_running_loop()
-        texts = sample_texts(sum(phase.items for phase in self.phases))
+        texts = text_stream()  # one text per request, in the order of their numbers
         producer = make_producer(self.settings)
         await producer.start()
+        publisher = PhasePublisher(producer, self.names, self.metrics.registry)
         measured = []
         try:
             for phase in self.phases:
                 self.say(f"{phase.describe()} ...")
-                before = self.snapshot()
-                started = loop.time()
-                await _publish(producer, self.names, phase, texts, started)
-                after = await self._until_finished(_finished(before) + phase.items)
-                measured.append((phase, before, after, loop.time() - started))
+                measured.append(await publisher.run(phase, texts))
             if self.documents is not None:
                 started = loop.time()
                 await self._documents(producer, self.documents)
@@ -313,39 +307,4 @@ class _Demo:
             while True:
                 if sum(snapshot_of(counter.collect()).documents.values()) >= ended:
                     break
-                await asyncio.sleep(_POLL_S)
-
-    async def _until_finished(self, outcomes: float) -> Snapshot:
-        """The registry's snapshot once it counts ``outcomes`` results and dead letters."""
-        # Asking only for the two counters costs a fraction of a millisecond; a whole
-        # snapshot costs several, too much to take fifty times a second beside the processor.
-        counters = self.metrics.registry.restricted_registry(_OUTCOME_COUNTERS)
-        while True:
-            if _finished(snapshot_of(counters.collect())) >= outcomes:
-                return self.snapshot()
-            await asyncio.sleep(_POLL_S)
-
-
-def _finished(snapshot: Snapshot) -> float:
-    return snapshot.results_total + snapshot.dead_letters
-
-
-async def _publish(
-    producer: Producer, names: TopicNames, phase: Phase, texts: Sequence[str], started: float
-) -> None:
-    """Send the phase's requests, each at its time (a burst: all at once), then wait for the
-    broker's acknowledgements."""
-    loop = asyncio.get_running_loop()
-    futures = []
-    for index, (rid, lane) in enumerate(phase.requests()):
-        delay = started + phase.send_at(index) - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        elif index % _YIELD_EVERY == 0:
-            # A send rarely waits, so a burst would hold the loop that also runs the
-            # processor (heartbeats, /metrics) for seconds: let it in now and then.
-            await asyncio.sleep(0)
-        topic = names.requests_high if lane == "high" else names.requests_low
-        value = orjson.dumps({"id": rid, "text": texts[phase.first + index]})
-        futures.append(await producer.send(topic, value, key=rid.encode()))
-    await asyncio.gather(*futures)
+                await asyncio.sleep(POLL_S)

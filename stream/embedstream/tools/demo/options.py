@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 
-DEFAULT_BURST_ITEMS = 3000
+DEFAULT_BACKLOG_ITEMS = 9000
+DEFAULT_HIGH_RATE = 50.0
 DEFAULT_SPARSE_ITEMS = 200
 DEFAULT_SPARSE_RATE = 40.0
 DEFAULT_TIMEOUT_S = 300.0
@@ -19,9 +20,16 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--items",
         type=_positive_int,
-        default=DEFAULT_BURST_ITEMS,
+        default=DEFAULT_BACKLOG_ITEMS,
         metavar="N",
-        help="requests of the burst, published at once",
+        help="low requests of the lanes phase's backlog, published at once",
+    )
+    add(
+        "--high-rate",
+        type=_positive_float,
+        default=DEFAULT_HIGH_RATE,
+        metavar="R",
+        help="high requests per second in the lanes phase, sent while the backlog drains",
     )
     add(
         "--sparse-items",

@@ -12,6 +12,9 @@ Where each figure comes from:
   ``embedstream_batch_size``), the increase between the phase's two snapshots;
 - P50/P99: each result's ``latency_ms`` (request timestamp to result written), exact per
   request rather than estimated from histogram buckets;
+- items/s: over the phase, or over a lane's own span where the shell measured one (the
+  lanes phase: the low backlog from its first request published to its last result counted,
+  the high requests from the first sent to the phase's end);
 - cache hits, look-ups and tokens saved: the registry (``embedstream_cache_*``);
 - lost, duplicates, dead letters, wrong vectors: the verify report of the topics read back.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from rich import box
@@ -28,53 +31,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from embedstream.tools.demo.phases import LanesPhase, RequestPhase
 from embedstream.tools.top.model import Snapshot
 from embedstream.tools.top.rates import compute_rates
 from embedstream.tools.verify.report import ResultRecord, VerificationReport
 
 LANES = ("high", "low")
-HIGH_EVERY = 5  # one request in five is interactive (high priority); the rest is bulk
-
-
-@dataclass(frozen=True, slots=True)
-class Phase:
-    """One phase as planned: ``items`` requests, ``rate`` per second or all at once (None)."""
-
-    name: str
-    items: int
-    rate: float | None = None
-    first: int = 0  # number of the phase's first request among all the demo's requests
-
-    def __post_init__(self) -> None:
-        if self.items < 0:
-            raise ValueError(f"items must be >= 0, got {self.items}")
-        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
-            raise ValueError(f"rate must be positive and finite, got {self.rate}")
-
-    def describe(self) -> str:
-        pace = f"at {self.rate:g}/s" if self.rate is not None else "at once"
-        return f"{self.name}: {self.items:,} requests {pace}"
-
-    def requests(self) -> list[tuple[str, str]]:
-        """(id, lane) of each request, in publishing order."""
-        return [
-            (f"{self.name}-{n}", "high" if n % HIGH_EVERY == 0 else "low")
-            for n in range(self.first, self.first + self.items)
-        ]
-
-    def send_at(self, index: int) -> float:
-        """Seconds after the phase starts at which its ``index``-th request is published."""
-        return 0.0 if self.rate is None else index / self.rate
-
-
-def plan(sparse_items: int, sparse_rate: float, burst_items: int) -> list[Phase]:
-    """A sparse phase (requests one by one, so each call carries about one), then a burst (all
-    at once, so a backlog forms and batches grow with it). An empty phase is left out."""
-    phases = [
-        Phase("sparse", sparse_items, sparse_rate),
-        Phase("burst", burst_items, None, first=sparse_items),
-    ]
-    return [phase for phase in phases if phase.items]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +63,7 @@ class CacheFigures:
 
 @dataclass(frozen=True, slots=True)
 class PhaseFigures:
-    phase: Phase
+    phase: RequestPhase  # as it ran
     seconds: float  # first request published to last outcome acknowledged
     lanes: Mapping[str, LaneFigures]
     total: LaneFigures
@@ -109,9 +71,14 @@ class PhaseFigures:
     mean_batch: float | None  # inputs per call; None when no call was made
     dead_letters: int
     cache: CacheFigures | None = None  # None when no text was looked up (cache off)
+    # A lane's own span where it differs from the phase's: in the lanes phase, the low
+    # backlog's drain (first published to last result) and the high requests' stretch.
+    lane_seconds: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
-    def per_second(self, items: int) -> float:
-        return items / self.seconds if self.seconds > 0 else 0.0
+    def per_second(self, items: int, lane: str | None = None) -> float:
+        """``items`` over the phase's seconds, or over ``lane``'s own span if it has one."""
+        seconds = self.lane_seconds.get(lane, self.seconds) if lane else self.seconds
+        return items / seconds if seconds > 0 else 0.0
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -129,14 +96,16 @@ def _lane(items: int, latencies_ms: Sequence[float]) -> LaneFigures:
 
 
 def measure(
-    phase: Phase,
+    phase: RequestPhase,
     before: Snapshot,
     after: Snapshot,
     seconds: float,
     latencies_ms: Mapping[str, Sequence[float]],
+    lane_seconds: Mapping[str, float] | None = None,
 ) -> PhaseFigures:
     """One phase's figures: the registry's increase from ``before`` to ``after`` (taken
-    ``seconds`` apart) and the end-to-end latencies of its results by lane."""
+    ``seconds`` apart), the end-to-end latencies of its results by lane and the lanes' own
+    spans, if any (see :attr:`PhaseFigures.lane_seconds`)."""
     rates = compute_rates(before, after, seconds)
     lanes = {
         lane: _lane(round(rates.results.get(lane, 0.0)), latencies_ms.get(lane, ()))
@@ -152,6 +121,7 @@ def measure(
         mean_batch=rates.batch_mean,
         dead_letters=round(rates.dead_letters),
         cache=_cache(rates.cache_hits, rates.cache_misses, rates.cache_tokens_saved),
+        lane_seconds=MappingProxyType(dict(lane_seconds or {})),
     )
 
 
@@ -162,7 +132,7 @@ def _cache(hits: float, misses: float, tokens_saved: float) -> CacheFigures | No
 
 
 def latencies_by_phase(
-    results: Iterable[ResultRecord], phases: Sequence[Phase]
+    results: Iterable[ResultRecord], phases: Sequence[RequestPhase]
 ) -> dict[str, dict[str, list[float]]]:
     """phase name -> lane -> ``latency_ms`` of every result record of the phase's requests
     (a duplicate counts each time: it is a result a consumer saw)."""
@@ -213,19 +183,17 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def phase_table(figures: PhaseFigures) -> Table:
-    table = Table(
-        title=f"{figures.phase.describe()}, done in {figures.seconds:.1f} s",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-    )
+def phase_table(figures: PhaseFigures) -> Group:
+    """The phase's heading, a row per lane, then all of them with the calls and mean batch."""
+    # The heading goes above the table, not in it: a table title wraps at the table's width.
+    heading = Text(f"{figures.phase.describe()}, done in {figures.seconds:.1f} s", no_wrap=True)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     table.add_column("lane")
     for title in ("items", "items/s", "calls", "mean batch", "P50 ms", "P99 ms"):
         table.add_column(title, justify="right")
 
     def row(name: str, lane: LaneFigures, calls: str = "", batch: str = "") -> None:
-        rate = f"{figures.per_second(lane.items):,.0f}"
+        rate = f"{figures.per_second(lane.items, name):,.0f}"
         table.add_row(
             name, f"{lane.items:,}", rate, calls, batch, _ms(lane.p50_ms), _ms(lane.p99_ms)
         )
@@ -234,7 +202,39 @@ def phase_table(figures: PhaseFigures) -> Table:
         row(name, figures.lanes[name])
     mean = "-" if figures.mean_batch is None else f"{figures.mean_batch:,.1f}"
     row("all", figures.total, f"{figures.calls:,}", mean)
-    return table
+    return Group(heading, table)
+
+
+def share(part: float, whole: float) -> str:
+    """``part`` as a share of ``whole``: a fraction such as 1/45 when it is at most half,
+    a percentage otherwise."""
+    if whole <= 0:
+        return "-"
+    if part > 0 and whole / part >= 2:
+        return f"1/{whole / part:,.0f}"
+    return f"{part / whole:.0%}"
+
+
+def lanes_lines(figures: PhaseFigures) -> Text | None:
+    """What the lanes phase shows, in words: how long the low backlog took to drain, and the
+    high requests' P50/P99 as a share of the low ones'; None for another phase."""
+    phase = figures.phase
+    if not isinstance(phase, LanesPhase):
+        return None
+    drained = figures.lane_seconds.get("low", figures.seconds)
+    text = Text(f"the low backlog drained in {drained:.1f} s; ")
+    high, low = figures.lanes["high"], figures.lanes["low"]
+    if high.p50_ms is None or high.p99_ms is None or low.p50_ms is None or low.p99_ms is None:
+        text.append("no high request had a result meanwhile")
+        return text
+    text.append(f"{phase.high:,} high requests sent meanwhile\n")
+    text.append(
+        f"waited {share(high.p50_ms, low.p50_ms)} of low's P50 "
+        f"and {share(high.p99_ms, low.p99_ms)} of its P99"
+    )
+    if high.p50_ms < low.p50_ms and high.p99_ms < low.p99_ms:
+        text.append(": high requests are served first")
+    return text
 
 
 def outcome_lines(outcomes: Outcomes) -> Text:
@@ -266,6 +266,9 @@ def render(
     parts: list[RenderableType] = []
     for figures in phases:
         parts.append(phase_table(figures))
+        lanes = lanes_lines(figures)
+        if lanes is not None:
+            parts.append(lanes)
         if figures.cache is not None:
             parts.append(Text(figures.cache.describe()))
         parts.append(Text())

@@ -1,6 +1,7 @@
 """The backfill's line of `embedstream top`: a migration's progress over every processor
-filling the new generation (documents against the plan, tokens against the plan, records of
-the documents topic left, the time left at the last minute's rate)."""
+filling the new generation (documents against the plan; the provider's tokens beside the plan's
+estimate, two units never set against each other; records of the documents topic left, the
+time left at the last minute's rate)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,15 @@ def backfill_line(views: Sequence[TargetView]) -> str | None:
     planned_tokens = max(b.planned_tokens for b in progress)
     ended = sum(b.ended for b in progress)
     skipped = sum(b.skipped for b in progress)
+    superseded = sum(b.superseded for b in progress)
     tokens = sum(b.tokens for b in progress)
     left = sum(b.records_left for b in progress)
+    passed = f", {superseded:,.0f} older versions passed over" if superseded else ""
     return (
         f"backfill: {ended + skipped:,.0f} of {planned:,.0f} documents "
-        f"({skipped:,.0f} held already), {tokens:,.0f} of {planned_tokens:,.0f} tokens, "
-        f"{left:,.0f} records to read, {_time_left(progress, left)}"
+        f"({skipped:,.0f} held already{passed}), {tokens:,.0f} provider tokens (planned "
+        f"{planned_tokens:,.0f} estimated), {left:,.0f} records to read, "
+        f"{_time_left(progress, left)}"
     )
 
 

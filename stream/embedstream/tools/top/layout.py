@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from embedstream.tools.top.backfill import backfill_line
+from embedstream.tools.top.budget import budget_line
 from embedstream.tools.top.money import money_line
 from embedstream.tools.top.online import online_line
 from embedstream.tools.top.rates import TargetView
@@ -224,6 +225,9 @@ def render(screen: Screen, width: int) -> Group:
     online = online_line(views)
     if online is not None:
         parts.append(_line(online, width))
+    budget = budget_line(views)
+    if budget is not None:
+        parts.append(_line(budget, width))
     backfill = backfill_line(views)
     if backfill is not None:
         parts.append(_line(backfill, width))

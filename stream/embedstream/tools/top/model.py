@@ -137,6 +137,18 @@ class Snapshot:
     online_requests: Mapping[str, float] = field(default_factory=frozen_mapping)
     online_latency: Histogram = field(default_factory=Histogram)
     backfill: BackfillProgress | None = None  # None while no generation is being filled
+    # The provider budget as this target last saw the fleet (`ops/budget_metrics.py`): its
+    # members, the fleet's calls in flight by lane, this target's own leases by lane.
+    budget_members: float = 1.0
+    budget_fleet: Mapping[str, float] = field(default_factory=frozen_mapping)
+    budget_leases: Mapping[str, float] = field(default_factory=frozen_mapping)
+    budget_on_own_share: bool = False
+
+    @property
+    def budget_shared(self) -> bool:
+        """The target draws on a fleet's budget (`budget_url`), alone in it or not."""
+        return self.budget_members > 1 or sum(self.budget_fleet.values()) > 0
+
     # The money (`ops/batch_metrics.py`): provider tokens and their cost by price tier (sync,
     # batch), batch jobs by state and the oldest one's age at the provider.
     tier_tokens: Mapping[str, float] = field(default_factory=frozen_mapping)
@@ -170,6 +182,7 @@ class BackfillProgress:
     tokens: float  # provider tokens of its calls
     records_left: float
     seconds_left: float | None  # at the last minute's rate; -1 while it reads none
+    superseded: float = 0.0  # older versions it passed over (a later record replaces them)
 
 
 class _HistogramParts:
@@ -207,6 +220,9 @@ class _Collector:
         self.online_requests: dict[str, float] = {}
         self.online_latency = _HistogramParts()
         self.backfill: dict[str, float] = {}
+        self.budget: dict[str, float] = {"members": 1.0, "on_own_share": 0.0}
+        self.budget_fleet: dict[str, float] = {}
+        self.budget_leases: dict[str, float] = {}
         self.money: dict[str, dict[str, float]] = {"tokens": {}, "cost": {}, "jobs": {}}
         self.batch_oldest_s = 0.0
 
@@ -246,6 +262,12 @@ class _Collector:
             self._histogram_part(self.online_latency, suffix, labels, value)
         elif short.startswith("backfill_") or short == "generation_tokens_total":
             self._backfill(short, labels, value)
+        elif short in ("budget_members", "budget_on_own_share"):
+            self.budget[short.removeprefix("budget_")] = value
+        elif short == "budget_fleet_in_flight":
+            _add(self.budget_fleet, labels.get("lane", ""), value)
+        elif short == "budget_leases":
+            _add(self.budget_leases, labels.get("lane", ""), value)
         elif short == "provider_tokens_total":  # every model
             _add(self.money["tokens"], labels.get("tier", ""), value)
         elif short == "provider_cost_usd_total":
@@ -261,6 +283,8 @@ class _Collector:
         elif short == "generation_tokens_total":
             if labels.get("lane") == "backfill":
                 _add(self.backfill, "tokens", value)
+        elif short == "backfill_skipped_total" and labels.get("reason") == "superseded":
+            _add(self.backfill, "superseded", value)  # older versions: not the plan's documents
         elif short in ("backfill_documents_total", "backfill_skipped_total"):
             _add(self.backfill, short, value)
         elif short in ("backfill_records_left", "backfill_seconds_left"):
@@ -279,6 +303,7 @@ class _Collector:
             tokens=b.get("tokens", 0.0),
             records_left=b.get("backfill_records_left", 0.0),
             seconds_left=b.get("backfill_seconds_left"),
+            superseded=b.get("superseded", 0.0),
         )
 
     def _lag(self, offsets: bool, labels: Mapping[str, str], value: float) -> None:
@@ -341,6 +366,10 @@ class _Collector:
             online_requests=frozen_mapping(self.online_requests),
             online_latency=self.online_latency.build(),
             backfill=self._backfill_progress(),
+            budget_members=self.budget["members"],
+            budget_fleet=frozen_mapping(self.budget_fleet),
+            budget_leases=frozen_mapping(self.budget_leases),
+            budget_on_own_share=self.budget["on_own_share"] >= 1.0,
             tier_tokens=frozen_mapping(self.money["tokens"]),
             tier_cost=frozen_mapping(self.money["cost"]),
             batch_jobs=frozen_mapping(self.money["jobs"]),

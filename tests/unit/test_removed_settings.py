@@ -1,0 +1,76 @@
+"""Settings that existed once are refused in one line saying what replaced each, from every
+source (the environment, a --config file, a flag's override), rather than as unknown names;
+and what replaced them does what they did."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from embedstream.core import configured
+from embedstream.engine.formats import field_mapping
+from embedstream.errors import ConfigError, env_var
+from embedstream.settings import load_settings
+from embedstream.settings.sources import REMOVED_SETTINGS
+from embedstream.wire.field_mapping import FieldMapping
+
+REPLACEMENTS = {
+    "high_guard": "high_target_ms",
+    "online_thread": "embedstream serve",
+    "high_thread": "input_lanes",
+    "id_field": "field_map=id=",
+    "text_field": "field_map=text=",
+    "doc_id_field": "field_map=doc_id=",
+    "priority_field": "field_map=priority=",
+    "concurrency_mode": "target_latency_ms",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REMOVED_SETTINGS))
+@pytest.mark.parametrize("source", ["env", "file", "overrides"])
+def test_a_removed_setting_is_refused_naming_what_replaced_it(
+    name: str, source: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        if source == "env":
+            load_settings(env={env_var(name): "x"})
+        elif source == "file":
+            config = tmp_path / "settings.toml"
+            config.write_text(f'{name} = "x"\n')
+            load_settings(env={}, file=config)
+        else:
+            load_settings(env={}, overrides={name: "x"})
+    assert caught.value.setting == name
+    said = str(caught.value)
+    assert "was removed;" in said and "\n" not in said
+    assert REPLACEMENTS.get(name, "") in said
+
+
+def test_field_map_names_the_id_text_document_and_priority_paths_as_the_old_settings_did() -> None:
+    settings = load_settings(
+        env={}, overrides={"field_map": "id=e.id,text=e.b.text,doc_id=d,priority=p,metadata=m"}
+    )
+    assert field_mapping(settings) == FieldMapping(
+        id_field="e.id", text_field="e.b.text", doc_id_field="d", priority_field="p",
+        optional={"metadata": "m"},
+    )  # fmt: skip
+    # unnamed, each is read from the top-level field of its own name, as before
+    assert field_mapping(load_settings(env={})) == FieldMapping(
+        id_field="id", text_field="text", doc_id_field="doc_id", priority_field=None, optional={}
+    )
+
+
+def test_a_field_map_naming_an_unknown_request_field_is_refused_naming_field_map() -> None:
+    with pytest.raises(ConfigError) as caught:
+        field_mapping(load_settings(env={}, overrides={"field_map": "colour=c"}))
+    assert caught.value.setting == "field_map" and "colour" in str(caught.value)
+
+
+@pytest.mark.parametrize(("target_ms", "adaptive"), [(0.0, False), (750.0, True)])
+def test_target_latency_ms_above_0_makes_the_limit_adaptive_as_concurrency_mode_did(
+    target_ms: float, adaptive: bool
+) -> None:
+    settings = load_settings(env={}, overrides={"target_latency_ms": target_ms})
+    limit = configured.governor(settings, lambda: 0.0).limit
+    assert limit.adaptive is adaptive
+    assert limit.target_latency_s == (target_ms / 1000.0 or None)

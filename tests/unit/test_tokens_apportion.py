@@ -1,0 +1,36 @@
+"""A call's usage shared by its inputs: in proportion to their estimates, whole numbers that
+sum to what the provider counted (rounding each share alone lost or made up tokens)."""
+
+from __future__ import annotations
+
+import pytest
+from embedstream.core.tokens import apportion
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+@pytest.mark.parametrize(
+    ("total", "estimates", "shares"),
+    [
+        (1, [3, 3], [1, 0]),  # each rounded alone: 0 + 0
+        (10, [1, 1, 1], [4, 3, 3]),
+        (9, [1, 2], [3, 6]),
+        (0, [5, 5], [0, 0]),
+        (4, [0, 0], [2, 2]),  # no estimate: even shares
+        (7, [], []),
+    ],
+)
+def test_shares_are_proportional_and_whole(
+    total: int, estimates: list[int], shares: list[int]
+) -> None:
+    assert apportion(total, estimates) == shares
+
+
+@given(st.integers(0, 10**6), st.lists(st.integers(0, 10**4), min_size=1, max_size=50))
+def test_shares_sum_to_the_providers_count(total: int, estimates: list[int]) -> None:
+    shares = apportion(total, estimates)
+    assert sum(shares) == total
+    weight = sum(estimates) or len(estimates)
+    for share, estimate in zip(shares, estimates, strict=True):
+        exact = total * (estimate if sum(estimates) else 1) / weight
+        assert exact - 1 < share < exact + 1
