@@ -4,6 +4,7 @@ with a backfill running in the processor's lowest lane and without one, arms int
 in one run on one broker and one provider.
 
     python bench/bench_backfill_lanes.py --bootstrap 127.0.0.1:39092 [--docs 3000]
+    python bench/bench_backfill_lanes.py --via batch [--docs 1000]   # the backfill in batch jobs
 
 A corpus goes to the documents topic and is embedded into PostgreSQL (pgserver) by a
 processor (`embedstream run`, the online lane on) and a store writer (`embedstream sink`), as a
@@ -18,6 +19,11 @@ measures the same traffic alone. The cache is off: each backfill pays for what i
 High latency: from an event's scheduled publication to its result read back from the results
 topic by this process. Online latency: from a request's scheduled time to its answer. Prints
 a table and one JSON object (the rows, the medians per arm, their ratios).
+
+``--via batch``: each migration is started ``--via batch`` (its backfill in the simulator's
+batch jobs, done in a second; jobs formed for 5 s, polled every second); after a cancel, the
+next arm waits until the processor has no batch job left to write (their outcomes would
+otherwise be written during it).
 """
 
 from __future__ import annotations
@@ -177,6 +183,12 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--high-rate", type=float, default=20.0)
     parser.add_argument("--online-rate", type=float, default=10.0)
+    parser.add_argument(
+        "--via",
+        choices=["sync", "batch"],
+        default="sync",
+        help="how each migration's backfill embeds (migrate start --via)",
+    )
     parser.add_argument("--processor-arg", action="append", default=[], metavar="ARG",
                         help="one more argument of `embedstream run`, after an equals sign "
                         "(--processor-arg=--high-target-ms=100)")  # fmt: skip
@@ -198,6 +210,9 @@ async def measure(args: argparse.Namespace, dsn: str, provider_url: str) -> dict
     })  # fmt: skip
     await create_topics(connection_for(settings), configured_specs(settings))
     http_port = free_port()
+    args.metrics_port = free_port()
+    if args.via == "batch":  # the bench's jobs: formed for 5 s, polled every second
+        args.processor_arg = ["--batch-form-s=5", "--batch-poll-s=1", *args.processor_arg]
     common = [
         "--bootstrap-servers",
         args.bootstrap,
@@ -226,7 +241,7 @@ async def measure(args: argparse.Namespace, dsn: str, provider_url: str) -> dict
         "--group-id",
         prefix + "group",
         "--metrics-port",
-        str(free_port()),
+        str(args.metrics_port),
         *args.processor_arg,
     ]
     sink = ["sink", *common, "--store-model", OLD, "--store-group-id", prefix + "sink",
@@ -282,7 +297,8 @@ async def one_arm(
 ) -> dict[str, object]:  # fmt: skip
     done_before = 0
     if arm == "with":
-        await cli(env, *migrate, "start", "--model", NEW, "--dimensions", str(dimensions))
+        await cli(env, *migrate, "start", "--model", NEW, "--dimensions", str(dimensions),
+                  "--via", args.via)  # fmt: skip
 
         async def backfilling() -> bool:
             found = await statuses(settings)
@@ -315,6 +331,8 @@ async def one_arm(
         finished = (await statuses(settings))[1].complete >= args.docs
         await cli(env, *migrate, "cancel")
         await asyncio.sleep(LET_GO_S)
+        if args.via == "batch":
+            await until(lambda: no_jobs_left(args.metrics_port), 600, "the batch jobs' end")
     return {
         "round": round_, "arm": arm,
         "high_sent": len(scheduled), "high_answered": len(high),
@@ -325,6 +343,20 @@ async def one_arm(
         "backfill_docs_per_s": round(backfilled / window, 1) if arm == "with" else None,
         "backfill_finished_early": finished, **cpu_use,
     }  # fmt: skip
+
+
+async def no_jobs_left(metrics_port: int) -> bool:
+    """The processor follows no batch job that has outcomes still to write."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        text = await response.text()
+    open_states = ('state="forming"', 'state="closed"', 'state="submitted"', 'state="ended"')
+    return not any(
+        line.startswith("embedstream_batch_jobs{")
+        and any(s in line for s in open_states)
+        and float(line.rsplit(" ", 1)[1]) > 0
+        for line in text.splitlines()
+    )
 
 
 def row_line(row: dict[str, object]) -> str:
@@ -366,7 +398,7 @@ def summary(
     }
     backfill = medians["with"].get("backfill_docs_per_s", 0.0)
     return {
-        "docs": args.docs, "seconds": args.seconds, "high_rate": args.high_rate,
+        "docs": args.docs, "via": args.via, "seconds": args.seconds, "high_rate": args.high_rate,
         "online_rate": args.online_rate, "plain_ingestion_docs_per_s": round(ingest_docs_per_s, 1),
         "backfill_over_ingestion": round(backfill / ingest_docs_per_s, 2),
         "rows": rows, "medians": medians, "with_over_without": ratios,

@@ -58,6 +58,36 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
     add("--shuffle-rate", type=float, default=d.shuffle_rate, help="probability of shuffled data")
     add("--reject-texts-containing", default=None, metavar="TEXT", help="400 inputs with TEXT")
     add("--auth-key", default=None, help="require this key (Bearer, or api-key for azure)")
+    add(
+        "--batch-completion-s",
+        type=float,
+        default=d.batch_completion_s,
+        help="Batch API: seconds a batch is in progress (its lines done at an even pace)",
+    )
+    add(
+        "--batch-validating-s",
+        type=float,
+        default=d.batch_validating_s,
+        help="Batch API: seconds a batch is validating",
+    )
+    add(
+        "--batch-window-s",
+        type=float,
+        default=d.batch_window_s,
+        help="Batch API: the completion window ('24h'); a batch not done by then expires",
+    )
+    add(
+        "--batch-line-error-rate",
+        type=float,
+        default=d.batch_line_error_rate,
+        help="Batch API: probability a line fails alone (a 500 line in the error file)",
+    )
+    add(
+        "--batch-enqueued-tokens",
+        type=int,
+        default=d.batch_enqueued_tokens,
+        help="Batch API: tokens a model may have enqueued; a batch above fails (0: no limit)",
+    )
     add("--seed", type=int, default=d.seed, help="seed of the fault dice")
 
 
@@ -84,5 +114,10 @@ def config_from_args(ns: argparse.Namespace) -> SimulatorConfig:
         shuffle_rate=ns.shuffle_rate,
         reject_texts_containing=ns.reject_texts_containing,
         auth_key=ns.auth_key,
+        batch_completion_s=ns.batch_completion_s,
+        batch_validating_s=ns.batch_validating_s,
+        batch_window_s=ns.batch_window_s,
+        batch_line_error_rate=ns.batch_line_error_rate,
+        batch_enqueued_tokens=ns.batch_enqueued_tokens,
         seed=ns.seed,
     )

@@ -55,6 +55,19 @@ class SimulatorConfig:
     fail_texts_containing: str | None = None
     fail_times: int = 0
     record_calls: bool = False  # keep a CallRecord per call (tests check call timing)
+    # The Batch API (/v1/files, /v1/batches; batches.py): how long a batch spends in each
+    # state, its completion window (a batch still in progress then expires with what it
+    # did), the chance a line fails alone (a 500 line), OpenAI's limits per batch, and the
+    # tokens a model may have enqueued at once (0: no limit; a batch above it fails).
+    batch_validating_s: float = 0.0
+    batch_completion_s: float = 1.0  # in progress: its lines done at an even pace
+    batch_finalizing_s: float = 0.0
+    batch_cancelling_s: float = 0.0
+    batch_window_s: float = 86_400.0  # what "24h" means here
+    batch_line_error_rate: float = 0.0
+    batch_max_requests: int = 50_000
+    batch_max_bytes: int = 200 * 1024 * 1024
+    batch_enqueued_tokens: int = 0
     auth_key: str | None = None  # required "Authorization: Bearer <key>" when set
     seed: int = 0
 
@@ -72,16 +85,25 @@ class SimulatorConfig:
             raise ValueError(f"default_dimensions must be in 1..{self.dimension_cap}")
         if self.capacity < 1:
             raise ValueError("capacity must be >= 1")
-        for name in ("error_rate", "hang_rate", "shuffle_rate"):
+        for name in ("error_rate", "hang_rate", "shuffle_rate", "batch_line_error_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1]")
         non_negative = (
             *("base_ms", "per_token_ms", "per_input_ms"),
             *("rate_limit_rps", "rate_limit_rpm", "rate_limit_tpm"),
         )
-        for name in (*non_negative, "rate_limit_for_s", "hang_s"):
+        batch_times = ("batch_validating_s", "batch_completion_s", "batch_finalizing_s",
+                       "batch_cancelling_s")  # fmt: skip
+        for name in (*non_negative, *batch_times, "rate_limit_for_s", "hang_s"):
             if not getattr(self, name) >= 0.0:  # also rejects NaN
                 raise ValueError(f"{name} must be >= 0")
+        if not self.batch_window_s > 0:
+            raise ValueError("batch_window_s must be > 0")
+        for name in ("batch_max_requests", "batch_max_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.batch_enqueued_tokens < 0:
+            raise ValueError("batch_enqueued_tokens must be >= 0 (0: no limit)")
         if not self.rate_limit_burst_s > 0:
             raise ValueError("rate_limit_burst_s must be > 0")
         if self.reject_texts_containing == "":

@@ -119,7 +119,9 @@ class TokenBucket:
 @dataclass
 class Stats:
     """Counters for GET /stats. ``inputs`` and ``tokens`` count successfully served calls;
-    ``calls`` counts every embeddings request, whatever its outcome."""
+    ``calls`` counts every embeddings request, whatever its outcome. The Batch API's apart:
+    ``batches`` created, and the ``batch_inputs`` and ``batch_tokens`` of their lines answered
+    200 (counted when a batch ends), what a provider bills at its batch price."""
 
     calls: int = 0
     inputs: int = 0
@@ -128,6 +130,9 @@ class Stats:
     peak_concurrency: int = 0
     in_flight: int = 0
     rejected_429: int = 0
+    batches: int = 0
+    batch_inputs: int = 0
+    batch_tokens: int = 0
     # Calls received and not yet answered (waiting for capacity or served): what a fleet of
     # clients sends at once. Time spent with more of them than the capacity is time a
     # client's call queued behind others'.
@@ -146,6 +151,10 @@ class Stats:
     def record_served(self, request: EmbeddingRequest) -> None:
         self.inputs += len(request.inputs)
         self.tokens += request.total_tokens
+
+    def served_batch(self, inputs: int, tokens: int) -> None:
+        self.batch_inputs += inputs
+        self.batch_tokens += tokens
 
     def enter(self) -> None:
         self.in_flight += 1
@@ -173,6 +182,7 @@ class Stats:
     def reset(self) -> None:
         """Zero the counters; calls still being served stay counted as in flight."""
         self.calls = self.inputs = self.tokens = self.rejected_429 = 0
+        self.batches = self.batch_inputs = self.batch_tokens = 0
         self.errors = {}
         self.peak_concurrency = self.in_flight
         self.peak_received = self.received

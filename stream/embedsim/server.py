@@ -4,6 +4,7 @@ Routes:
     POST /v1/embeddings       OpenAI-compatible embeddings (every flavor but azure)
     POST /openai/deployments/{deployment}/embeddings?api-version=...   the azure flavor's
     GET  /v1/models           the advertised models, OpenAI's list format (and /v1/models/{id})
+    /v1/files, /v1/batches    the Batch API (batch_routes.py; azure: /openai/files, ...)
     GET  /healthz             200 "ok"
     GET  /stats               counters (see model.Stats)
     POST /admin/reset-stats   zero the counters
@@ -25,6 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from embedsim.batch_routes import BatchApi
 from embedsim.cli import DEFAULT_HOST, DEFAULT_PORT
 from embedsim.cli import add_cli_arguments as add_cli_arguments
 from embedsim.cli import config_from_args as config_from_args
@@ -59,15 +61,17 @@ OffLoop = Callable[..., Awaitable[Any]]  # asyncio.to_thread's shape: (function,
 OFF_LOOP_INPUTS = 64
 OFF_LOOP_BODY_BYTES = 64 * 1024
 
-# A full request (2048 inputs, 300k tokens) can be several MB; aiohttp's default is 1 MB.
-_MAX_BODY_BYTES = 64 * 1024 * 1024
+# A full request (2048 inputs, 300k tokens) can be several MB; aiohttp's default is 1 MB. A
+# batch's input file may be 200 MB (and a little more, to be refused as OpenAI refuses it).
+_MAX_BODY_BYTES = 256 * 1024 * 1024
 
 
 class SimulatorServer:
     """A simulated OpenAI-compatible embeddings provider on a local port.
 
     ``sleep`` and ``clock`` are injectable so tests can control latency, hangs and
-    rate-limit timing without real waiting; ``rng`` defaults to
+    rate-limit timing without real waiting, and ``wall`` (Unix time) the batches' lives;
+    ``rng`` defaults to
     ``random.Random(config.seed)`` and drives every fault decision; ``off_loop`` runs a big
     call's own work (``asyncio.to_thread`` by default).
     """
@@ -80,6 +84,7 @@ class SimulatorServer:
         sleep: Sleep = asyncio.sleep,
         clock: Clock = time.monotonic,
         off_loop: OffLoop = asyncio.to_thread,
+        wall: Clock = time.time,
     ) -> None:
         self._config = config or SimulatorConfig()
         self._rng = rng or random.Random(self._config.seed)
@@ -97,6 +102,9 @@ class SimulatorServer:
         # A real model's vectors (model_backend "wordllama"); None: the hash vectors.
         self._vectors: VectorSource | None = (
             WordLlamaVectors() if self._config.model_backend == "wordllama" else None
+        )
+        self.batches = BatchApi(
+            lambda: self._config, wall, self._batch_vectors, self.stats, self._config.seed
         )
 
     # ----------------------------------------------------------------- lifecycle
@@ -192,7 +200,14 @@ class SimulatorServer:
         app.router.add_post("/admin/reset-stats", self._handle_reset_stats)
         app.router.add_get("/admin/faults", self._handle_get_faults)
         app.router.add_post("/admin/faults", self._handle_set_faults)
+        self.batches.register(app)
         return app
+
+    def _batch_vectors(self, request: EmbeddingRequest) -> list[list[float]] | None:
+        """A batch line's vectors: the real model's, or None (the hash vectors)."""
+        if self._vectors is None:
+            return None
+        return self._vectors.vectors(request.inputs, request.dimensions)
 
     async def _handle_embeddings(self, request: web.Request) -> web.Response:
         self.stats.calls += 1
@@ -318,6 +333,7 @@ class SimulatorServer:
         return web.Response(text="ok")
 
     async def _handle_stats(self, request: web.Request) -> web.Response:
+        self.batches.advance()  # batches ended since the last look count their lines
         return json_response(self.stats.to_json())
 
     async def _handle_reset_stats(self, request: web.Request) -> web.Response:

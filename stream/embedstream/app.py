@@ -14,8 +14,9 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from embedstream.app_batch import BatchJobs, ProcessorParts, batch_wanted, build_batch_jobs
 from embedstream.app_service import Service
-from embedstream.core import configured
+from embedstream.core import batch_configured, configured
 from embedstream.core.clock import Clock
 from embedstream.core.generations import GenerationIds, IndexGeneration
 from embedstream.core.intake import Intake, chunking_rules, settings_of
@@ -35,6 +36,7 @@ from embedstream.errors import ConfigError
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.attribution import AttributedAdmission, Sources
 from embedstream.kafka.backfill import BackfillDirect, Backfills, SharedEngine
+from embedstream.kafka.batchjobs.writer import JobOutputsRouter
 from embedstream.kafka.changelog import (
     ChunkChangelog,
     ChunkCountsLoader,
@@ -58,7 +60,7 @@ from embedstream.kafka.partitions import Assignment
 from embedstream.kafka.processor import Parts, Processor
 from embedstream.kafka.protocols import Consumer, Producer, TransactionalProducer
 from embedstream.kafka.sink import DirectWriter, Sink, Writer
-from embedstream.kafka.topics import TopicNames, configured_topics, topic_settings
+from embedstream.kafka.topics import BATCH_JOBS_KEY, TopicNames, configured_topics, topic_settings
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import WorkItem
@@ -114,6 +116,7 @@ def build_service(
     fakes of `embedstream.testing.kafka`. Every part reads time from `clock`. `state_reader`
     reads the chunk changelog's state topic (with `topic_changelog`)."""
     metrics = metrics or Metrics()
+    metrics.batch.set_prices(batch_configured.prices(settings))  # the cost by price tier
     backend = backend or default_backend(settings)
     names = configured_topics(settings)  # ConfigError if a topic has two roles
     inputs = _inputs(settings, names)
@@ -128,6 +131,11 @@ def build_service(
             transactional_producer or (lambda tid: make_transactional_producer(settings, tid)),
         )
         writer = BackfillDirect(transactions, writer)
+    # The bulk lanes' processor runs the batch jobs (ConfigError: a provider with none).
+    wants_batch = batch_wanted(settings) and settings.input_lanes != "high"
+    if wants_batch:  # a batch job's outputs go to the job (kafka/batchjobs/writer.py)
+        exactly_once = settings.delivery == "exactly_once"
+        writer = JobOutputsRouter(writer, DirectWriter(producer, clock), exactly_once)
     sink = Sink(writer, names, clock)
     changelog = None
     if names.changelog is not None and names.changelog_state is not None:
@@ -173,14 +181,22 @@ def build_service(
     waiting = WaitingRetries(batcher, clock)
     documents.bind(waiting.hold_or_submit)
     committer = OffsetCommitter(consumer, assignment.offsets(), transactions)
+    intake = Intake(settings, limits, token_counter)
+    registry = registry_client(settings) if uses_registry(settings) else None
+    decoders = None if registry is None else schema_decoders(settings, registry)
+    batch: BatchJobs | None = None
+    if wants_batch:
+        parts = ProcessorParts(
+            settings, names, sink, outcomes, batcher, cache, intake, intake_of, decoders,
+            producer, metrics, clock,
+        )  # fmt: skip
+        batch = build_batch_jobs(parts, lambda items: processor.submit(items))
     handoff = Handoff(
         assignment, batcher, waiting, sink, committer, transactions,
         drain_timeout_s=settings.drain_timeout_s, consumer=consumer, clock=clock,
         chunk_counts=None if changelog is None else changelog.loader,
+        batch_jobs=None if batch is None else batch.lane,
     )  # fmt: skip
-    intake = Intake(settings, limits, token_counter)
-    registry = registry_client(settings) if uses_registry(settings) else None
-    decoders = None if registry is None else schema_decoders(settings, registry)
     admission = AttributedAdmission(
         intake, names, max_delay_ms=int(settings.retry_backoff_cap_ms), decoders=decoders,
         max_event_bytes=settings.max_event_bytes, max_document_bytes=settings.max_document_bytes,
@@ -206,6 +222,7 @@ def build_service(
             cache=cache,
             clock=clock,
             tracer=tracer,
+            batch_lane=None if batch is None else batch.lane,
         )
     )
     result_schema = (
@@ -232,13 +249,17 @@ def build_service(
             commit_interval_s=settings.commit_interval_ms / 1000.0,
         )  # fmt: skip
         watch = store_watch(
-            settings, names, dual_writes, shared, intake_of, decoders, metrics.migration
+            settings, names, dual_writes, shared, intake_of, decoders, metrics.migration, batch
         )
         if watch.backfills is not None:
             backfills.append(watch.backfills)
+        if batch is not None:  # a migration cancelled: its jobs are abandoned
+            batch.watcher.keeps = watch.keeps
     health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
-    return Service(processor, health, ops_server, registry, result_schema, metrics, watch)
+    return Service(
+        processor, health, ops_server, registry, result_schema, metrics, watch, batch=batch
+    )
 
 
 def _inputs(settings: Settings, names: TopicNames) -> list[str]:
@@ -262,9 +283,11 @@ async def run_service(
     A second signal stops the drain at once; unfinished work is not committed (re-read later).
     """
     configured_topics(settings)  # a topic setting at fault fails before any connection
+    batch_wanted(settings)  # as does asking for batch jobs of a provider that takes none
+    batch_configured.prices(settings)  # and a token_prices that does not parse
     # Before anything is consumed: one line naming bootstrap_servers, or the missing topics.
     await check_broker(settings)
-    await require_topics(connection_for(settings), topic_settings(settings))
+    await require_topics(connection_for(settings), _required_topics(settings))
     backend = backend or default_backend(settings)
     service = build_service(settings, backend)
     loop = asyncio.get_running_loop()
@@ -285,6 +308,14 @@ async def run_service(
                 loop.remove_signal_handler(sig)
     log.info("embedstream stopped cleanly")
     return service
+
+
+def _required_topics(settings: Settings) -> dict[str, str]:
+    """Every topic the processor reads or writes: the batch jobs topic when it runs jobs."""
+    required = topic_settings(settings)
+    if batch_wanted(settings):
+        required.update(topic_settings(settings, [BATCH_JOBS_KEY]))
+    return required
 
 
 def _on_signal(service: Service, sig: signal.Signals) -> None:

@@ -18,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from embedstream.app_batch import BatchJobs
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.intake import Intake
 from embedstream.core.lanes import InputLane
@@ -50,9 +51,11 @@ def store_generations(registry: Registry) -> StoreGenerations:
     )
     new = registry.in_state("new")
     planned: dict[str, int] = {}
+    via = "sync"
     if new is not None and new.plan:
         planned = {k: int(v) for k, v in new.plan.items() if k in ("documents", "tokens")}
-    return StoreGenerations(kept, None if new is None else new.generation, planned)
+        via = "batch" if new.plan.get("via") == "batch" else "sync"
+    return StoreGenerations(kept, None if new is None else new.generation, planned, via)
 
 
 def registry_reader(settings: Settings) -> Callable[[], Awaitable[Registry]]:
@@ -86,7 +89,16 @@ class StoreWatch:
         self._metrics = metrics
         self._interval_s = WATCH_INTERVAL_S if interval_s is None else interval_s
         self._failing = False
+        self._read_once = False
         self._unsourced: str | None = None
+
+    def keeps(self, generation_id: str) -> bool:
+        """The store keeps this index generation, as it was read last (a backfill's batch jobs
+        of one it dropped are abandoned); True until it has been read once."""
+        if not self._read_once:
+            return True
+        kept = self.dual_writes.generations.kept
+        return any(generation_id in k.ids for k in kept)
 
     async def refresh(self) -> None:
         """Read the registry once and follow it."""
@@ -100,6 +112,7 @@ class StoreWatch:
         if self._failing:
             log.info("the store's generations are readable again")
         self._failing = False
+        self._read_once = True
         if generations != self.dual_writes.generations:
             ids = ", ".join(k.generation.id for k in generations.kept) or "none"
             log.info("the store keeps generations %s; filling %s", ids,
@@ -110,7 +123,7 @@ class StoreWatch:
                 self._metrics.set_plan(planned.get("documents", 0), planned.get("tokens", 0))
         filling = generations.filling
         if self.backfills is not None:
-            await self.backfills.follow(filling)
+            await self.backfills.follow(filling, via_batch=generations.via == "batch")
         elif filling is not None and self._unsourced != filling.id:
             self._unsourced = filling.id
             log.warning(
@@ -149,14 +162,16 @@ def store_watch(
     intake_of: Callable[[IndexGeneration], Intake],
     decoders: SchemaDecoders | None,
     metrics: MigrationMetrics,
+    batch: BatchJobs | None = None,
 ) -> StoreWatch:
     """A processor's watch of its store (``store_dsn``), with a backfill when
-    ``topic_documents`` names its source."""
+    ``topic_documents`` names its source; ``batch``: the processor's batch jobs (a migration
+    started ``--via batch`` backfills through them)."""
     documents = names.documents
     if documents is None:
         return StoreWatch(registry_reader(settings), dual_writes, None, metrics=metrics)
 
-    def feed_of(generation: IndexGeneration) -> BackfillFeed:
+    def feed_of(generation: IndexGeneration, via_batch: bool = False) -> BackfillFeed:
         group = backfill_group(settings.group_id, generation.id)
         admission = Admission(
             intake_of(generation), names, max_delay_ms=int(settings.retry_backoff_cap_ms),
@@ -165,11 +180,19 @@ def store_watch(
         )  # fmt: skip
         consumer = make_backfill_consumer(settings, group)
         holdings = GenerationHoldings(store_config(settings), generation.id)
+        lane = None
+        if via_batch and batch is not None:
+            lane = batch.backfill_lane(generation, engine.clock)
+        elif via_batch:
+            log.error("generation %s was started --via batch, but this processor runs no batch "
+                      "jobs (provider_profile %s): its backfill goes through sync calls",
+                      generation.id, settings.provider_profile)  # fmt: skip
         connection, client_id = connection_for(settings), f"{settings.client_id}-read-ahead"
         return BackfillFeed(
             generation, consumer, documents, admission, engine, holdings=holdings,
             count_skipped=metrics.count_skipped,
             read_ahead=lambda: read_ahead(connection, documents, client_id=client_id),
+            batch=lane,
         )  # fmt: skip
 
     backfills = Backfills(feed_of)

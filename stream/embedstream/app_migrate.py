@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from embedstream.core import configured
+from embedstream.core import batch_configured, configured
 from embedstream.core.backfill_source import Unsourced, unsourced
+from embedstream.core.batch_terms import Prices, Tier
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.intake import chunking_rules
 from embedstream.core.reembed import BASIS_SAID, CallLimits, ReembedPlan
@@ -62,9 +63,15 @@ async def run_migration(
     model: str | None = None,
     dimensions: int | None = None,
     allow_missing: bool = False,
+    via: str | None = None,
 ) -> list[str]:
     """Run one command; the lines it says. A command that does not apply raises
-    :class:`embedstream.stores.pgmigrate.MigrationRefused` (one line)."""
+    :class:`embedstream.stores.pgmigrate.MigrationRefused` (one line); ``via`` batch (or
+    ``migrate_via``) of a provider that takes no batch jobs, a ConfigError naming it."""
+    via = via or settings.migrate_via
+    if action == "start" and via == "batch":
+        batch_configured.require_batch_jobs(settings, "migrate_via")
+    prices = batch_configured.prices(settings)  # a bad token_prices fails before the store
     async with PgVectorStore(store_config(settings), create=False) as store:
         migrations = Migrations(store, settings.store_index)
         table = f"{settings.store_schema}.{settings.store_table}"
@@ -76,13 +83,18 @@ async def run_migration(
                 return [
                     f"plan: {active.id} -> {target.id} ({target.describe()}), nothing spent",
                     *plan_lines(plan, settings),
-                    "`embedstream migrate start` with the same options starts it",
+                    *price_lines(plan, target.model, settings, prices),
+                    "`embedstream migrate start` with the same options starts it "
+                    "(--via batch: through batch jobs)",
                 ]
-            started, plan = await migrations.start(target, limits)
+            started, plan = await migrations.start(target, limits, via)
+            how = "through batch jobs (answered within a day)" if via == "batch" else "sync"
             return [
                 f"started generation {started.id} ({target.describe()}) in {table}; "
-                "its results are written beside the active generation's from now on",
+                "its results are written beside the active generation's from now on; "
+                f"its backfill embeds {how}",
                 *plan_lines(plan, settings),
+                *price_lines(plan, target.model, settings, prices),
             ]
         if action == "status":
             found = await migrations.status()
@@ -125,13 +137,27 @@ def plan_lines(plan: ReembedPlan, settings: Settings) -> list[str]:
     ]
 
 
+def price_lines(plan: ReembedPlan, model: str, settings: Settings, prices: Prices) -> list[str]:
+    """What the plan's tokens cost at each price tier (token_prices), or why it is not said."""
+    sync = prices.cost(model, Tier.SYNC, plan.tokens)
+    if sync is None:
+        return [f"  cost       no price for {model!r} in token_prices"]
+    batch = prices.cost(model, Tier.BATCH, plan.tokens)
+    if batch is None:
+        said = f"no batch jobs at provider_profile {settings.provider_profile}"
+    else:
+        said = f"${batch:,.4f} through batch jobs (--via batch, within a day)"
+    return [f"  cost       ${sync:,.4f} in sync calls, {said}; at token_prices"]
+
+
 def status_lines(found: Sequence[GenerationStatus], source: Sequence[str] = ()) -> list[str]:
     """Each generation's lines; ``source`` (what the backfill's source lacks) goes under the
     new generation's."""
     lines = []
     for s in found:
         g = s.generation
-        lines.append(f"{g.id}  {g.state:<6}  {g.said}")
+        via = " (backfill through batch jobs)" if (g.plan or {}).get("via") == "batch" else ""
+        lines.append(f"{g.id}  {g.state:<6}  {g.said}{via}")
         if g.size is None:
             lines.append("          no vectors yet (its tables come with its first vector)")
             continue

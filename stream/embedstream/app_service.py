@@ -17,6 +17,7 @@ from embedstream.ops.server import OpsServer
 
 if TYPE_CHECKING:
     from embedstream.app_backfill import StoreWatch
+    from embedstream.app_batch import BatchJobs
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,12 @@ class Service:
         result_schema: ResultSchemaRegistration | None = None,
         metrics: Metrics | None = None,
         watch: StoreWatch | None = None,
+        *,
+        batch: BatchJobs | None = None,
     ) -> None:
         self.processor = processor
         self.watch = watch  # the store's generations followed (with store_dsn)
+        self.batch = batch  # its batch jobs' watcher (app_batch.py)
         self.metrics = metrics or Metrics()  # what its ops server exposes
         self.health = health
         self.ops_server = ops_server
@@ -75,11 +79,14 @@ class Service:
                 changelog = self.processor.parts.outcomes.documents.changelog
                 if changelog is not None and self.result_schema.changelog_values is not None:
                     changelog.values = self.result_schema.changelog_values
-            if self.watch is None:
-                await self.processor.run()
-            else:  # the store's generations first: the first versions read are dual-written
+            runs = [self.processor.run()]
+            if self.watch is not None:  # the store's generations first: dual-written at once
                 await self.watch.refresh()
-                await asyncio.gather(self.processor.run(), self.watch.run(self.processor.stopping))
+                runs.append(self.watch.run(self.processor.stopping))
+            if self.batch is not None:
+                stopping, started = self.processor.stopping, self.processor.clients_started
+                runs.append(self.batch.run(stopping, started))
+            await asyncio.gather(*runs)
         finally:
             # The spans still buffered, exported off the loop (a collector in this process
             # would otherwise wait on the loop that waits on it). Each step has a deadline,

@@ -94,12 +94,13 @@ async def test_produce_then_consume_round_trip(
 async def test_topics_create_twice_is_a_no_op(bootstrap: str, unique_prefix: str) -> None:
     common = ["--bootstrap-servers", bootstrap, "--topic-prefix", unique_prefix]
     code, out, _ = await embedstream("topics", "create", *common)
-    assert code == 0 and "5 created" in out
+    assert code == 0 and "6 created" in out
     code, out, _ = await embedstream("topics", "create", *common)
-    assert code == 0 and "0 created, 5 already existed" in out
+    assert code == 0 and "0 created, 6 already existed" in out
     code, out, _ = await embedstream("topics", "list", *common)
     assert sorted(out.split()) == sorted(
-        unique_prefix + n for n in ("requests.high", "requests.low", "retry", "results", "dlq")
+        unique_prefix + n
+        for n in ("requests.high", "requests.low", "retry", "results", "dlq", "batch.jobs")
     )
 
 

@@ -185,6 +185,11 @@ def test_ids_out_needs_plain(tmp_path: Path) -> None:
         (["topics", "create", "--topic-retry", "a,b"], "topic_retry"),
         (["run", "--provider-profile", "azure"], "azure_endpoint"),
         (["run", "--extra-body", '{"model": "x"}'], "extra_body"),
+        # Batch jobs of a provider preset that takes none, and prices that do not parse.
+        (["run", "--provider-profile", "vllm", "--batch-after-s", "30"], "batch_after_s"),
+        (["run", "--provider-profile", "generic", "--batch-topics", "bulk"], "batch_topics"),
+        (["run", "--token-prices", "text-embedding-3-small=cheap"], "token_prices"),
+        (["run", "--batch-topics", "embed.requests.high"], "batch_topics"),
     ],
 )
 def test_a_bad_topic_or_provider_setting_is_one_line_before_any_connection(

@@ -66,6 +66,13 @@ def test_a_migration_from_plan_to_drop(postgres: PostgresServer) -> None:
                         "--rate-limit-rpm", "60", "--max-batch-size", "2", *store)  # fmt: skip
     assert "  calls      3 or more  (2 inputs" in paced.stdout
     assert "0.1 min or more at the rate limits" in paced.stdout  # 3 calls at 60 a minute
+    assert "  cost       no price for 'model-b' in token_prices" in plan.stdout
+    priced = embedstream("migrate", "plan", "--model", "model-b", "--dimensions", "4",
+                         "--token-prices", "model-b=2.0", *store)  # fmt: skip
+    tokens = int(priced.stdout.split("  tokens     ")[1].split()[0].replace(",", ""))
+    # $2 a million sync, the openai preset's half through batch jobs.
+    assert (f"  cost       ${tokens * 2 / 1e6:,.4f} in sync calls, ${tokens / 1e6:,.4f} through "
+            "batch jobs (--via batch, within a day); at token_prices") in priced.stdout  # fmt: skip
 
     started = embedstream("migrate", "start", "--model", "model-b", "--dimensions", "4", *store)
     assert started.returncode == 0 and f"started generation {NEW.id}" in started.stdout
@@ -124,6 +131,10 @@ def test_an_empty_store_has_nothing_to_migrate(postgres: PostgresServer) -> None
     [
         (["migrate", "status", "--model", "x"], "migrate status takes no --model"),
         (["migrate", "plan", "--allow-missing"], "--allow-missing goes with migrate cutover"),
+        (["migrate", "plan", "--via", "batch"], "--via goes with migrate start only"),
+        (["migrate", "start", "--via", "batch", "--provider-profile", "vllm", "--store-dsn",
+          "postgresql://nobody@127.0.0.1:1/x"], "setting migrate_via (EMBEDSTREAM_MIGRATE_VIA): "
+         "asks for batch jobs, but provider_profile vllm takes none"),
         (["migrate", "status"], "setting store_dsn (EMBEDSTREAM_STORE_DSN)"),
         (["migrate", "sideways"], "invalid choice: 'sideways'"),
         (["sink", "--store-dsn", "postgresql://nobody@127.0.0.1:1/x"],

@@ -63,15 +63,22 @@ async def test_topics_create_next_to_existing_pipelines_makes_only_its_own(
         f"created {p}retry",
         f"created {p}vectors",
         f"created {p}vectors.failed",
+        f"created {p}batch.jobs",
         f"left as they are: the request topics {p}search.queries, {p}docs.text, {p}tickets.body",
-        "3 created, 3 already existed",
+        "4 created, 3 already existed",
     ]
     # The pipelines' topics keep their own shape (2 partitions, not the declared 4).
     described = await describe_topics(bootstrap, pipelines)
     assert [d.partitions for d in described] == [2, 2, 2]
     code, out, _ = await embedstream("topics", "list", env=env)
     assert code == 0 and sorted(out.split()) == sorted(
-        [*(t.name for t in pipelines), f"{p}retry", f"{p}vectors", f"{p}vectors.failed"]
+        [
+            *(t.name for t in pipelines),
+            f"{p}retry",
+            f"{p}vectors",
+            f"{p}vectors.failed",
+            f"{p}batch.jobs",
+        ]
     )
 
 

@@ -107,7 +107,7 @@ async def test_cli_over_sasl_ssl(secured_broker: SecuredBroker, tmp_path: Path) 
     prefix = _prefix()
     env = secured_broker.sasl_env() | {"EMBEDSTREAM_TOPIC_PREFIX": prefix}
     run = await embedstream_cli("topics", "create", env=env)
-    assert run.code == 0 and "5 created" in run.out, run.err
+    assert run.code == 0 and "6 created" in run.out, run.err
     lines = tmp_path / "in.jsonl"
     lines.write_text('{"id": "s1", "text": "one"}\n{"id": "s2", "text": "two"}\n')
     run = await embedstream_cli("produce", str(lines), "--quiet", env=env)
@@ -348,7 +348,7 @@ async def test_azure_deployment_on_sasl_ssl_by_the_documented_environment_alone(
         assert set(env) - documented <= PLUMBING
         env["EMBEDSTREAM_EXTRA_HEADERS"] = f'{{"X-Gateway-Key": "{gateway_secret}"}}'
         created = await embedstream_cli("topics", "create", env=env)
-        assert created.code == 0 and "5 created" in created.out, created.err
+        assert created.code == 0 and "6 created" in created.out, created.err
         kafka = secured_broker.connection("SASL_SSL")
         names = topic_names(prefix)
         ids = {f"az-{i}" for i in range(30)}

@@ -478,6 +478,23 @@ def test_dashboard_has_a_row_for_the_accounting_of_every_source_metric() -> None
     assert "by (source" in exprs  # split by source, not summed away
 
 
+def test_dashboard_has_a_row_for_the_money_every_batch_metric_and_the_alerts_threshold() -> None:
+    from embedstream.ops.batch_metrics import BATCH_METRIC_NAMES
+
+    panels = json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"]
+    titles = [p["title"] for p in panels]
+    row = titles.index("Money: price tiers and batch jobs")
+    assert panels[row]["type"] == "row"
+    exprs = " ".join(t["expr"] for p in panels[row + 1 :] if p["type"] != "row"
+                     for t in p["targets"])  # fmt: skip
+    for name in BATCH_METRIC_NAMES:
+        assert name in exprs, name
+    assert "by (tier" in exprs  # the price tiers apart
+    rules = _load_yaml(ROOT / "ops" / "prometheus" / "alerts.yml")["groups"][0]["rules"]
+    [past] = [r for r in rules if r["alert"] == "EmbedstreamBatchJobPastItsWindow"]
+    assert "embedstream_batch_job_oldest_seconds" in past["expr"]
+
+
 # --------------------------------------------------------------------------- Kubernetes, SASL
 
 BASE_KUSTOMIZATION = ROOT / "ops" / "k8s" / "kustomization.yaml"

@@ -485,6 +485,8 @@ def test_stats_counting_and_reset() -> None:
     stats.record_error(429)
     stats.record_error(500)
     stats.record_served(validate({"model": "m", "input": ["a b", "c"]}))
+    stats.batches += 1
+    stats.served_batch(5, 40)
     for at in (10.0, 10.5, 11.0):  # three calls received at once by a provider of two slots
         stats.arrive(at, capacity=2)
     stats.depart(11.25, capacity=2)  # over the capacity from 11.0 to 11.25
@@ -498,6 +500,9 @@ def test_stats_counting_and_reset() -> None:
         "peak_concurrency": 2,
         "in_flight": 1,
         "rejected_429": 2,
+        "batches": 1,
+        "batch_inputs": 5,
+        "batch_tokens": 40,
         "received": 2,
         "peak_received": 3,
         "over_capacity_s": 1.0,
@@ -512,6 +517,9 @@ def test_stats_counting_and_reset() -> None:
         "peak_concurrency": 1,
         "in_flight": 1,
         "rejected_429": 0,
+        "batches": 0,
+        "batch_inputs": 0,
+        "batch_tokens": 0,
         "received": 2,
         "peak_received": 2,
         "over_capacity_s": 0.0,

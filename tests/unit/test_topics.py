@@ -76,6 +76,7 @@ def test_custom_prefix(prefix: str) -> None:
         retry=f"{prefix}retry",
         results=f"{prefix}results",
         dead_letters=f"{prefix}dlq",
+        batch_jobs=f"{prefix}batch.jobs",
     )
 
 
@@ -304,9 +305,10 @@ def _plan(existing: set[str], **values: str) -> list[str]:
 
 
 def test_create_on_a_fresh_cluster_makes_everything() -> None:
-    assert _plan(set()) == [f"embed.{n}" for n in TOPIC_NAMES]
+    assert _plan(set()) == [f"embed.{n}" for n in (*TOPIC_NAMES, "batch.jobs")]
     assert _plan(set(), topic_requests_low="orders") == [
-        "embed.requests.high", "orders", "embed.retry", "embed.results", "embed.dlq"
+        "embed.requests.high", "orders", "embed.retry", "embed.results", "embed.dlq",
+        "embed.batch.jobs",
     ]  # fmt: skip
 
 
@@ -316,12 +318,11 @@ def test_create_next_to_existing_pipelines_makes_only_its_own_topics() -> None:
         {"q", "a", "b", "unrelated"},
         "k:9092",
     )
-    assert [spec.name for spec in plan.create] == ["embed.retry", "embed.results", "embed.dlq"]
+    own = ["embed.retry", "embed.results", "embed.dlq", "embed.batch.jobs"]
+    assert [spec.name for spec in plan.create] == own
     assert plan.kept_borrowed == ["q", "a", "b"]
     # A lane left at its default name is embedstream's own: made when missing.
-    assert _plan({"a"}, topic_requests_low="a") == [
-        "embed.requests.high", "embed.retry", "embed.results", "embed.dlq"
-    ]  # fmt: skip
+    assert _plan({"a"}, topic_requests_low="a") == ["embed.requests.high", *own]
 
 
 def test_a_missing_named_request_topic_next_to_existing_ones_is_an_error() -> None:
@@ -331,8 +332,19 @@ def test_a_missing_named_request_topic_next_to_existing_ones_is_an_error() -> No
     assert caught.value.setting == "topic_requests_low"
 
 
+def test_the_batch_jobs_topic_is_embedstreams_own_compacted_and_may_be_named() -> None:
+    specs = {s.key: s for s in configured_specs(_settings())}
+    jobs = specs["batch_jobs"]
+    assert jobs.name == "embed.batch.jobs" and jobs.configs["cleanup.policy"] == "compact"
+    assert int(jobs.configs["max.message.bytes"]) >= 1_048_576
+    assert configured_topics(_settings(topic_batch_jobs="my.jobs")).batch_jobs == "my.jobs"
+    with pytest.raises(ConfigError, match="a topic has one role") as caught:
+        configured_topics(_settings(topic_batch_jobs="embed.results"))
+    assert caught.value.setting == "topic_batch_jobs"
+
+
 def test_the_chunk_changelog_is_off_unless_named_and_then_compacted_with_its_state() -> None:
-    assert [s.key for s in configured_specs(_settings())] == list(TOPIC_KEYS)
+    assert [s.key for s in configured_specs(_settings())] == [*TOPIC_KEYS, "batch_jobs"]
     assert configured_topics(_settings()).changelog is None
     specs = {s.key: s for s in configured_specs(_settings(topic_changelog="ix.chunks"))}
     changelog, state = specs["changelog"], specs["changelog_state"]

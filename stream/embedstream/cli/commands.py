@@ -178,6 +178,8 @@ def _migrate_conflict(ns: argparse.Namespace) -> str | None:
         return f"migrate {ns.action} takes no --model or --dimensions (plan and start do)"
     if ns.allow_missing and ns.action != "cutover":
         return "--allow-missing goes with migrate cutover only"
+    if ns.via is not None and ns.action != "start":
+        return "--via goes with migrate start only (plan shows both prices)"
     return None
 
 
@@ -192,6 +194,7 @@ async def _migrate(ns: argparse.Namespace) -> int:
         model=ns.model,
         dimensions=ns.dimensions,
         allow_missing=ns.allow_missing,
+        via=ns.via,
     )
     for line in lines:
         print(line)

@@ -22,7 +22,8 @@ CLIENT_SETTINGS = (*COMMON_SETTINGS, "log_level")
 MIGRATE_SETTINGS = tuple(
     name
     for name in FIELDS
-    if spec(name).group in (Group.STORE, Group.DOCUMENTS, Group.BATCHING, Group.LIMITS)
+    if spec(name).group
+    in (Group.STORE, Group.DOCUMENTS, Group.BATCHING, Group.LIMITS, Group.BATCH_JOBS)
     or (spec(name).group is Group.PROVIDER and name not in ("model", "dimensions"))
     or name in ("log_level", "log_format", *CONNECTION_SETTINGS)
 )
@@ -230,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.usage = (
         "embedstream migrate {plan,start,status,cutover,rollback,drop,cancel} [--model M] "
-        "[--dimensions N] [--allow-missing] [--<setting> V]"
+        "[--dimensions N] [--via {sync,batch}] [--allow-missing] [--<setting> V]"
     )
     migrate.description = (
         "Change the index generation (model, dimensions, chunking) of the store of "
@@ -256,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="plan, start: the dimensions it asks for (default: the model's own, or the active "
         "generation's when the model stays); chunking comes from the chunk_* settings",
+    )
+    migrate.add_argument(
+        "--via",
+        choices=["sync", "batch"],
+        default=None,
+        help="start: how the backfill embeds: sync calls, or the provider's batch jobs (half "
+        "the price, answered within a day); default: the migrate_via setting",
     )
     migrate.add_argument(
         "--allow-missing",

@@ -41,6 +41,8 @@ class StoreGenerations:
     filling: IndexGeneration | None = None  # the `new` one: the backfill fills it
     # The plan's figures of the one being filled, when `migrate start` made it.
     planned: dict[str, int] = field(default_factory=dict, compare=False)
+    # How its backfill embeds (`migrate start --via`): "sync" calls or "batch" jobs.
+    via: str = "sync"
 
     def others(self, generation_id: str) -> tuple[IndexGeneration, ...]:
         """The generations a version of ``generation_id`` is written for besides its own:

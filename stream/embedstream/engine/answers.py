@@ -34,6 +34,11 @@ def parse_body(
     return _outcome(call, document, latency, headers)
 
 
+def outcome_of(call: BatchCall, document: object) -> BatchOutcome:
+    """The outcome of an answer already parsed (a batch job's output line's body)."""
+    return _outcome(call, document, 0.0, {})
+
+
 def _outcome(
     call: BatchCall, document: object, latency: float, headers: Mapping[str, str]
 ) -> BatchOutcome:

@@ -47,6 +47,7 @@ from embedstream.core.latest_records import LatestRecords
 from embedstream.engine.batcher import Batcher
 from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.backfill_held import StoreAnswers, StoreHoldings
+from embedstream.kafka.batchjobs.lane import BatchLane
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.consumption import consume
 from embedstream.kafka.documents import DocumentFlow, DocumentStart
@@ -115,10 +116,13 @@ class BackfillFeed:
         holdings: StoreHoldings | None = None,
         count_skipped: Callable[[SkipReason], None] = lambda _reason: None,
         read_ahead: Callable[[], Awaitable[LatestRecords]] | None = None,
+        batch: BatchLane | None = None,
     ) -> None:
         """``holdings``: the store's answers (None: nothing is ever held); ``count_skipped``:
         a document version not embedded, by why; ``read_ahead``: each key's newest record
-        in the topic (None: no version is known to be superseded)."""
+        in the topic (None: no version is known to be superseded); ``batch``: every version
+        (and delete) goes into batch jobs (a migration started ``--via batch``)."""
+        self._batch = batch
         self.generation = generation
         self.topic = topic
         self._consumer = consumer
@@ -129,6 +133,7 @@ class BackfillFeed:
         self.handoff = Handoff(
             self.assignment, engine.batcher, engine.waiting, engine.sink, self.committer, None,
             drain_timeout_s=engine.drain_timeout_s, consumer=consumer, clock=engine.clock,
+            batch_jobs=batch,
         )  # fmt: skip
         self._stop = asyncio.Event()
         self.read = 0  # records read (the progress metrics' rate)
@@ -162,8 +167,13 @@ class BackfillFeed:
 
     async def _consume(self) -> None:
         try:
-            log.info("backfill of generation %s from %s started", self.generation.id, self.topic)
+            via = " through batch jobs" if self._batch is not None else ""
+            log.info("backfill of generation %s from %s started%s", self.generation.id,
+                     self.topic, via)  # fmt: skip
             commits = asyncio.create_task(self._commit_periodically())
+            closing = None if self._batch is None else asyncio.create_task(
+                self._batch.run(self._stop)
+            )  # fmt: skip
             try:
                 await self._feed()
             finally:
@@ -171,6 +181,8 @@ class BackfillFeed:
                 commits.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await commits
+                if closing is not None:
+                    await closing
         finally:
             await self.handoff.close()
             await self._holdings.close()
@@ -202,6 +214,8 @@ class BackfillFeed:
             for tp, batch in got.items():
                 reads += await self._read_all(tp, batch)
             await e.submit(await self._start(reads))
+            if self._batch is not None:  # jobs recorded, then their versions are done
+                await self._batch.flush()
 
     async def _idle(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -212,8 +226,10 @@ class BackfillFeed:
             return []
         state = self.assignment.get(tp)
         if state is None or state.floor is None or state.handing_off:
-            if state is None and tp in self._consumer.assignment():
+            unready = state is None or state.floor is None  # (its batch jobs being read)
+            if unready and tp in self._consumer.assignment():
                 self._consumer.seek(tp, records[0].offset)  # not tracked yet: read again
+                await self._idle()
             return []
         reads: list[_Read] = []
         for record in records:
@@ -265,6 +281,8 @@ class BackfillFeed:
                 if skipped is not None:
                     self._count_skipped(skipped)
                 state.complete(record.offset)
+            elif self._batch is not None and self._batch.claims(state, record, verdict):
+                continue  # a batch job's (kafka/batchjobs/lane.py)
             elif isinstance(verdict, DocumentTombstone):
                 documents.delete(verdict, record, state, generation=self.generation.id)
             else:
@@ -297,9 +315,10 @@ class Backfills:
     """The feed of the generation being filled, if any: started, and stopped when the store
     changes (cut over, cancelled), or when the processor stops."""
 
-    def __init__(self, make_feed: Callable[[IndexGeneration], BackfillFeed]) -> None:
+    def __init__(self, make_feed: Callable[[IndexGeneration, bool], BackfillFeed]) -> None:
         self._make_feed = make_feed
         self.feed: BackfillFeed | None = None
+        self._via_batch = False
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -310,13 +329,14 @@ class Backfills:
     def read(self) -> int:
         return 0 if self.feed is None else self.feed.read
 
-    async def follow(self, generation: IndexGeneration | None) -> None:
+    async def follow(self, generation: IndexGeneration | None, via_batch: bool = False) -> None:
         current = None if self.feed is None else self.feed.generation
-        if generation == current:
+        if generation == current and via_batch == self._via_batch:
             return
         await self.close()
+        self._via_batch = via_batch
         if generation is not None:
-            self.feed = self._make_feed(generation)
+            self.feed = self._make_feed(generation, via_batch)
             self._task = asyncio.create_task(self.feed.run())
             self._task.add_done_callback(_log_end)
 

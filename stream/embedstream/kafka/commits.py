@@ -47,6 +47,9 @@ class OffsetCommitter:
         for tp in partitions:
             tracker = self._trackers.get(tp)
             offset = tracker.to_commit() if tracker else None
+            safe = tracker.safe_offset() if tracker and offset is None else None
+            if safe is not None and self._staged_below(tp, safe):
+                offset = safe  # outputs waiting all the same (a batch job's record)
             if offset is not None:
                 due[tp] = offset
         if not due:
@@ -73,6 +76,9 @@ class OffsetCommitter:
             if committed:
                 self._mark({tp: offset})
         return lost
+
+    def _staged_below(self, tp: TopicPartition, offset: int) -> bool:
+        return self._transactions is not None and self._transactions.staged_below(tp, offset)
 
     def _mark(self, committed: dict[TopicPartition, int]) -> None:
         for tp, offset in committed.items():

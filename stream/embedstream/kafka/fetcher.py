@@ -49,6 +49,7 @@ class Fetcher:
         self._clock = clock
         # Partitions paused because the schema registry could not be asked (hold_back).
         self._holds: HoldBacks[TopicPartition] = HoldBacks()
+        self._waits: dict[TopicPartition, float] = {}  # (wait_at) paused until, monotonic
         self._assignment = assignment
         self._limit = settings.buffered_items_limit
         self._byte_limit = settings.max_buffered_bytes
@@ -242,19 +243,31 @@ class Fetcher:
         """Read the partition again from ``offset`` after a hold (the registry is out): paused
         now, resumed by `apply_backpressure` once the hold ends."""
         wait = self._holds.hold(state.tp, self._clock(), retry_after_s)
+        self._pause_at(state, offset)
+        log.warning("schema registry unavailable: %s paused at offset %d for %.1fs",
+                    state.tp, offset, wait)  # fmt: skip
+
+    def wait_at(self, state: PartitionState, offset: int, seconds: float) -> None:
+        """Read the partition again from ``offset`` in ``seconds`` (the batch lane measuring
+        the sync path's pace): the same hold, without a backoff."""
+        self._waits[state.tp] = self._clock() + seconds
+        self._pause_at(state, offset)
+
+    def _pause_at(self, state: PartitionState, offset: int) -> None:
         self._consumer.seek(state.tp, offset)
         if not state.paused:
             self._consumer.pause(state.tp)
             state.paused = True
-        log.warning("schema registry unavailable: %s paused at offset %d for %.1fs",
-                    state.tp, offset, wait)  # fmt: skip
 
     def apply_backpressure(self, *, provider_blocked: bool) -> None:
         states = {s.tp: s for s in self._assignment}
         paused = {tp for tp, s in states.items() if s.paused}
         # Paused until fenced (exactly-once): fetching them would only be read again later.
         # Held back after a registry outage: until the hold ends.
-        forced = self._assignment.fencing() | (self._holds.held(self._clock()) & set(states))
+        now = self._clock()
+        self._waits = {tp: until for tp, until in self._waits.items() if until > now}
+        held = self._holds.held(now) | set(self._waits)
+        forced = self._assignment.fencing() | (held & set(states))
         wanted = forced | partitions_to_pause(
             held=self.pressure,
             high_held=self.high_pressure,

@@ -12,7 +12,8 @@ the group a rebalance storm). The partition stays paused, nothing of it admitted
 producer has fenced the previous owner and the committed offset read after that is its floor.
 With a chunk changelog, a partition is likewise held (either delivery) until its documents'
 chunk counts are read from the state topic: after the fence, so the previous owner's last
-transaction is in them.
+transaction is in them; with batch jobs, until its stream's jobs are read from the jobs topic
+(`kafka/batchjobs/lane.py`), and a revoke closes its forming jobs before its last commit.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Protocol
 
 from aiokafka import TopicPartition
 
@@ -31,7 +33,7 @@ from embedstream.engine.bounded import bounded
 from embedstream.kafka.changelog import ChunkCountsLoader
 from embedstream.kafka.clients import request_rejoin
 from embedstream.kafka.commits import OffsetCommitter
-from embedstream.kafka.partitions import Assignment
+from embedstream.kafka.partitions import Assignment, PartitionState
 from embedstream.kafka.protocols import Consumer
 from embedstream.kafka.sink import Sink
 from embedstream.kafka.transactions import PartitionTransactions
@@ -42,6 +44,16 @@ log = logging.getLogger(__name__)
 
 # Reading a partition's committed offset after fencing it in (aiokafka retries it for ever).
 FLOOR_TIMEOUT_S = 30.0
+
+
+class PartitionJobs(Protocol):
+    """The batch lane's part in a partition's hand-over (`kafka/batchjobs/lane.BatchLane`)."""
+
+    async def load(self, state: PartitionState) -> bool: ...
+
+    async def let_go(self, states: set[PartitionState] | None = None) -> None: ...
+
+    def forget(self, state: PartitionState) -> None: ...
 
 
 class Handoff:
@@ -58,6 +70,7 @@ class Handoff:
         consumer: Consumer,
         clock: Clock,
         chunk_counts: ChunkCountsLoader | None = None,
+        batch_jobs: PartitionJobs | None = None,
     ) -> None:
         self._monotonic = clock.monotonic
         self._assignment = assignment
@@ -69,6 +82,7 @@ class Handoff:
         self._drain_timeout_s = drain_timeout_s
         self._consumer = consumer
         self._chunk_counts = chunk_counts
+        self._batch_jobs = batch_jobs
         # Partitions held until their fence is up and/or their chunk counts are loaded.
         self._fencing: dict[TopicPartition, asyncio.Task[None]] = {}
         self.assigned = asyncio.Event()  # set at the first assignment
@@ -84,7 +98,11 @@ class Handoff:
             state = self._assignment.add(tp)
             if self._transactions is not None:
                 self._transactions.open(tp, state)
-            if self._transactions is not None or self._chunk_counts is not None:
+            if (
+                self._transactions is not None
+                or self._chunk_counts is not None
+                or self._batch_jobs is not None
+            ):
                 state.floor = None  # known once the fence is up (in the background)
                 if not self._stopping:  # (stopping: never read, so no producer to fence with)
                     self._fencing[tp] = asyncio.create_task(self._fence_in(tp))
@@ -101,6 +119,8 @@ class Handoff:
                     await self.lost(tp)
                 return
             if self._chunk_counts is not None and not await self._load_chunk_counts(tp):
+                return
+            if self._batch_jobs is not None and not await self._load_batch_jobs(tp):
                 return
             if self._transactions is not None:
                 await self._read_floor(tp)
@@ -128,6 +148,17 @@ class Handoff:
         if state is None:
             return False
         state.chunk_counts = counts
+        return True
+
+    async def _load_batch_jobs(self, tp: TopicPartition) -> bool:
+        """The partition's stream's batch jobs; False (the partition given up) if unread."""
+        assert self._batch_jobs is not None
+        state = self._assignment.get(tp)
+        if state is None:
+            return False
+        if not await self._batch_jobs.load(state):
+            await self.lost(tp)
+            return False
         return True
 
     async def _read_floor(self, tp: TopicPartition) -> None:
@@ -166,6 +197,10 @@ class Handoff:
                     await asyncio.wait_for(
                         self._assignment.progress.wait(), deadline() - self._monotonic()
                     )
+            if self._batch_jobs is not None:  # recorded before the last commit
+                states = {s for tp in revoked if (s := self._assignment.get(tp)) is not None}
+                await bounded(self._batch_jobs.let_go(states), deadline() - self._monotonic(),
+                              "closing the revoked partitions' batch jobs")  # fmt: skip
             unfinished = self._assignment.pending_in(revoked)
             if unfinished:
                 log.warning("revoke: %d items unfinished after %.0fs; the next owner redoes them",
@@ -190,7 +225,9 @@ class Handoff:
     async def forget(self, tp: TopicPartition) -> None:
         """Stop tracking a partition: work read from it is dropped, its completions ignored."""
         await self._stop_fencing({tp})
-        self._assignment.remove(tp)
+        state = self._assignment.remove(tp)
+        if state is not None and self._batch_jobs is not None:
+            self._batch_jobs.forget(state)
         self._batcher.drop_where(_revoked)
         self._waiting.forget_stale()
         if self._transactions is not None:

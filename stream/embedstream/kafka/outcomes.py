@@ -58,6 +58,9 @@ class ResultObserver(EngineObserver, Protocol):
     def count_generation_tokens(self, generation: str, lane: str, tokens: int) -> None:
         """Provider tokens of the vectors a call made for one index generation and lane."""
 
+    def count_tier_tokens(self, tier: str, model: str, tokens: int) -> None:
+        """Provider tokens billed at a price tier: a sync call's, or a batch job's."""
+
 
 class KafkaOutcomes(Outcomes[WorkItem]):
     def __init__(
@@ -133,8 +136,15 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             self.documents.changelog.keep(run, result)
         return result
 
+    async def batch_answered(
+        self, key: BucketKey, done: Sequence[Embedded[WorkItem]], dimensions: int
+    ) -> None:
+        """Results a batch job's lines answered (`kafka/batchjobs/replay.py`): written as a
+        call's are, their tokens billed at the batch price."""
+        await self._write_results(key, list(done), dimensions, tier="batch")
+
     async def _write_results(
-        self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int
+        self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int, tier: str = "sync"
     ) -> None:
         rows = [(e.job, key.model, e.vector, dimensions, e.tokens, False) for e in done]
         finished = [(e.job, e.tokens) for e in done]
@@ -148,6 +158,10 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             job.finish()
         self._account(finished)
         self._account_generations(key, finished)
+        billed = sum(used for _, used in finished)
+        if not billed and tier == "sync":  # no usage reported: the estimates
+            billed = sum(job.tokens for job, _ in finished)
+        self._observer.count_tier_tokens(tier, key.model, billed)
 
     async def _write_rows(self, priority: Priority, rows: list[_Row], now: int) -> None:
         """Encodes the records, then lets the vectors go before waiting for the broker: behind

@@ -28,6 +28,7 @@ from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.kafka.admission import Admission, HeldBack
+from embedstream.kafka.batchjobs.lane import BatchLane
 from embedstream.kafka.commits import OffsetCommitter
 from embedstream.kafka.consumption import consume
 from embedstream.kafka.documents import DocumentStart
@@ -82,6 +83,7 @@ class Parts:
     cache: EmbeddingCache | None = None
     clock: Clock = SYSTEM_CLOCK
     tracer: Tracer = NULL_TRACER  # closed (its spans exported) when the service stops
+    batch_lane: BatchLane | None = None  # work that can wait: to batch jobs (kafka/batchjobs)
 
 
 class Processor:
@@ -204,6 +206,9 @@ class Processor:
         batcher_task = asyncio.create_task(p.batcher.run())
         waiting_task = asyncio.create_task(p.waiting.run())
         stop_commits = asyncio.Event()
+        lane_task = (
+            None if p.batch_lane is None else asyncio.create_task(p.batch_lane.run(stop_commits))
+        )
         commit_task = asyncio.create_task(self._commit_periodically(stop_commits))
         try:
             await self._fetch_until_stopped()
@@ -217,6 +222,8 @@ class Processor:
             hand_back = p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.sink)
             await bounded(hand_back, p.settings.drain_timeout_s, "writing held retries back")
             await self._drain(batcher_task, deadline)
+            if p.batch_lane is not None:  # its forming jobs close, recorded before the commit
+                await bounded(p.batch_lane.let_go(), p.settings.drain_timeout_s, "closing jobs")
             p.handoff.drained()
             self.closing.start()
             stop_commits.set()  # let a commit in progress finish rather than cut it short
@@ -227,6 +234,8 @@ class Processor:
             commit_s = min(FINAL_COMMIT_TIMEOUT_S, self.closing.step_s())
             if not await bounded(self._commit_all(), commit_s, "the final commit"):
                 log.warning("the next owner re-reads what the final commit did not commit")
+            if lane_task is not None:
+                await bounded(lane_task, CANCEL_GRACE_S, "the batch lane's end")
 
     async def _drain(self, batcher_task: asyncio.Task[None], deadline: float) -> None:
         """Finish what was handed to the engine and write its outcomes, by `deadline` (or
@@ -271,6 +280,8 @@ class Processor:
                     admitted += made
                 p.fetcher.update_lag(state, records[-1].offset + 1)
             await self.submit(admitted)
+            if p.batch_lane is not None:  # jobs recorded, then their records are done
+                await p.batch_lane.flush()
 
     async def _admit(self, state: PartitionState, record: Record) -> list[WorkItem] | None:
         """Track one record; the work it makes now (a request, a document's chunks, nothing);
@@ -279,6 +290,10 @@ class Processor:
         p = self.parts
         if state.floor is not None and record.offset < state.floor:
             return []  # committed by the previous owner (exactly-once): not ours to redo
+        lane = p.batch_lane
+        if lane is not None and (hold_s := lane.warming(state)) is not None:
+            p.fetcher.wait_at(state, record.offset, hold_s)
+            return None  # read again once the adaptive rule has a pace (kafka/batchjobs)
         if state.offsets.seen(record.offset):
             # Delivered again under the same assignment (the consumer's position went back,
             # e.g. to the committed offset in a rebalance): it is already in hand, once. This
@@ -295,6 +310,8 @@ class Processor:
             verdict = p.admission.admit(record, state, p.clock.wall_ms())
         p.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
+        if p.batch_lane is not None and p.batch_lane.claims(state, record, verdict):
+            return []  # a batch job's (kafka/batchjobs/lane.py)
         if isinstance(verdict, Failure):
             await p.outcomes.refused(record, state, verdict)
             return []
@@ -310,15 +327,17 @@ class Processor:
         hits become results now (one look-up for
         the whole fetch), the rest joins the batcher (or waits, if a retry not yet due)."""
         p = self.parts
+        lane = p.batch_lane
         if p.cache is None or not items:
             for item in items:
-                p.waiting.hold_or_submit(item)
+                if lane is None or not lane.diverts(item):
+                    p.waiting.hold_or_submit(item)
             return
         due = p.waiting.hold_later(items)
         hits, misses = await p.cache.look_up(due, _bucket_key)
         # A rebalance may have revoked partitions during the look-up: their work is not ours.
         for item in misses:
-            if item.current:
+            if item.current and (lane is None or not lane.diverts(item)):
                 p.waiting.hold_or_submit(item)
         # Written in the background (still held, so backpressure bounds them; the drain
         # waits for them with the other results).

@@ -29,6 +29,9 @@ TOPIC_KEYS = ("requests_high", "requests_low", "retry", "results", "dead_letters
 CHANGELOG_KEYS = ("changelog", "changelog_state")
 # The documents topic, declared there too: made only when `topic_documents` names it.
 DOCUMENTS_KEY = "documents"
+# The batch jobs topic (kafka/batchjobs), declared there with a name of its own; a file of
+# declarations without it has none (older files): the batch lane then cannot run.
+BATCH_JOBS_KEY = "batch_jobs"
 REQUEST_KEYS = ("requests_high", "requests_low")
 # The setting that names each topic (unset: <topic_prefix><name in topics.toml>).
 SETTING_OF_KEY = {
@@ -40,6 +43,7 @@ SETTING_OF_KEY = {
     "documents": "topic_documents",
     "changelog": "topic_changelog",
     "changelog_state": "topic_changelog",
+    "batch_jobs": "topic_batch_jobs",
 }
 
 _TOPIC_FIELDS = frozenset({"name", "partitions", "replication_factor", "configs"})
@@ -73,6 +77,7 @@ class TopicNames:
     documents: str | None = None  # the documents topic, when `topic_documents` is set
     changelog: str | None = None  # the chunk changelog, when `topic_changelog` is set
     changelog_state: str | None = None  # the changelog's state topic, with it
+    batch_jobs: str | None = None  # the batch jobs topic (declared in topics.toml)
 
     @property
     def requests_high(self) -> str:
@@ -120,6 +125,22 @@ def load_documents_spec(documents: str, path: Path | None = None) -> TopicSpec:
     return _named_specs({DOCUMENTS_KEY: documents}, path)[0]
 
 
+def load_batch_jobs_spec(
+    prefix: str, name: str | None, path: Path | None = None
+) -> TopicSpec | None:
+    """The batch jobs topic as topics.toml declares it, named ``name`` (``topic_batch_jobs``)
+    or ``<prefix><its name there>``; None if the file declares none."""
+    source = path or PACKAGED_TOPICS_FILE
+    document = _read(source)
+    topics = _table(document.get("topics"), f"{source}: [topics]")
+    if BATCH_JOBS_KEY not in topics:
+        return None
+    where = f"{source}: topic '{BATCH_JOBS_KEY}'"
+    default = _parse_topic(BATCH_JOBS_KEY, topics[BATCH_JOBS_KEY], prefix,
+                           _default_replication(document, str(source)), where)  # fmt: skip
+    return dataclasses.replace(default, name=name or default.name)
+
+
 def _named_specs(names: Mapping[str, str], path: Path | None) -> list[TopicSpec]:
     """topics.toml's declarations of ``names``' keys (which have no name there), so named."""
     source = path or PACKAGED_TOPICS_FILE
@@ -145,7 +166,9 @@ def _read(source: Path) -> dict[str, Any]:
 
 def topic_names(prefix: str, path: Path | None = None) -> TopicNames:
     """The default names: ``<prefix><name>`` for each topic of topics.toml."""
-    return _names(load_topic_specs(prefix, path))
+    specs = load_topic_specs(prefix, path)
+    batch_jobs = load_batch_jobs_spec(prefix, None, path)
+    return _names(specs if batch_jobs is None else [*specs, batch_jobs])
 
 
 def configured_topics(settings: Settings, path: Path | None = None) -> TopicNames:
@@ -189,6 +212,9 @@ def configured_specs(settings: Settings, path: Path | None = None) -> list[Topic
             borrowed = bool(named) and default.key in REQUEST_KEYS
             specs.append(dataclasses.replace(default, name=name, borrowed=borrowed))
     extra: list[tuple[str, TopicSpec]] = []
+    batch_jobs = load_batch_jobs_spec(settings.topic_prefix, settings.topic_batch_jobs, path)
+    if batch_jobs is not None:
+        extra.append(("topic_batch_jobs", batch_jobs))
     if settings.topic_documents:
         extra.append(("topic_documents", load_documents_spec(settings.topic_documents, path)))
     if settings.topic_changelog:
@@ -219,6 +245,7 @@ def _names(specs: Sequence[TopicSpec]) -> TopicNames:
         documents=by_key.get(DOCUMENTS_KEY, (None,))[0],
         changelog=by_key.get("changelog", (None,))[0],
         changelog_state=by_key.get("changelog_state", (None,))[0],
+        batch_jobs=by_key.get(BATCH_JOBS_KEY, (None,))[0],
     )
 
 
@@ -229,7 +256,9 @@ def parse_topic_specs(
     default_replication = _default_replication(document, source)
     topics = _table(document.get("topics"), f"{source}: [topics]")
     _check_keys(
-        topics, allowed={*TOPIC_KEYS, DOCUMENTS_KEY, *CHANGELOG_KEYS}, where=f"{source}: [topics]"
+        topics,
+        allowed={*TOPIC_KEYS, DOCUMENTS_KEY, *CHANGELOG_KEYS, BATCH_JOBS_KEY},
+        where=f"{source}: [topics]",
     )
     missing = [key for key in TOPIC_KEYS if key not in topics]
     if missing:

@@ -62,6 +62,9 @@ class Outbox:
         return [o for k in sorted(k for k in self._by_offset if k < offset)
                 for o in self._by_offset[k]]  # fmt: skip
 
+    def has_below(self, offset: int) -> bool:
+        return any(k < offset for k in self._by_offset)
+
     def drop_below(self, offset: int) -> None:
         for key in [k for k in self._by_offset if k < offset]:
             del self._by_offset[key]
@@ -111,6 +114,12 @@ class PartitionTransactions:
 
     def staged(self) -> int:
         return sum(len(p.outbox) for p in self._partitions.values() if p.outbox is not None)
+
+    def staged_below(self, tp: TopicPartition, offset: int) -> bool:
+        """Outputs below ``offset`` wait for the partition's next transaction (committed even
+        if its offset has not moved: a batch job closed by its form time)."""
+        part = self._partitions.get(tp)
+        return part is not None and part.outbox is not None and part.outbox.has_below(offset)
 
     def open(self, tp: TopicPartition, owner: object | None = None) -> None:
         """A fresh outbox, at once: records read from here on have somewhere to stage.

@@ -14,59 +14,19 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from embedstream.core.lanes import Priority
 from embedstream.core.policy import FlushReason
-from embedstream.ops.accounting import SOURCE_METRIC_NAMES, SourceAccounting
-from embedstream.ops.budget_metrics import BUDGET_METRIC_NAMES, BudgetMetrics
-from embedstream.ops.gathered import HOST_METRIC_NAMES
-from embedstream.ops.migration_metrics import MIGRATION_METRIC_NAMES, MigrationMetrics
-from embedstream.ops.online_metrics import ONLINE_METRIC_NAMES, OnlineMetrics
-from embedstream.ops.store_metrics import STORE_METRIC_NAMES
+from embedstream.ops.accounting import SourceAccounting
+from embedstream.ops.batch_metrics import BatchMetrics
+from embedstream.ops.budget_metrics import BudgetMetrics
+from embedstream.ops.metric_names import METRIC_NAMES as METRIC_NAMES
+from embedstream.ops.metric_names import PROCESSOR_METRIC_NAMES as PROCESSOR_METRIC_NAMES
+from embedstream.ops.migration_metrics import MigrationMetrics
+from embedstream.ops.online_metrics import OnlineMetrics
 
 LANES = tuple(lane.label for lane in Priority)
 QUEUE_LANES = (*LANES, "delayed")
 FLUSH_REASONS = tuple(FlushReason)
 CACHE_TIERS = ("memory", "redis", "in_flight")  # in_flight: another call's vector
 CACHE_OPERATIONS = ("get", "write", "corrupt")
-
-# Every family a processor exposes, as named in the text exposition (counters with their
-# ``_total`` suffix); histograms expose ``_bucket``, ``_sum`` and ``_count`` series under these.
-PROCESSOR_METRIC_NAMES: frozenset[str] = frozenset(
-    {
-        "embedstream_queue_depth",
-        "embedstream_consumer_lag",
-        "embedstream_consumer_lag_seconds",
-        "embedstream_batch_size",
-        "embedstream_batch_tokens",
-        "embedstream_item_wait_seconds",
-        "embedstream_end_to_end_latency_seconds",
-        "embedstream_flushes_total",
-        "embedstream_api_calls_total",
-        "embedstream_api_latency_seconds",
-        "embedstream_api_errors_total",
-        "embedstream_results_total",
-        "embedstream_retries_total",
-        "embedstream_dead_letters_total",
-        "embedstream_documents_total",
-        "embedstream_chunks_total",
-        "embedstream_paused_partitions",
-        "embedstream_in_flight_calls",
-        "embedstream_concurrency_limit",
-        "embedstream_adaptive_wait_seconds",
-        "embedstream_ready",
-        "embedstream_buffered_items",
-        "embedstream_cache_hits_total",
-        "embedstream_cache_misses_total",
-        "embedstream_cache_errors_total",
-        "embedstream_cache_evictions_total",
-        "embedstream_cache_tokens_saved_total",
-        *SOURCE_METRIC_NAMES,
-        *ONLINE_METRIC_NAMES,
-        *MIGRATION_METRIC_NAMES,
-        *BUDGET_METRIC_NAMES,
-    }
-)
-# ... and every family of embedstream's processes: the store writer's own too, and those of
-# `embedstream run` supervising its lane processes.
-METRIC_NAMES: frozenset[str] = PROCESSOR_METRIC_NAMES | STORE_METRIC_NAMES | HOST_METRIC_NAMES
 
 BATCH_SIZE_BUCKETS = tuple(float(2**i) for i in range(12))  # 1 .. 2048 inputs per call
 BATCH_TOKEN_BUCKETS = tuple(float(4**i) for i in range(2, 11))  # 16 .. ~1M tokens
@@ -240,6 +200,7 @@ class Metrics:
         self.online = OnlineMetrics(r)  # the online lane's (embedstream.online)
         self.budget = BudgetMetrics(r)  # the provider budget's (a shared one's fleet)
         self.migration = MigrationMetrics(r)  # a migration's (dual-writes, the backfill)
+        self.batch = BatchMetrics(r)  # tokens by price tier, the batch lane's jobs
         self._create_known_series()
 
     def _create_known_series(self) -> None:
@@ -334,6 +295,9 @@ class Metrics:
 
     def count_generation_tokens(self, generation: str, lane: str, tokens: int) -> None:
         self.migration.count_tokens(generation, lane, tokens)
+
+    def count_tier_tokens(self, tier: str, model: str, tokens: int) -> None:
+        self.batch.count_tier_tokens(tier, model, tokens)
 
     def count_backfill_document(self, outcome: str) -> None:
         self.migration.count_document(outcome)

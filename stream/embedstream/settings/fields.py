@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from embedstream.settings.derived import ITEM_RESIDENT_BYTES, default_buffered_items
+from embedstream.settings.fields_batch import BatchFields
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
 from embedstream.settings.fields_formats import FormatFields
@@ -35,7 +36,14 @@ from embedstream.settings.types import SettingSpec
 
 @dataclass(frozen=True)
 class Settings(
-    OnlineFields, SourceFields, TracingFields, StoreFields, FormatFields, DocumentFields, CoreFields
+    BatchFields,
+    OnlineFields,
+    SourceFields,
+    TracingFields,
+    StoreFields,
+    FormatFields,
+    DocumentFields,
+    CoreFields,
 ):
     """The processor's configuration. Field order (the bases' in reverse) is the order of the
     configuration reference."""

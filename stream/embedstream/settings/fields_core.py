@@ -105,6 +105,13 @@ class CoreFields:
         _T,
     )
 
+    topic_batch_jobs: str | None = setting(
+        None,
+        "Batch jobs topic (embedstream's own, compacted): each batch job, its records and its "
+        "provider batch id; unset: topic_prefix + batch.jobs.",
+        _T,
+    )
+
     security_protocol: SecurityProtocol = setting(
         "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.", _S
     )

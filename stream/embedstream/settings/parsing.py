@@ -21,6 +21,7 @@ from embedstream.errors import ConfigError
 REQUEST_TOPIC_SETTINGS = ("topic_requests_high", "topic_requests_low")
 OWN_TOPIC_SETTINGS = (
     "topic_retry", "topic_results", "topic_dlq", "topic_documents", "topic_changelog",
+    "topic_batch_jobs",
 )  # fmt: skip
 # The chunk changelog's state topic: its name with this suffix (kafka/changelog.py).
 CHANGELOG_STATE_SUFFIX = ".state"

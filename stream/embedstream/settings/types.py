@@ -27,6 +27,7 @@ CompressionType = Literal["none", "gzip", "snappy", "lz4", "zstd"]
 InputFormat = Literal["json", "avro", "json_schema", "protobuf"]
 OutputFormat = Literal["json", "avro", "json_schema"]
 StoreIndex = Literal["none", "hnsw", "ivfflat"]
+MigrateVia = Literal["sync", "batch"]
 
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
@@ -48,6 +49,7 @@ _LITERALS: dict[str, Any] = {
     "InputFormat": InputFormat,
     "OutputFormat": OutputFormat,
     "StoreIndex": StoreIndex,
+    "MigrateVia": MigrateVia,
 }
 _CASE_INSENSITIVE = frozenset({"LogLevel"})  # `debug` is as clear as `DEBUG`
 
@@ -116,6 +118,7 @@ class Group(StrEnum):
     TRACING = "Tracing"
     SOURCES = "Sources"
     ONLINE = "Online lane"
+    BATCH_JOBS = "Batch jobs"
 
 
 @dataclass(frozen=True)

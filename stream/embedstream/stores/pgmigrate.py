@@ -121,10 +121,11 @@ class Migrations:
         return active, tally.plan(limits, int(counted[0]) if counted else 0)
 
     async def start(
-        self, target: IndexGeneration, limits: CallLimits
+        self, target: IndexGeneration, limits: CallLimits, via: str = "sync"
     ) -> tuple[StoredGeneration, ReembedPlan]:
         """Register ``target`` as the new generation (its tables now if its dimensions are
-        asked, else at its first vector; no vector index until the cutover)."""
+        asked, else at its first vector; no vector index until the cutover); ``via``: how its
+        backfill embeds ("sync" calls, "batch" jobs), kept with its plan for the processors."""
         _, plan = await self.plan(target, limits)
         async with self._alone("start a generation") as registry:
             active = _usable_active(registry)
@@ -145,7 +146,8 @@ class Migrations:
             await self._session.execute(
                 reg.insert_generation(self._names),
                 (target.id, target.model, target.dimensions, None,
-                 jsonb(chunking_json(target.chunking)), "new", jsonb(plan.as_json()), False),
+                 jsonb(chunking_json(target.chunking)), "new",
+                 jsonb({**plan.as_json(), "via": via}), False),
             )  # fmt: skip
             await self._store.load()
             started = self._store.registry.get(target.id)

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from embedstream.tools.top.backfill import backfill_line
 from embedstream.tools.top.budget import budget_line
+from embedstream.tools.top.money import money_line
 from embedstream.tools.top.online import online_line
 from embedstream.tools.top.rates import TargetView
 from embedstream.tools.top.rows import (
@@ -239,6 +240,9 @@ def render(screen: Screen, width: int) -> Group:
     sources = sources_line(views)
     if sources is not None:
         parts.append(_line(sources, width))
+    money = money_line(views)
+    if money is not None:
+        parts.append(_line(money, width))
     parts.extend(_line(text, width, STYLES[state]) for state, text in problems(views))
     if screen.show_partitions:
         rows = partition_rows(views)

@@ -149,6 +149,13 @@ class Snapshot:
         """The target draws on a fleet's budget (`budget_url`), alone in it or not."""
         return self.budget_members > 1 or sum(self.budget_fleet.values()) > 0
 
+    # The money (`ops/batch_metrics.py`): provider tokens and their cost by price tier (sync,
+    # batch), batch jobs by state and the oldest one's age at the provider.
+    tier_tokens: Mapping[str, float] = field(default_factory=frozen_mapping)
+    tier_cost: Mapping[str, float] = field(default_factory=frozen_mapping)
+    batch_jobs: Mapping[str, float] = field(default_factory=frozen_mapping)
+    batch_oldest_s: float = 0.0
+
     @property
     def online_used(self) -> bool:
         """The processor serves the online lane and has answered a request."""
@@ -216,6 +223,8 @@ class _Collector:
         self.budget: dict[str, float] = {"members": 1.0, "on_own_share": 0.0}
         self.budget_fleet: dict[str, float] = {}
         self.budget_leases: dict[str, float] = {}
+        self.money: dict[str, dict[str, float]] = {"tokens": {}, "cost": {}, "jobs": {}}
+        self.batch_oldest_s = 0.0
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         if not name.startswith(_PREFIX):
@@ -259,6 +268,14 @@ class _Collector:
             _add(self.budget_fleet, labels.get("lane", ""), value)
         elif short == "budget_leases":
             _add(self.budget_leases, labels.get("lane", ""), value)
+        elif short == "provider_tokens_total":  # every model
+            _add(self.money["tokens"], labels.get("tier", ""), value)
+        elif short == "provider_cost_usd_total":
+            _add(self.money["cost"], labels.get("tier", ""), value)
+        elif short == "batch_jobs":
+            _add(self.money["jobs"], labels.get("state", ""), value)
+        elif short == "batch_job_oldest_seconds":
+            self.batch_oldest_s = max(self.batch_oldest_s, value)
 
     def _backfill(self, short: str, labels: Mapping[str, str], value: float) -> None:
         if short == "backfill_planned":
@@ -353,6 +370,10 @@ class _Collector:
             budget_fleet=frozen_mapping(self.budget_fleet),
             budget_leases=frozen_mapping(self.budget_leases),
             budget_on_own_share=self.budget["on_own_share"] >= 1.0,
+            tier_tokens=frozen_mapping(self.money["tokens"]),
+            tier_cost=frozen_mapping(self.money["cost"]),
+            batch_jobs=frozen_mapping(self.money["jobs"]),
+            batch_oldest_s=self.batch_oldest_s,
         )
 
 
