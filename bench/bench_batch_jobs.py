@@ -42,10 +42,11 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 import orjson
 from embedsim.config import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream import app_backfill
-from embedstream.app import Service, build_service, default_backend
-from embedstream.app_migrate import run_migration
-from embedstream.app_store import build_store_writer
+from embedstream.app import store_watch
+from embedstream.app.migrate import run_migration
+from embedstream.app.processor import build_service, default_backend
+from embedstream.app.service import Service
+from embedstream.app.store_writer import build_store_writer
 from embedstream.kafka.admin import configured_specs, create_topics
 from embedstream.kafka.clients import connection_for, make_reader, partitions_of
 from embedstream.kafka.topics import configured_topics
@@ -89,7 +90,7 @@ async def running(settings: Settings) -> AsyncIterator[Service]:
 
 
 async def migration(args: argparse.Namespace) -> dict[str, object]:
-    app_backfill.WATCH_INTERVAL_S = 1.0
+    store_watch.WATCH_INTERVAL_S = 1.0
     prefix = f"bj{uuid.uuid4().hex[:8]}."
     config = SimulatorConfig(base_ms=5, batch_completion_s=args.completion_s)
     with start_postgres() as postgres:

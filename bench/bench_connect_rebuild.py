@@ -29,7 +29,7 @@ from pathlib import Path
 
 import orjson
 import psycopg
-from embedstream.app import build_service, default_backend
+from embedstream.app.processor import build_service, default_backend
 from embedstream.kafka.admin import configured_specs, create_topics, delete_topics, list_topics
 from embedstream.kafka.clients import connection_for
 from embedstream.ops.metrics import Metrics

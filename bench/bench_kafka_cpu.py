@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import orjson
-from embedstream.app import build_service
+from embedstream.app.processor import build_service
 from embedstream.engine.answers import parse_body
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.kafka.admin import topic_names

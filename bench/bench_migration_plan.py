@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable
 
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream.app import build_service, default_backend
-from embedstream.app_migrate import call_limits, target_generation
-from embedstream.app_store import build_store_writer
+from embedstream.app.migrate import call_limits, target_generation
+from embedstream.app.processor import build_service, default_backend
+from embedstream.app.store_writer import build_store_writer
 from embedstream.kafka.admin import configured_specs, configured_topics, create_topics
 from embedstream.kafka.clients import connection_for
 from embedstream.ops.metrics import Metrics

@@ -28,8 +28,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from embedstream.app import build_service, default_backend
-from embedstream.app_store import build_store_writer
+from embedstream.app.processor import build_service, default_backend
+from embedstream.app.store_writer import build_store_writer
 from embedstream.kafka.admin import create_topics, delete_topics, list_topics, load_topic_specs
 from embedstream.kafka.clients import connection_for
 from embedstream.ops.metrics import Metrics

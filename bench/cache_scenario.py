@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import orjson
-from embedstream.app import build_service, default_backend
+from embedstream.app.processor import build_service, default_backend
 from embedstream.kafka.admin import (
     create_topics,
     delete_topics,

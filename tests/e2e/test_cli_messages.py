@@ -212,11 +212,11 @@ def test_a_processor_and_the_demo_need_no_postgres_driver_without_a_store(tmp_pa
     (the README's quick start) import, and a store_dsn asks for the extra in one line."""
     (tmp_path / "psycopg.py").write_text('raise ImportError("No module named psycopg")')
     script = (
-        "import embedstream.app, embedstream.tools.demo.app\n"
+        "import embedstream.app.processor, embedstream.tools.demo.app\n"
         "from embedstream.errors import ConfigError\n"
         "from embedstream.settings import load_settings\n"
         "try:\n"
-        "    embedstream.app._store_watch_of(load_settings(env={}, overrides="
+        "    embedstream.app.processor._store_watch_of(load_settings(env={}, overrides="
         "{'store_dsn': 'postgresql://u@127.0.0.1:1/x'}))\n"
         "except ConfigError as exc:\n"
         "    print(exc)\n"

@@ -38,7 +38,7 @@ def _loaded(imports: str) -> dict[str, bool]:
 @pytest.mark.parametrize(
     "imports",
     [
-        "import embedstream.app",
+        "import embedstream.app.processor",
         "import embedstream.cli.commands",
         "from embedstream.engine.client import BatchingClient",
     ],

@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 from aiokafka.errors import GroupCoordinatorNotAvailableError
-from embedstream.app import Service, build_service, default_backend
+from embedstream.app.processor import build_service, default_backend
+from embedstream.app.service import Service
 from embedstream.kafka.admin import configured_specs, create_topics
 from embedstream.kafka.clients import (
     KafkaTarget,

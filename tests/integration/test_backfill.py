@@ -27,9 +27,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from embedsim.config import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedsim.vectors import expected_vector
-from embedstream import app_backfill
-from embedstream.app import Service
-from embedstream.app_migrate import run_migration
+from embedstream.app import store_watch
+from embedstream.app.migrate import run_migration
+from embedstream.app.service import Service
 from embedstream.core import configured
 from embedstream.core.chunker import chunk_document
 from embedstream.core.documents import default_version
@@ -146,7 +146,7 @@ async def test_the_running_processor_backfills_a_new_generation_beside_the_live_
     redis_server: RedisServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    monkeypatch.setattr(store_watch, "WATCH_INTERVAL_S", 0.5)
     simulator = recording
     settings = settings_for(
         bootstrap, unique_prefix, simulator.url, store_dsn=postgres.dsn,
@@ -253,7 +253,7 @@ async def test_a_backfill_read_again_pays_only_for_what_the_new_generation_lacks
     postgres: PostgresServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    monkeypatch.setattr(store_watch, "WATCH_INTERVAL_S", 0.5)
     async with SimulatorServer(SimulatorConfig(base_ms=1, record_calls=True)) as simulator:
         # The default memory cache: a new processor starts with none.
         settings = settings_for(

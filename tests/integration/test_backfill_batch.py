@@ -16,8 +16,8 @@ import orjson
 import pytest
 from embedsim.config import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream import app_backfill
-from embedstream.app_migrate import run_migration
+from embedstream.app import store_watch
+from embedstream.app.migrate import run_migration
 from embedstream.testing import eventually
 from embedstream.testing.postgres import PostgresServer
 
@@ -44,7 +44,7 @@ async def test_a_backfill_via_batch_fills_the_new_generation_at_the_batch_price(
     postgres: PostgresServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    monkeypatch.setattr(store_watch, "WATCH_INTERVAL_S", 0.5)
     async with SimulatorServer(SimulatorConfig(base_ms=1, batch_completion_s=0.5)) as simulator:
         settings = settings_for(
             bootstrap, unique_prefix, simulator.url, store_dsn=postgres.dsn,
@@ -100,7 +100,7 @@ async def test_a_cancelled_migrations_jobs_are_cancelled_at_the_provider(
     postgres: PostgresServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    monkeypatch.setattr(store_watch, "WATCH_INTERVAL_S", 0.5)
     config = SimulatorConfig(base_ms=1, batch_completion_s=600.0)  # not done before the cancel
     async with SimulatorServer(config) as simulator:
         settings = settings_for(

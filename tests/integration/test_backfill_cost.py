@@ -15,8 +15,8 @@ import orjson
 import pytest
 from embedsim.config import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream import app_backfill
-from embedstream.app_migrate import run_migration
+from embedstream.app import store_watch
+from embedstream.app.migrate import run_migration
 from embedstream.core.tokens import estimate_tokens
 from embedstream.testing import eventually
 from embedstream.testing.postgres import PostgresServer
@@ -41,7 +41,7 @@ def event(doc_id: str, text: str) -> tuple[bytes, bytes]:
 async def test_a_migration_pays_each_latest_version_once_within_its_plan(
     bootstrap: str, unique_prefix: str, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(app_backfill, "WATCH_INTERVAL_S", 0.5)
+    monkeypatch.setattr(store_watch, "WATCH_INTERVAL_S", 0.5)
     async with SimulatorServer(SimulatorConfig(base_ms=1, record_calls=True)) as simulator:
         settings = settings_for(
             bootstrap, unique_prefix, simulator.url, store_dsn=postgres.dsn,

@@ -11,7 +11,7 @@ import uuid
 
 import orjson
 import pytest
-from embedstream.app_migrate import run_migration, target_generation
+from embedstream.app.migrate import run_migration, target_generation
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.pgvector import PgVectorStore

@@ -26,7 +26,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
-from embedstream.app import build_service, default_backend
+from embedstream.app.processor import build_service, default_backend
 from embedstream.errors import Reason
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings

@@ -20,7 +20,7 @@ import openai
 import pytest
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
-from embedstream.app_serve import Gateway
+from embedstream.app.gateway import Gateway
 from embedstream.core.lanes import Priority
 from embedstream.engine.budget_socket import LedgerServer
 from embedstream.kafka.admin import topic_names
@@ -195,8 +195,8 @@ async def test_sink_search_embeds_the_question_through_an_online_lane() -> None:
     import uuid
 
     from embedsim.model import expected_vector as provider_vector
-    from embedstream.app_serve import Gateway
-    from embedstream.app_store import OnlineLaneAddress, search_store
+    from embedstream.app.gateway import Gateway
+    from embedstream.app.store_writer import OnlineLaneAddress, search_store
     from embedstream.settings import load_settings
     from embedstream.stores.pgvector import PgStoreConfig, PgVectorStore
     from embedstream.testing.postgres import PostgresUnavailable, start_postgres

@@ -18,7 +18,7 @@ import orjson
 import psycopg
 import pytest
 from embedsim.server import SimulatorServer
-from embedstream.app_store import StoreWriter, build_store_writer
+from embedstream.app.store_writer import StoreWriter, build_store_writer
 from embedstream.kafka.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.testing import eventually

@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 from aiokafka import TopicPartition
-from embedstream.app import Service, build_service
+from embedstream.app.processor import build_service
+from embedstream.app.service import Service
 from embedstream.core.clock import Clock
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend

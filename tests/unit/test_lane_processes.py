@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from embedstream.app_host import lane_children, supervises
+from embedstream.app.host import lane_children, supervises
 from embedstream.core.restarts import GiveUp, Restart, RestartPolicy
 from embedstream.ops.gathered import (
     ChildEndpoint,

@@ -91,7 +91,7 @@ def test_a_quiet_run_ends_with_a_summary_before_the_next_line(
     handler: SummarisingHandler, out: Collect, clock: FakeClock
 ) -> None:
     feed(handler, clock, HTTPX, HTTP_ARGS, [0, 100, 2500])
-    other = ("embedstream.app", logging.INFO, "stopped cleanly")
+    other = ("embedstream.app.processor", logging.INFO, "stopped cleanly")
     clock.now = 12.499  # 9999 ms after the last HTTP line: the run is not over yet
     handler.handle(record(other))
     assert len(out.records) == 2

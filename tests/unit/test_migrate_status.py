@@ -4,7 +4,7 @@ lacking document, or lacking some (named, with what to do), under the new genera
 from __future__ import annotations
 
 import pytest
-from embedstream.app_migrate import source_said, status_lines
+from embedstream.app.migrate import source_said, status_lines
 from embedstream.core.backfill_source import Unsourced
 from embedstream.core.chunker import ChunkingRules
 from embedstream.core.generations import IndexGeneration

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from embedstream.app_serve import Gateway
+from embedstream.app.gateway import Gateway
 from embedstream.core.lanes import Priority
 from embedstream.core.tokens import estimate_tokens
 from embedstream.engine.backend import BatchCall, BatchOutcome

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
-from embedstream.app import build_service
+from embedstream.app.processor import build_service
 from embedstream.errors import ConfigError
 from embedstream.settings import load_settings
 from embedstream.testing.kafka import FakeCluster, FakeConsumer, FakeProducer

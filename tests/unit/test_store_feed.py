@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from embedstream.app_store import build_store_writer
+from embedstream.app.store_writer import build_store_writer
 from embedstream.core.backoff import Backoff
 from embedstream.engine.bounded import CANCEL_GRACE_S
 from embedstream.kafka.admin import topic_names

@@ -285,7 +285,7 @@ async def test_an_online_request_continues_its_callers_trace_and_the_call_links_
     exporter: InMemorySpanExporter,
 ) -> None:
     import aiohttp
-    from embedstream.app_serve import Gateway
+    from embedstream.app.gateway import Gateway
     from embedstream.testing import RecordingBackend
 
     tracer = tracer_on(exporter)

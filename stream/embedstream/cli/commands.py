@@ -85,18 +85,18 @@ async def _dispatch(ns: argparse.Namespace) -> int:
     if command == "run":
         settings = _settings(ns, ALL_SETTINGS)
         setup_logging(settings.log_level, settings.log_format, settings.secret_values())
-        from embedstream.app_host import run_host, supervises
+        from embedstream.app.host import run_host, supervises
 
         if supervises(settings):  # each lane a process of its own
             return await run_host(settings, given_flags(ns, ALL_SETTINGS), ns.config)
-        from embedstream.app import run_service
+        from embedstream.app.processor import run_service
 
         await run_service(settings)
         return 0
     if command == "serve":
         settings = _settings(ns, SERVE_SETTINGS)
         setup_logging(settings.log_level, settings.log_format, settings.secret_values())
-        from embedstream.app_serve import run_gateway
+        from embedstream.app.gateway import run_gateway
 
         await run_gateway(settings)
         return 0
@@ -142,23 +142,23 @@ async def _dispatch(ns: argparse.Namespace) -> int:
 async def _sink(ns: argparse.Namespace) -> int:
     settings = _settings(ns, ALL_SETTINGS)
     setup_logging(settings.log_level, settings.log_format, settings.secret_values())
-    from embedstream import app_store
+    from embedstream.app import store_writer
 
     if ns.action == "init":
-        print(await app_store.init_store(settings))
+        print(await store_writer.init_store(settings))
     elif ns.action == "search":
         online = _online_lane(ns)
-        for hit in await app_store.search_store(settings, ns.question, ns.k, online):
+        for hit in await store_writer.search_store(settings, ns.question, ns.k, online):
             text = (hit.text or "").replace("\n", " ")
             print(f"{hit.distance:.4f}  {hit.doc_id}#{hit.chunk_seq}  {text[:200]}")
     else:
-        await app_store.run_store_writer(settings)
+        await store_writer.run_store_writer(settings)
     return 0
 
 
 def _online_lane(ns: argparse.Namespace) -> Any:
     """`sink search`'s --online-url and the key of --online-key-file, or None."""
-    from embedstream.app_store import OnlineLaneAddress
+    from embedstream.app.store_writer import OnlineLaneAddress
 
     if ns.online_url is None:
         if ns.online_key_file is not None:
@@ -186,7 +186,7 @@ def _migrate_conflict(ns: argparse.Namespace) -> str | None:
 async def _migrate(ns: argparse.Namespace) -> int:
     settings = _settings(ns, MIGRATE_SETTINGS)
     setup_logging(settings.log_level, settings.log_format, settings.secret_values())
-    from embedstream.app_migrate import run_migration
+    from embedstream.app.migrate import run_migration
 
     lines = await run_migration(
         settings,

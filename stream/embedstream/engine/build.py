@@ -1,7 +1,7 @@
 """The one way to assemble the engine: governor, cost model, batch-call path and batcher.
 
-The processor (`embedstream.app`) and the in-process `BatchingClient` both build their engine
-here, so a part added to the engine (a limit, a cache, an observer) reaches both.
+The processor (`embedstream.app.processor`) and the in-process `BatchingClient` both build
+their engine here, so a part added to the engine (a limit, a cache, an observer) reaches both.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The consumer loop: fetch, admit, hand to the engine, commit; then a bounded drain.
 
-Every part arrives ready-made from the composition root (`embedstream.app`); this module only
-runs them. Offsets are committed per partition up to the lowest record whose outcome (result,
-retry record or dead letter) is not yet written, so a crash re-reads unfinished work and never
-skips it. Memory is bounded by pausing partitions, never by dropping records. With an embedding
-cache, the records admitted from one fetch are looked up together: hits are written as results
-at once, misses join the batcher.
+Every part arrives ready-made from the composition root (`embedstream.app.processor`); this
+module only runs them. Offsets are committed per partition up to the lowest record whose
+outcome (result, retry record or dead letter) is not yet written, so a crash re-reads
+unfinished work and never skips it. Memory is bounded by pausing partitions, never by dropping
+records. With an embedding cache, the records admitted from one fetch are looked up together:
+hits are written as results at once, misses join the batcher.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ CLOSE_STEP_MIN_S = 0.5
 
 @dataclass(frozen=True, slots=True)
 class Parts:
-    """Everything the loop runs, built by `embedstream.app.build_processor`."""
+    """Everything the loop runs, built by `embedstream.app.processor.build_service`."""
 
     settings: Settings
     topics: list[str]  # every input topic: request lanes and the retry topic

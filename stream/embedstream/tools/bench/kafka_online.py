@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import aiohttp
 
-from embedstream.app_serve import Gateway
+from embedstream.app.gateway import Gateway
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.client import BatchingClient
 from embedstream.errors import env_var

@@ -1,5 +1,5 @@
-"""Kafka end to end: one processor, built by `embedstream.app.build_service` in this process,
-between a broker and the provider under test.
+"""Kafka end to end: one processor, built by `embedstream.app.processor.build_service` in this
+process, between a broker and the provider under test.
 
 - **backlog**: N events published to the 4 partitions of the low-priority topic before the
   processor starts, drained from its assignment to the last result acknowledged; bound X_phys.

@@ -8,7 +8,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from embedstream.app import Service, build_service
+from embedstream.app.processor import build_service
+from embedstream.app.service import Service
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.kafka.clients import make_consumer, make_producer

@@ -29,7 +29,8 @@ from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
 from rich.console import Console
 
-from embedstream.app import Service, build_service, default_backend
+from embedstream.app.processor import build_service, default_backend
+from embedstream.app.service import Service
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.admin import configured_specs, configured_topics, create_topics

@@ -27,8 +27,8 @@ from embedsim.local_model import LocalModelUnavailable
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
 
-from embedstream.app import build_service, default_backend
-from embedstream.app_store import build_store_writer, search_store
+from embedstream.app.processor import build_service, default_backend
+from embedstream.app.store_writer import build_store_writer, search_store
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.admin import configured_specs, configured_topics, create_topics
 from embedstream.kafka.clients import connection_for, make_producer

@@ -14,8 +14,8 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from embedstream.app_batch import BatchJobs, ProcessorParts, batch_wanted, build_batch_jobs
-from embedstream.app_service import Service
+from embedstream.app.batch_jobs import BatchJobs, ProcessorParts, batch_wanted, build_batch_jobs
+from embedstream.app.service import Service
 from embedstream.core import batch_configured, configured
 from embedstream.core.clock import Clock
 from embedstream.core.generations import GenerationIds, IndexGeneration
@@ -72,7 +72,7 @@ from embedstream.ops.tracer import build_tracer
 from embedstream.settings import Settings
 
 if TYPE_CHECKING:
-    from embedstream.app_backfill import StoreWatch
+    from embedstream.app.store_watch import StoreWatch
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +84,10 @@ def default_backend(settings: Settings) -> EmbeddingBackend:
 
 
 def _store_watch_of(settings: Settings) -> Callable[..., StoreWatch]:
-    """`app_backfill.store_watch`, imported only with ``store_dsn`` set: the store's driver is
+    """`store_watch.store_watch`, imported only with ``store_dsn`` set: the store's driver is
     the pgvector extra, which a processor without a store does not need."""
     try:
-        from embedstream.app_backfill import store_watch
+        from embedstream.app.store_watch import store_watch
     except ImportError as exc:
         raise ConfigError(
             "store_dsn",

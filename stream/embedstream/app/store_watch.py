@@ -18,7 +18,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from embedstream.app_batch import BatchJobs
+from embedstream.app.batch_jobs import BatchJobs
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.intake import Intake
 from embedstream.core.lanes import InputLane

@@ -1,5 +1,5 @@
 """A processor's service: the processor with its health loop and ops server, started and
-stopped together. Built by `embedstream.app.build_service`."""
+stopped together. Built by `embedstream.app.processor.build_service`."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
 
 if TYPE_CHECKING:
-    from embedstream.app_backfill import StoreWatch
-    from embedstream.app_batch import BatchJobs
+    from embedstream.app.batch_jobs import BatchJobs
+    from embedstream.app.store_watch import StoreWatch
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Service:
     ) -> None:
         self.processor = processor
         self.watch = watch  # the store's generations followed (with store_dsn)
-        self.batch = batch  # its batch jobs' watcher (app_batch.py)
+        self.batch = batch  # its batch jobs' watcher (app/batch_jobs.py)
         self.metrics = metrics or Metrics()  # what its ops server exposes
         self.health = health
         self.ops_server = ops_server
