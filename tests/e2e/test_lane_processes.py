@@ -107,6 +107,7 @@ async def test_each_lane_process_killed_is_started_again_and_nothing_is_lost(
         assert host.pid is not None
         first = lane_children(host.pid)
         assert first.keys() == {"serve", "run"}
+        await eventually(lambda: _ready(host), timeout_s=30, poll_s=0.2)  # serve is up too
         ready = orjson.loads(await _get(host.metrics_port, "/readyz"))
         assert ready == {"ready": True, "checks": {"online": True, "processor": True}}
         online = asyncio.create_task(ask_online(online_port, statuses, stop))
@@ -144,6 +145,12 @@ async def test_each_lane_process_killed_is_started_again_and_nothing_is_lost(
     assert metrics.get("embedstream_results_total", 0) > 0  # the children's, through the host
     assert status == 0, host.log_tail()
     assert statuses["200"] > 0 and not {s for s in statuses if s.startswith("5")}, statuses
+
+
+async def _ready(host: ProcessorProcess) -> bool:
+    with contextlib.suppress(OSError, aiohttp.ClientError, TimeoutError, ValueError):
+        return bool(orjson.loads(await _get(host.metrics_port, "/readyz"))["ready"])
+    return False
 
 
 async def _restarted(host: ProcessorProcess, lane: str) -> bool:
