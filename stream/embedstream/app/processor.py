@@ -1,9 +1,10 @@
 """The composition root: builds every part of a processor and hands it over ready-made.
 
-`build_service` is the one place that knows how the pieces fit: Kafka clients, the engine
-(batcher and batch-call path), the outcome writers, commits, rebalance handling, metrics,
-health and the ops server. `run_service` adds the fail-fast broker and topic checks and
-signals.
+`build_service` is the one place that knows how the pieces fit, built part by part: the
+outputs (`build_outputs`: the results writer, documents, changelog, outcomes), the engine
+(batcher and batch-call path), the consumption (commits, rebalance handling, admission, the
+processor), the store's watch, metrics, health and the ops server. `run_service` adds the
+fail-fast broker and topic checks and signals.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from embedstream.app.batch_jobs import BatchJobs, ProcessorParts, batch_wanted, build_batch_jobs
@@ -32,6 +34,7 @@ from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.formats import registry_client, schema_decoders, uses_registry
 from embedstream.engine.result_schema import ResultSchemaRegistration
+from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.errors import ConfigError
 from embedstream.kafka.admin import require_topics
 from embedstream.kafka.attribution import AttributedAdmission, Sources
@@ -97,32 +100,32 @@ def _store_watch_of(settings: Settings) -> Callable[..., StoreWatch]:
     return store_watch
 
 
-def build_service(
+@dataclass(frozen=True, slots=True)
+class Outputs:
+    """What a processor writes with: the results writer over its producer (or, exactly-once,
+    over each input partition's transaction), the documents' flow and chunk changelog, and
+    the outcome writers every finished item goes through."""
+
+    transactions: PartitionTransactions | None
+    sink: Sink
+    changelog: ChunkChangelog | None
+    documents: DocumentFlow
+    dual_writes: DualWrites | None
+    intake_of: Callable[[IndexGeneration], Intake]
+    outcomes: KafkaOutcomes
+    wants_batch: bool
+
+
+def build_outputs(
     settings: Settings,
-    backend: EmbeddingBackend | None = None,
-    *,
-    metrics: Metrics | None = None,
-    token_counter: TokenCounter = estimate_tokens,
-    consumer: Consumer | None = None,
-    producer: Producer | None = None,
-    transactional_producer: Callable[[str], TransactionalProducer] | None = None,
-    clock: Clock = SYSTEM_CLOCK,
-    tracer: Tracer | None = None,
-    state_reader: StateReader | None = None,
-) -> Service:
-    """Every part of one processor (the Kafka lanes; the online lane is `serve`'s, a process
-    of its own). `consumer`, `producer` and `transactional_producer` (by transactional id,
-    exactly-once) default to aiokafka clients for `settings`; unit tests pass the in-memory
-    fakes of `embedstream.testing.kafka`. Every part reads time from `clock`. `state_reader`
-    reads the chunk changelog's state topic (with `topic_changelog`)."""
-    metrics = metrics or Metrics()
-    metrics.batch.set_prices(batch_configured.prices(settings))  # the cost by price tier
-    backend = backend or default_backend(settings)
-    names = configured_topics(settings)  # ConfigError if a topic has two roles
-    inputs = _inputs(settings, names)
-    consumer = consumer or make_consumer(settings)
-    producer = producer or make_producer(settings)
-    assignment = Assignment(names.lane_of)
+    names: TopicNames,
+    producer: Producer,
+    metrics: Metrics,
+    clock: Clock,
+    token_counter: TokenCounter,
+    transactional_producer: Callable[[str], TransactionalProducer] | None,
+    state_reader: StateReader | None,
+) -> Outputs:
     transactions: PartitionTransactions | None = None
     writer: Writer = DirectWriter(producer, clock)
     if settings.delivery == "exactly_once":
@@ -140,10 +143,10 @@ def build_service(
     changelog = None
     if names.changelog is not None and names.changelog_state is not None:
         read = state_reader or kafka_state_reader(connection_for(settings), settings.client_id)
-        loader = ChunkCountsLoader(read, names.changelog_state)
-        changelog = ChunkChangelog(sink, names.changelog, loader)
+        changelog = ChunkChangelog(
+            sink, names.changelog, ChunkCountsLoader(read, names.changelog_state)
+        )
     limits = configured.provider_limits(settings)
-    generations = GenerationIds(chunking_rules(settings, limits), settings.model)
 
     def intake_of(generation: IndexGeneration) -> Intake:
         return Intake(settings_of(settings, generation), limits, token_counter)
@@ -153,14 +156,46 @@ def build_service(
         DualWrites(intake_of) if settings.store_dsn and settings.input_lanes != "high" else None
     )
     documents = DocumentFlow(
-        sink,
-        metrics,
-        include_text=settings.include_chunk_text,
-        generations=generations,
-        changelog=changelog,
-        dual_writes=dual_writes,
-    )
+        sink, metrics, include_text=settings.include_chunk_text,
+        generations=GenerationIds(chunking_rules(settings, limits), settings.model),
+        changelog=changelog, dual_writes=dual_writes,
+    )  # fmt: skip
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)
+    return Outputs(
+        transactions, sink, changelog, documents, dual_writes, intake_of, outcomes, wants_batch
+    )
+
+
+def build_service(
+    settings: Settings,
+    backend: EmbeddingBackend | None = None,
+    *,
+    metrics: Metrics | None = None,
+    token_counter: TokenCounter = estimate_tokens,
+    consumer: Consumer | None = None,
+    producer: Producer | None = None,
+    transactional_producer: Callable[[str], TransactionalProducer] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    tracer: Tracer | None = None,
+    state_reader: StateReader | None = None,
+) -> Service:
+    """Every part of one processor (the Kafka lanes; the online lane is `serve`'s, a process
+    of its own), built part by part: its outputs, its engine, its consumption, and (with
+    `store_dsn`) its watch of the store. `consumer`, `producer` and `transactional_producer`
+    (by transactional id, exactly-once) default to aiokafka clients for `settings`; unit
+    tests pass the in-memory fakes of `embedstream.testing.kafka`. Every part reads time from
+    `clock`. `state_reader` reads the chunk changelog's state topic (with `topic_changelog`)."""
+    metrics = metrics or Metrics()
+    metrics.batch.set_prices(batch_configured.prices(settings))  # the cost by price tier
+    backend = backend or default_backend(settings)
+    names = configured_topics(settings)  # ConfigError if a topic has two roles
+    consumer = consumer or make_consumer(settings)
+    producer = producer or make_producer(settings)
+    out = build_outputs(
+        settings, names, producer, metrics, clock, token_counter, transactional_producer,
+        state_reader,
+    )  # fmt: skip
+    assignment = Assignment(names.lane_of)
     cache = build_cache(settings, metrics)
     if (warning := undersized_warning(settings)) is not None:
         log.warning("%s", warning)
@@ -174,27 +209,27 @@ def build_service(
 
     budget = build_budget(settings, clock, role="processor", observer=metrics.budget)
     engine: Engine[WorkItem] = build_engine(
-        settings, backend, outcomes, clock=clock, observer=metrics, cache=cache,
+        settings, backend, out.outcomes, clock=clock, observer=metrics, cache=cache,
         backlog=backlog, tracer=tracer, budget=budget,
     )  # fmt: skip
     batcher = engine.batcher
     waiting = WaitingRetries(batcher, clock)
-    documents.bind(waiting.hold_or_submit)
-    committer = OffsetCommitter(consumer, assignment.offsets(), transactions)
-    intake = Intake(settings, limits, token_counter)
+    out.documents.bind(waiting.hold_or_submit)
+    intake = Intake(settings, configured.provider_limits(settings), token_counter)
     registry = registry_client(settings) if uses_registry(settings) else None
     decoders = None if registry is None else schema_decoders(settings, registry)
     batch: BatchJobs | None = None
-    if wants_batch:
+    if out.wants_batch:
         parts = ProcessorParts(
-            settings, names, sink, outcomes, batcher, cache, intake, intake_of, decoders,
-            producer, metrics, clock,
+            settings, names, out.sink, out.outcomes, batcher, cache, intake, out.intake_of,
+            decoders, producer, metrics, clock,
         )  # fmt: skip
         batch = build_batch_jobs(parts, lambda items: processor.submit(items))
+    committer = OffsetCommitter(consumer, assignment.offsets(), out.transactions)
     handoff = Handoff(
-        assignment, batcher, waiting, sink, committer, transactions,
+        assignment, batcher, waiting, out.sink, committer, out.transactions,
         drain_timeout_s=settings.drain_timeout_s, consumer=consumer, clock=clock,
-        chunk_counts=None if changelog is None else changelog.loader,
+        chunk_counts=None if out.changelog is None else out.changelog.loader,
         batch_jobs=None if batch is None else batch.lane,
     )  # fmt: skip
     admission = AttributedAdmission(
@@ -204,27 +239,15 @@ def build_service(
     )  # fmt: skip
     processor = Processor(
         Parts(
-            settings=settings,
-            topics=inputs,
-            consumer=consumer,
-            producer=producer,
-            assignment=assignment,
-            fetcher=Fetcher(consumer, assignment, settings),
-            admission=admission,
-            outcomes=outcomes,
-            batcher=batcher,
-            caller=engine.caller,
-            governor=engine.governor,
-            waiting=waiting,
-            committer=committer,
-            handoff=handoff,
-            transactions=transactions,
-            cache=cache,
-            clock=clock,
-            tracer=tracer,
+            settings=settings, topics=_inputs(settings, names), consumer=consumer,
+            producer=producer, assignment=assignment,
+            fetcher=Fetcher(consumer, assignment, settings), admission=admission,
+            outcomes=out.outcomes, batcher=batcher, caller=engine.caller,
+            governor=engine.governor, waiting=waiting, committer=committer, handoff=handoff,
+            transactions=out.transactions, cache=cache, clock=clock, tracer=tracer,
             batch_lane=None if batch is None else batch.lane,
         )
-    )
+    )  # fmt: skip
     result_schema = (
         None
         if registry is None or settings.output_format == "json"
@@ -239,27 +262,44 @@ def build_service(
         return None if decoders is None else decoders.outage
 
     watch = None
-    if dual_writes is not None:
-        store_watch = _store_watch_of(settings)
-        shared = SharedEngine(
-            batcher, waiting, sink, documents, processor.submit,
-            live_held=lambda: processor.held, provider_usable=lambda: processor.provider_ok,
-            clock=clock, items_limit=settings.buffered_items_limit,
-            max_poll=settings.max_poll_records, drain_timeout_s=settings.drain_timeout_s,
-            commit_interval_s=settings.commit_interval_ms / 1000.0,
-        )  # fmt: skip
-        watch = store_watch(
-            settings, names, dual_writes, shared, intake_of, decoders, metrics.migration, batch
-        )
+    if out.dual_writes is not None:
+        watch = _watch(settings, names, out, processor, waiting, decoders, metrics, batch)
         if watch.backfills is not None:
             backfills.append(watch.backfills)
-        if batch is not None:  # a migration cancelled: its jobs are abandoned
-            batch.watcher.keeps = watch.keeps
     health = Health(processor, metrics, broker_probe(producer), registry_outage=registry_outage)
     ops_server = OpsServer(metrics, health.readiness) if settings.metrics_port else None
     return Service(
         processor, health, ops_server, registry, result_schema, metrics, watch, batch=batch
     )
+
+
+def _watch(
+    settings: Settings,
+    names: TopicNames,
+    out: Outputs,
+    processor: Processor,
+    waiting: WaitingRetries,
+    decoders: SchemaDecoders | None,
+    metrics: Metrics,
+    batch: BatchJobs | None,
+) -> StoreWatch:
+    """The processor's watch of its store's generations (dual writes, the backfill lane)."""
+    assert out.dual_writes is not None
+    store_watch = _store_watch_of(settings)
+    shared = SharedEngine(
+        processor.batcher, waiting, out.sink, out.documents, processor.submit,
+        live_held=lambda: processor.held, provider_usable=lambda: processor.provider_ok,
+        clock=processor.parts.clock, items_limit=settings.buffered_items_limit,
+        max_poll=settings.max_poll_records, drain_timeout_s=settings.drain_timeout_s,
+        commit_interval_s=settings.commit_interval_ms / 1000.0,
+    )  # fmt: skip
+    watch = store_watch(
+        settings, names, out.dual_writes, shared, out.intake_of, decoders, metrics.migration,
+        batch,
+    )  # fmt: skip
+    if batch is not None:  # a migration cancelled: its jobs are abandoned
+        batch.watcher.keeps = watch.keeps
+    return watch
 
 
 def _inputs(settings: Settings, names: TopicNames) -> list[str]:
