@@ -37,17 +37,17 @@ from embedsim.server import SimulatorServer
 from embedsim.vectors import count_tokens, expected_vector
 from embedstream.core import configured
 from embedstream.core.chunker import chunk_document
-from embedstream.core.documents import default_version
+from embedstream.core.document_versions import default_version
 from embedstream.core.intake import chunking_rules
 from embedstream.core.tokens import estimate_tokens
-from embedstream.kafka.admin import configured_specs, create_topics
-from embedstream.kafka.clients import connection_for
+from embedstream.kafka.client.admin import configured_specs, create_topics
+from embedstream.kafka.client.clients import connection_for
 from embedstream.settings import Settings, load_settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.pgmigrate import GenerationStatus, Migrations
 from embedstream.stores.pgvector import PgVectorStore
 from embedstream.testing.redis import RedisServer
-from embedstream.tools.bench.documents import publish_records
+from embedstream.tools.bench.documents_scenario import publish_records
 from embedstream.tools.embedded import free_port
 from embedstream.tools.local_postgres import start_postgres
 

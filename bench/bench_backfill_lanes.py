@@ -46,11 +46,16 @@ import aiohttp
 import orjson
 from embedsim.config import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import configured_specs, create_topics
-from embedstream.kafka.clients import connection_for, make_reader, partitions_of, producer_for
-from embedstream.kafka.topics import configured_topics
+from embedstream.kafka.client.admin import configured_specs, create_topics
+from embedstream.kafka.client.clients import (
+    connection_for,
+    make_reader,
+    partitions_of,
+    producer_for,
+)
+from embedstream.kafka.client.topics import configured_topics
 from embedstream.settings import Settings, load_settings
-from embedstream.tools.bench.documents import publish_records
+from embedstream.tools.bench.documents_scenario import publish_records
 from embedstream.tools.bench.remote_callers import OnlineCallers
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals
 from embedstream.tools.embedded import free_port

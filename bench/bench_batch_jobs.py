@@ -47,11 +47,11 @@ from embedstream.app.migrate import run_migration
 from embedstream.app.processor import build_service, default_backend
 from embedstream.app.service import Service
 from embedstream.app.store_writer import build_store_writer
-from embedstream.kafka.admin import configured_specs, create_topics
-from embedstream.kafka.clients import connection_for, make_reader, partitions_of
-from embedstream.kafka.topics import configured_topics
+from embedstream.kafka.client.admin import configured_specs, create_topics
+from embedstream.kafka.client.clients import connection_for, make_reader, partitions_of
+from embedstream.kafka.client.topics import configured_topics
 from embedstream.settings import Settings, load_settings
-from embedstream.tools.bench.documents import publish_records
+from embedstream.tools.bench.documents_scenario import publish_records
 from embedstream.tools.local_postgres import start_postgres
 
 from bench.bench_backfill import statuses, until

@@ -30,8 +30,13 @@ from pathlib import Path
 import orjson
 import psycopg
 from embedstream.app.processor import build_service, default_backend
-from embedstream.kafka.admin import configured_specs, create_topics, delete_topics, list_topics
-from embedstream.kafka.clients import connection_for
+from embedstream.kafka.client.admin import (
+    configured_specs,
+    create_topics,
+    delete_topics,
+    list_topics,
+)
+from embedstream.kafka.client.clients import connection_for
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, load_settings
 from embedstream.testing.connect import (
@@ -41,9 +46,9 @@ from embedstream.testing.connect import (
     jdbc_sink,
     worker_properties,
 )
-from embedstream.tools.bench.documents import document_records, publish_records
 from embedstream.tools.bench.documents_figures import make_documents
-from embedstream.tools.bench.model import LatencyModel
+from embedstream.tools.bench.documents_scenario import document_records, publish_records
+from embedstream.tools.bench.figures import LatencyModel
 from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.local_postgres import start_postgres
 from prometheus_client import CollectorRegistry

@@ -44,12 +44,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import aiohttp
 from embedstream.errors import env_var
-from embedstream.kafka.admin import load_topic_specs
+from embedstream.kafka.client.admin import load_topic_specs
 from embedstream.settings import Settings, load_settings
 from embedstream.testing.redis import RedisServer
 from embedstream.tools.bench import BenchError
+from embedstream.tools.bench.figures import LatencyModel
 from embedstream.tools.bench.kafka_scenarios import publish, scenario_topics, unique_prefix
-from embedstream.tools.bench.model import LatencyModel
 from embedstream.tools.bench.processes import (
     Child,
     ProcessorProcess,
@@ -59,7 +59,7 @@ from embedstream.tools.bench.processes import (
 from embedstream.tools.bench.remote_callers import CallerFigures, CallersChild
 from embedstream.tools.bench.workload import make_texts
 from embedstream.tools.embedded import free_port
-from embedstream.tools.top.model import Snapshot, parse_exposition
+from embedstream.tools.top.readings import Snapshot, parse_exposition
 
 MODEL = "text-embedding-3-small"
 SLOTS = 8

@@ -48,10 +48,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import aiohttp
-from embedstream.kafka.admin import load_topic_specs
-from embedstream.kafka.clients import connection_for, make_reader, partitions_of
+from embedstream.kafka.client.admin import load_topic_specs
+from embedstream.kafka.client.clients import connection_for, make_reader, partitions_of
 from embedstream.settings import Settings, load_settings
 from embedstream.testing.redis import RedisServer
+from embedstream.tools.bench.figures import LatencyModel
 from embedstream.tools.bench.hosts import (
     renice_children,
     settings_environment,
@@ -60,7 +61,6 @@ from embedstream.tools.bench.hosts import (
     until_results,
 )
 from embedstream.tools.bench.kafka_scenarios import publish, scenario_topics, unique_prefix
-from embedstream.tools.bench.model import LatencyModel
 from embedstream.tools.bench.processes import ProcessorProcess, SimulatorProcess
 from embedstream.tools.bench.remote_callers import CallersChild
 from embedstream.tools.bench.remote_publisher import PublisherChild

@@ -27,15 +27,15 @@ from embedsim.server import SimulatorServer
 from embedstream.app.migrate import call_limits, target_generation
 from embedstream.app.processor import build_service, default_backend
 from embedstream.app.store_writer import build_store_writer
-from embedstream.kafka.admin import configured_specs, configured_topics, create_topics
-from embedstream.kafka.clients import connection_for
+from embedstream.kafka.client.admin import configured_specs, configured_topics, create_topics
+from embedstream.kafka.client.clients import connection_for
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, load_settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.pgmigrate import GenerationStatus, Migrations
 from embedstream.stores.pgvector import PgVectorStore
-from embedstream.tools.bench.documents import document_records, publish_records
 from embedstream.tools.bench.documents_figures import make_documents
+from embedstream.tools.bench.documents_scenario import document_records, publish_records
 from embedstream.tools.local_postgres import start_postgres
 
 

@@ -9,7 +9,7 @@ writes N retry-shaped records (the request's bytes, the retry headers) to a topi
 processor's own producer settings and `DirectWriter`, side by side in one run:
 
 - `one send each`: N concurrent `DirectWriter.write` calls (how retries were written);
-- `gathered`: the same N calls through `GatheredWrites` (how `Sink` writes them now).
+- `gathered`: the same N calls through `GatheredWrites` (how `ResultWriter` writes them now).
 
 It reports the wall time and this process's CPU time per record, arms interleaved round by
 round, and the ratio of medians. A benchmark, not a test: it asserts nothing.
@@ -29,10 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from embedstream.engine.clock import SYSTEM_CLOCK
-from embedstream.kafka.clients import make_producer
-from embedstream.kafka.gathered import GatheredWrites
-from embedstream.kafka.sink import DirectWriter, Output
-from embedstream.kafka.work import Origin
+from embedstream.kafka.client.clients import make_producer
+from embedstream.kafka.outputs.gathered_writes import GatheredWrites
+from embedstream.kafka.outputs.result_writer import DirectWriter, Output
+from embedstream.kafka.outputs.work import Origin
 from embedstream.settings import load_settings
 from embedstream.wire import RetryState
 

@@ -30,14 +30,19 @@ from pathlib import Path
 
 from embedstream.app.processor import build_service, default_backend
 from embedstream.app.store_writer import build_store_writer
-from embedstream.kafka.admin import create_topics, delete_topics, list_topics, load_topic_specs
-from embedstream.kafka.clients import connection_for
+from embedstream.kafka.client.admin import (
+    create_topics,
+    delete_topics,
+    list_topics,
+    load_topic_specs,
+)
+from embedstream.kafka.client.clients import connection_for
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import Settings, load_settings
-from embedstream.tools.bench.documents import document_records, publish_records
 from embedstream.tools.bench.documents_figures import make_documents
-from embedstream.tools.bench.model import LatencyModel
+from embedstream.tools.bench.documents_scenario import document_records, publish_records
+from embedstream.tools.bench.figures import LatencyModel
 from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.local_postgres import start_postgres
 from prometheus_client import CollectorRegistry

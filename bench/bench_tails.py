@@ -52,7 +52,7 @@ from embedstream.tools.bench.context import (
     ScenarioResult,
     batching_client,
 )
-from embedstream.tools.bench.model import PROVIDER_MAX_INPUTS, PROVIDER_MAX_TOKENS, LatencyModel
+from embedstream.tools.bench.figures import PROVIDER_MAX_INPUTS, PROVIDER_MAX_TOKENS, LatencyModel
 from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.bench.scenarios import closed_loop, open_loop
 from embedstream.tools.progress import make_step_progress

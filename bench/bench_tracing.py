@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 import orjson
 from embedstream.app.processor import build_service
 from embedstream.engine.backend import BatchCall, BatchOutcome
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import load_settings
 from embedstream.testing.kafka import FakeCluster, FakeConsumer, FakeProducer
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 from embedstream.app.processor import build_service, default_backend
-from embedstream.kafka.admin import (
+from embedstream.kafka.client.admin import (
     create_topics,
     delete_topics,
     list_topics,
     load_topic_specs,
     topic_names,
 )
-from embedstream.kafka.clients import connection_for, producer_for
+from embedstream.kafka.client.clients import connection_for, producer_for
 from embedstream.ops.metrics import CACHE_TIERS, Metrics
 from embedstream.settings import Settings, load_settings
 from embedstream.testing.redis import RedisServer

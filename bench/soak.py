@@ -34,7 +34,7 @@ from pathlib import Path
 
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.kafka.client.admin import create_topics, load_topic_specs
 from embedstream.tools.verify.report import VerificationReport
 
 REPO = Path(__file__).resolve().parents[1]

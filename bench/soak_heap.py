@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the chaos harness of the tests: processes, feeder
 
 from embedstream.app.processor import build_service, default_backend  # noqa: E402
-from embedstream.kafka.admin import create_topics, load_topic_specs  # noqa: E402
+from embedstream.kafka.client.admin import create_topics, load_topic_specs  # noqa: E402
 from embedstream.settings import load_settings  # noqa: E402
 from embedstream.tools.embedded import free_port  # noqa: E402
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import delete_topics, list_topics
+from embedstream.kafka.client.admin import delete_topics, list_topics
 from embedstream.testing.redis import RedisServer, redis_server_command
 from embedstream.tools.local_postgres import PostgresServer, PostgresUnavailable, start_postgres
 

@@ -120,7 +120,7 @@ transaction.state.log.num.partitions=8
 group.initial.rebalance.delay.ms=0
 num.partitions=1
 # Off by default: production topics come from topics/topics.toml via
-# embedstream.kafka.admin.create_topics, and a typo in a topic name should fail loudly
+# embedstream.kafka.client.admin.create_topics, and a typo in a topic name should fail loudly
 # instead of silently creating a 1-partition topic.
 auto.create.topics.enable=${EMBEDSTREAM_KAFKA_AUTO_CREATE_TOPICS:-false}
 # The default 128 MiB compaction buffer is wasted on a test broker.

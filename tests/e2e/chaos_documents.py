@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 from embedsim.vectors import expected_vector
 from embedstream.core.chunker import ChunkingRules, chunk_document
-from embedstream.core.documents import default_version
-from embedstream.wire.documents import (
+from embedstream.core.document_versions import default_version
+from embedstream.wire.result_records import (
     ChunkResult,
     DocumentComplete,
     DocumentDeleted,

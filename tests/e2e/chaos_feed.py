@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 from aiokafka.errors import KafkaError
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.clients import producer_for
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.client.clients import producer_for
 from embedstream.tools.verify.app import verify
 from embedstream.tools.verify.report import VerificationReport
 

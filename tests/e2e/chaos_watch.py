@@ -16,7 +16,7 @@ from typing import Any, Self
 import aiohttp
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
-from embedstream.kafka.clients import admin_for
+from embedstream.kafka.client.clients import admin_for
 
 from tests.e2e.chaos import ProcessorProcess
 

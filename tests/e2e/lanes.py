@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embedstream.kafka.admin import create_topics, delete_topics, list_topics, load_topic_specs
+from embedstream.kafka.client.admin import (
+    create_topics,
+    delete_topics,
+    list_topics,
+    load_topic_specs,
+)
 from embedstream.tools.embedded import free_port
 
 STREAM = Path(__file__).resolve().parents[2] / "stream"

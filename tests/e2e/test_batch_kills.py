@@ -16,8 +16,8 @@ from typing import Any, cast
 import orjson
 import pytest
 from embedsim import SimulatorConfig, SimulatorServer
-from embedstream.kafka.admin import configured_specs, create_topics, topic_names
-from embedstream.kafka.topics import TopicNames
+from embedstream.kafka.client.admin import configured_specs, create_topics, topic_names
+from embedstream.kafka.client.topics import TopicNames
 from embedstream.settings import load_settings
 from embedstream.testing import eventually
 from embedstream.wire.batch_jobs import BATCH_METADATA_KEY, JobRecord, decode_job

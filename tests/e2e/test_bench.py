@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from embedstream.kafka.admin import list_topics
+from embedstream.kafka.client.admin import list_topics
 
 # One worker runs them: each checks that no bench.* topic is left, which another bench run
 # in parallel would have.

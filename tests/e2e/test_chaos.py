@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.kafka.client.admin import create_topics, load_topic_specs
 from embedstream.tools.embedded import free_port
 
 from tests.e2e.chaos import Fleet, ProcessorOptions

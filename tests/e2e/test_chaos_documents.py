@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from embedsim import SimulatorConfig, SimulatorServer
-from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.kafka.client.admin import create_topics, load_topic_specs
 from embedstream.tools.verify.app import read_back
 
 from tests.e2e.chaos import DEFAULT_MODEL, Fleet, ProcessorOptions, figures

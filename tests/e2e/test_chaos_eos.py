@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.kafka.client.admin import create_topics, load_topic_specs
 
 from tests.e2e.chaos import UNHANDLED, UNTIDY, Fleet, ProcessorOptions
 from tests.e2e.chaos_feed import Feeder, report_figures, run_until_drained

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 
 from tests.e2e.cli import embedstream
 from tests.integration.helpers import (

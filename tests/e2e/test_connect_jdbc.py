@@ -23,7 +23,7 @@ import orjson
 import psycopg
 import pytest
 from embedsim import SimulatorConfig, SimulatorServer
-from embedstream.kafka.admin import list_topics, topic_names
+from embedstream.kafka.client.admin import list_topics, topic_names
 from embedstream.testing.connect import (
     CHUNK_TABLE,
     ConnectWorker,

@@ -21,7 +21,7 @@ import pytest
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedstream.engine.budget_shared import LEASE_TTL_S
-from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.kafka.client.admin import create_topics, load_topic_specs
 from embedstream.testing import eventually
 from embedstream.testing.redis import RedisServer
 from embedstream.tools.embedded import free_port

@@ -25,8 +25,8 @@ import pytest
 from embedstream.core import configured
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.intake import chunking_rules
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.clients import producer_for
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.client.clients import producer_for
 from embedstream.testing.postgres import PostgresServer
 from embedstream.testing.stores import MemoryStore
 from embedstream.wire import (

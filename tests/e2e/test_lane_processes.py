@@ -19,7 +19,7 @@ import openai
 import orjson
 import pytest
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import create_topics, load_topic_specs
+from embedstream.kafka.client.admin import create_topics, load_topic_specs
 from embedstream.testing import eventually
 from embedstream.tools.embedded import free_port
 

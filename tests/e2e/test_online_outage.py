@@ -18,7 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 from embedsim.model import expected_vector
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.testing import eventually
 
 from tests.e2e.lanes import CALLER_KEY, Lane, Simulator, online_lane

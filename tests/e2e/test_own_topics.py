@@ -10,13 +10,13 @@ import aiohttp
 import orjson
 import pytest
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import (
+from embedstream.kafka.client.admin import (
     configured_topics,
     create_topics,
     describe_topics,
     load_topic_specs,
 )
-from embedstream.kafka.topics import TopicSpec
+from embedstream.kafka.client.topics import TopicSpec
 from embedstream.tools.embedded import free_port
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import create_topics, load_topic_specs, topic_names
+from embedstream.kafka.client.admin import create_topics, load_topic_specs, topic_names
 from embedstream.tools.embedded import free_port
 
 from tests.e2e.chaos import Fleet, ProcessorOptions, ProcessorProcess

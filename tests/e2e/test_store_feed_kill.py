@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.testing.postgres import PostgresServer
 from embedstream.testing.stores import MemoryStore
 from embedstream.wire import (

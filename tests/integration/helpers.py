@@ -1,7 +1,7 @@
 """Typed helpers shared by integration tests: publish requests, read outcomes, committed lag.
 
 Each takes a bootstrap string (the plaintext test broker) or a KafkaConnection (a secured
-listener); the clients come from embedstream.kafka.clients like the package's own."""
+listener); the clients come from embedstream.kafka.client.clients like the package's own."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from aiokafka import TopicPartition
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 from embedstream.app.processor import build_service, default_backend
 from embedstream.app.service import Service
-from embedstream.kafka.admin import configured_specs, create_topics
-from embedstream.kafka.clients import (
+from embedstream.kafka.client.admin import configured_specs, create_topics
+from embedstream.kafka.client.clients import (
     KafkaTarget,
     admin_for,
     connection_for,
@@ -25,7 +25,7 @@ from embedstream.kafka.clients import (
     partitions_of,
     producer_for,
 )
-from embedstream.kafka.processor import Processor
+from embedstream.kafka.consumption.processor_loop import Processor
 from embedstream.settings import Settings, load_settings
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embedstream.kafka.clients import KafkaConnection, connection_for
+from embedstream.kafka.client.clients import KafkaConnection, connection_for
 from embedstream.settings import load_settings
 from embedstream.tools.embedded import free_port
 

@@ -32,10 +32,10 @@ from embedstream.app.migrate import run_migration
 from embedstream.app.service import Service
 from embedstream.core import configured
 from embedstream.core.chunker import chunk_document
-from embedstream.core.documents import default_version
+from embedstream.core.document_versions import default_version
 from embedstream.core.intake import chunking_rules
 from embedstream.core.tokens import estimate_tokens
-from embedstream.kafka.backfill import backfill_group
+from embedstream.kafka.backfill.feed import backfill_group
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config

@@ -17,9 +17,9 @@ from aiokafka.partitioner import DefaultPartitioner
 from embedsim import SimulatorConfig, SimulatorServer, expected_vector
 from embedstream.core.batch_jobs import JobOffsets
 from embedstream.core.lanes import BucketKey, Priority
-from embedstream.kafka.admin import topic_names
 from embedstream.kafka.batchjobs.job_file import LineBodies
-from embedstream.kafka.clients import consumer_for, producer_for
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.client.clients import consumer_for, producer_for
 from embedstream.testing import eventually
 from embedstream.wire.batch_jobs import (
     BATCH_ATTEMPT_KEY,

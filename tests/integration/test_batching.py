@@ -11,9 +11,9 @@ from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedstream.core.lanes import BucketKey, Pending, Priority
 from embedstream.core.policy import FlushReason
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.processor import Processor
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.consumption.processor_loop import Processor
+from embedstream.kafka.outputs.work import WorkItem
 
 from tests.integration.helpers import (
     create_all_topics,

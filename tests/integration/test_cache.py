@@ -19,7 +19,7 @@ from embedstream.core.lanes import BucketKey, Priority
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.cache_tiers import MemoryTier, RedisTier
 from embedstream.engine.client import BatchingClient
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.testing.redis import RedisServer
 from embedstream.tools.embedded import free_port

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
 
 from tests.integration.helpers import (

@@ -12,12 +12,12 @@ import orjson
 import pytest
 from embedsim import SimulatorConfig, SimulatorServer
 from embedsim.model import expected_vector
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.tools.consume import consume_records
 from embedstream.tools.produce_documents import Message, each, produce_messages, tombstone
 from embedstream.tools.verify.app import verify
 from embedstream.wire import DOC_CHUNK_SEQ, DOC_ID, decode_output, headers_dict
-from embedstream.wire.documents import (
+from embedstream.wire.result_records import (
     ChunkResult,
     DocumentComplete,
     DocumentIncomplete,

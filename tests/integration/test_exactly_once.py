@@ -13,13 +13,13 @@ import pytest
 from aiokafka import TopicPartition
 from embedsim.server import SimulatorServer
 from embedstream.core.lanes import InputLane
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.clients import make_transactional_producer
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.protocols import TransactionalProducer
-from embedstream.kafka.sink import Output
-from embedstream.kafka.transactions import Fenced, PartitionTransactions, transactional_id
-from embedstream.kafka.work import Origin
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.client.clients import make_transactional_producer
+from embedstream.kafka.client.protocols import TransactionalProducer
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.result_writer import Output
+from embedstream.kafka.outputs.transactions import Fenced, PartitionTransactions, transactional_id
+from embedstream.kafka.outputs.work import Origin
 from embedstream.tools.verify.app import verify
 
 from tests.integration.helpers import (

@@ -22,7 +22,7 @@ import orjson
 import pytest
 from embedsim.model import SimulatorConfig, expected_vector
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.wire import headers_dict
 from jsonschema import Draft202012Validator
 

@@ -28,18 +28,18 @@ from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
 from embedstream.app.processor import build_service, default_backend
 from embedstream.errors import Reason
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.testing.registry import TestRegistry
 from embedstream.testing.waiting import eventually
 from embedstream.tools.embedded import free_port
 from embedstream.tools.produce import produce_lines
-from embedstream.wire.documents import ChunkResult, DocumentComplete, decode_output
 from embedstream.wire.events import EmbedResult
 from embedstream.wire.formats.output_schemas import END, RECORD_NAMES, output_schema
 from embedstream.wire.formats.protobuf import compile_proto
 from embedstream.wire.headers import ERROR_REASON
 from embedstream.wire.registry_frames import parse_frame, write_frame
+from embedstream.wire.result_records import ChunkResult, DocumentComplete, decode_output
 from google.protobuf import descriptor_pool, message_factory
 
 from tests.integration.helpers import (

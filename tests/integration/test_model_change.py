@@ -21,7 +21,7 @@ from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedstream.app.migrate import run_migration
 from embedstream.app.store_writer import StoreWriter, build_store_writer, search_store
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.pgmigrate import GenerationStatus, Migrations

@@ -23,7 +23,7 @@ from embedsim.server import SimulatorServer
 from embedstream.app.gateway import Gateway
 from embedstream.core.lanes import Priority
 from embedstream.engine.budget_socket import LedgerServer
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.testing import eventually
 from embedstream.tools.embedded import free_port

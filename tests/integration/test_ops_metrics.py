@@ -30,7 +30,7 @@ import yaml
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
 from embedstream.errors import env_var
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.ops.metrics import PROCESSOR_METRIC_NAMES
 from embedstream.ops.store_metrics import STORE_METRIC_NAMES
 from embedstream.settings import Settings

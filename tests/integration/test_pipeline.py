@@ -12,7 +12,7 @@ import pytest
 from embedsim.model import expected_vector
 from embedsim.server import SimulatorServer
 from embedstream.engine.budget_socket import LedgerServer
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.tools.embedded import free_port
 

@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.clients import ConsumerRebalanceListener, consumer_for
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.client.clients import ConsumerRebalanceListener, consumer_for
 from embedstream.tools.embedded import free_port
 
 from tests.integration.broker import PrivateBroker

@@ -10,7 +10,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from embedsim.model import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.wire import headers_dict
 
 from tests.integration.helpers import (

@@ -21,9 +21,9 @@ import pytest
 from embedsim import SimulatorConfig, expected_vector
 from embedsim.server import SimulatorServer
 from embedstream.errors import ConfigError, env_var
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.clients import connection_for, producer_for
-from embedstream.kafka.preflight import check_connection
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.client.clients import connection_for, producer_for
+from embedstream.kafka.client.preflight import check_connection
 from embedstream.settings import load_settings
 from embedstream.tools.embedded import free_port
 

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from embedsim.server import SimulatorServer
 from embedstream.app.store_writer import StoreWriter, build_store_writer
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
 from embedstream.testing import eventually
 from embedstream.testing.postgres import PostgresServer

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 from embedstream.errors import ConfigError
-from embedstream.kafka.admin import (
+from embedstream.kafka.client.admin import (
     configured_specs,
     create_topics,
     describe_drift,
@@ -17,7 +17,7 @@ from embedstream.kafka.admin import (
     load_topic_specs,
     require_topics,
 )
-from embedstream.kafka.topics import topic_settings
+from embedstream.kafka.client.topics import topic_settings
 from embedstream.settings import load_settings
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,7 @@ class _Looked(logging.Handler):
 async def test_require_topics_waits_for_topics_created_meanwhile(
     bootstrap: str, unique_prefix: str
 ) -> None:
-    logger = logging.getLogger("embedstream.kafka.admin")
+    logger = logging.getLogger("embedstream.kafka.client.admin")
     looked, level = _Looked(), logger.level
     logger.addHandler(looked)
     logger.setLevel(logging.DEBUG)

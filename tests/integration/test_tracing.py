@@ -18,7 +18,7 @@ from aiohttp import web
 from aiokafka import AIOKafkaProducer
 from embedsim.config import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.tools.embedded import free_port
 from embedstream.wire import SOURCE_TOPIC, headers_dict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (

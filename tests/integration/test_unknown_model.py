@@ -15,7 +15,7 @@ import orjson
 import pytest
 from embedsim import SimulatorConfig
 from embedsim.server import SimulatorServer
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 
 from tests.integration.helpers import (
     create_all_topics,

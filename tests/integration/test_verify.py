@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 import pytest
 from embedsim.model import encode_base64, expected_vector
-from embedstream.core.documents import default_version
-from embedstream.kafka.admin import TopicNames, create_topics, load_topic_specs, topic_names
-from embedstream.kafka.clients import producer_for
-from embedstream.kafka.reader import ReadError
+from embedstream.core.document_versions import default_version
+from embedstream.kafka.client.admin import TopicNames, create_topics, load_topic_specs, topic_names
+from embedstream.kafka.client.clients import producer_for
+from embedstream.kafka.client.reader import ReadError
 from embedstream.tools.embedded import EmbeddedBroker
 from embedstream.tools.verify.app import add_cli_arguments, main_from_args, verify
 
@@ -247,7 +247,7 @@ async def test_verify_reads_the_embedded_broker_to_the_end() -> None:
 async def test_document_breaches_are_reported_from_real_topics(
     bootstrap: str, unique_prefix: str
 ) -> None:
-    from embedstream.wire.documents import ChunkResult, DocumentComplete
+    from embedstream.wire.result_records import ChunkResult, DocumentComplete
 
     names = await setup_topics(bootstrap, unique_prefix)
     events: list[tuple[bytes | None, bytes | None, Headers]] = [

@@ -17,7 +17,7 @@ from embedstream.core.clock import Clock
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.clock import SYSTEM_CLOCK
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing import eventually, vector_for

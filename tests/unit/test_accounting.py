@@ -8,7 +8,7 @@ import orjson
 import pytest
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.errors import Reason, TransientError
-from embedstream.kafka.attribution import Sources
+from embedstream.kafka.consumption.attribution import Sources
 from embedstream.ops.accounting import MAX_SOURCES, OTHER, SourceAccounting
 from embedstream.ops.metrics import Metrics
 from embedstream.testing import eventually, vector_for

@@ -1,7 +1,7 @@
 """The aiokafka private attributes embedstream relies on exist in the installed version.
 
 The exactly-once code reads a transactional producer's state and its parked futures, and the
-rebalance code asks the group coordinator to rejoin, through `kafka/aiokafka_private.py`. A
+rebalance code asks the group coordinator to rejoin, through `kafka/client/aiokafka_private.py`. A
 rename upstream must fail here, not silently disable fencing checks at runtime."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import aiokafka
 import pytest
-from embedstream.kafka.aiokafka_private import (
+from embedstream.kafka.client.aiokafka_private import (
     SUPPORTED_AIOKAFKA,
     AiokafkaTransactionalProducer,
     PrivateApiMissing,
     missing_private_attributes,
 )
-from embedstream.kafka.clients import consumer_for, producer_for
+from embedstream.kafka.client.clients import consumer_for, producer_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from embedstream.core.backfill_skips import (
     skips,
 )
 from embedstream.errors import Reason, StoreError
-from embedstream.kafka.backfill_held import StoreAnswers
+from embedstream.kafka.backfill.holdings import StoreAnswers
 from embedstream.testing.virtual_loop import VirtualLoop
 
 COMPLETE, LIVE, SUPERSEDED = SkipReason.COMPLETE, SkipReason.LIVE, SkipReason.SUPERSEDED
@@ -130,7 +130,7 @@ def test_a_store_that_cannot_answer_holds_nothing_and_is_said_once(
         return got
 
     loop = VirtualLoop()  # the hang's timeout passes in virtual time
-    with caplog.at_level(logging.INFO, logger="embedstream.kafka.backfill_held"):
+    with caplog.at_level(logging.INFO, logger="embedstream.kafka.backfill.holdings"):
         got = loop.run_until_complete(ask())
     loop.close()
     # An error, a broken connection, no answer in time: nothing held, everything embedded.

@@ -18,9 +18,9 @@ from embedstream.kafka.batchjobs.job_file import (
     write_job_file,
 )
 from embedstream.kafka.batchjobs.job_outputs import JobOutputs
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.protocols import Record
-from embedstream.kafka.work import Origin, WorkItem
+from embedstream.kafka.client.protocols import Record
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.work import Origin, WorkItem
 from embedstream.testing.kafka import FakeRecord
 from embedstream.wire import EmbedRequest
 

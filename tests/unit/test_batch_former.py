@@ -16,10 +16,10 @@ from embedstream.core.lanes import InputLane, Priority
 from embedstream.kafka.batchjobs.former import JobFormer
 from embedstream.kafka.batchjobs.lane import BatchLane
 from embedstream.kafka.batchjobs.records import JobsReader, offsets_of
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.sink import DirectWriter, Sink
-from embedstream.kafka.topics import TopicNames
-from embedstream.kafka.work import Origin, WorkItem
+from embedstream.kafka.client.topics import TopicNames
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.result_writer import DirectWriter, ResultWriter
+from embedstream.kafka.outputs.work import Origin, WorkItem
 from embedstream.testing.clock import FakeClock
 from embedstream.testing.kafka import FakeCluster, FakeProducer, FakeRecord
 from embedstream.wire import EmbedRequest
@@ -33,7 +33,7 @@ class Parts:
     def __init__(self, cluster: FakeCluster | None = None, **limits: object) -> None:
         self.cluster = cluster or FakeCluster({LOW: 2, JOBS: 4, "results": 1})
         self.clock = FakeClock()
-        sink = Sink(DirectWriter(FakeProducer(self.cluster), self.clock), NAMES, self.clock)
+        sink = ResultWriter(DirectWriter(FakeProducer(self.cluster), self.clock), NAMES, self.clock)
         direct = DirectWriter(FakeProducer(self.cluster), self.clock)
         job_limits = JobLimits(**{"form_s": 5.0, **limits})  # type: ignore[arg-type]
         self.former = JobFormer(sink, JOBS, GROUP, job_limits, self.clock, direct)

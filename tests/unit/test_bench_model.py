@@ -6,7 +6,7 @@ import math
 
 import pytest
 from embedsim.model import count_tokens
-from embedstream.tools.bench.model import (
+from embedstream.tools.bench.figures import (
     LatencyModel,
     Row,
     ScaleOutRow,

@@ -15,7 +15,7 @@ from embedstream.testing import FakeClock, RecordingBackend
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.app import engine_settings, latency_model
 from embedstream.tools.bench.context import ScenarioResult
-from embedstream.tools.bench.model import LatencyModel, Percentiles, Row
+from embedstream.tools.bench.figures import LatencyModel, Percentiles, Row
 from embedstream.tools.bench.options import (
     FULL,
     QUICK,
@@ -27,7 +27,7 @@ from embedstream.tools.bench.processes import process_cpu_s, simulator_args
 from embedstream.tools.bench.recorder import TimedBackend
 from embedstream.tools.bench.scaleout import member_environment, settled
 from embedstream.tools.progress import PlainSteps, TerminalSteps, make_step_progress
-from embedstream.tools.top.model import PartitionLag, Snapshot
+from embedstream.tools.top.readings import PartitionLag, Snapshot
 
 
 def parse(*args: str) -> argparse.Namespace:

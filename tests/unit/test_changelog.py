@@ -7,7 +7,7 @@ import uuid
 
 import orjson
 import pytest
-from embedstream.core.changelog import ChunkCounts
+from embedstream.core.chunk_ids import ChunkCounts
 from embedstream.errors import InvalidEvent
 from embedstream.wire.changelog import (
     CONNECT_SCHEMA,

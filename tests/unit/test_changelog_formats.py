@@ -18,7 +18,7 @@ from embedstream.engine.result_schema import ResultSchemaRegistration
 from embedstream.settings import load_settings
 from embedstream.testing.registry import TestRegistry
 from embedstream.wire.changelog import ChangelogChunk
-from embedstream.wire.formats.changelog import CHANGELOG_AVRO, CHANGELOG_JSON_SCHEMA
+from embedstream.wire.formats.changelog_schemas import CHANGELOG_AVRO, CHANGELOG_JSON_SCHEMA
 from embedstream.wire.registry_frames import parse_frame
 from embedstream.wire.vectors import encode_base64
 

@@ -5,9 +5,9 @@ from typing import Any
 
 from aiokafka.errors import CommitFailedError
 from embedstream.core.offsets import PartitionOffsets
-from embedstream.kafka.commits import OffsetCommitter
-from embedstream.kafka.protocols import TransactionalProducer
-from embedstream.kafka.transactions import Fenced, PartitionTransactions
+from embedstream.kafka.client.protocols import TransactionalProducer
+from embedstream.kafka.consumption.commits import OffsetCommitter
+from embedstream.kafka.outputs.transactions import Fenced, PartitionTransactions
 
 
 class FakeConsumer:

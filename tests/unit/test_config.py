@@ -16,7 +16,7 @@ from embedstream.settings import (
     scrub_url,
     spec,
 )
-from embedstream.settings.sources import REMOVED_SETTINGS
+from embedstream.settings.origins import REMOVED_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_SUFFIXES = {".py", ".sh", ".md", ".toml", ".yml", ".yaml", ".json", ""}

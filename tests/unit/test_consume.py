@@ -7,7 +7,7 @@ import pytest
 from embedstream.testing.kafka import FakeRecord
 from embedstream.tools.consume import is_document_record, outcome
 from embedstream.wire import chunk_headers
-from embedstream.wire.documents import DocumentComplete, DocumentIncomplete
+from embedstream.wire.result_records import DocumentComplete, DocumentIncomplete
 
 
 def record(key: bytes | None, value: bytes | None, headers: tuple = ()) -> FakeRecord:  # type: ignore[type-arg]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from embedstream.tools.demo.documents import document_plan
+from embedstream.tools.demo.documents_phase import document_plan
 from embedstream.tools.demo.options import (
     DEFAULT_BACKLOG_ITEMS,
     DEFAULT_DOCUMENTS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from embedstream.tools.demo.documents import (
+from embedstream.tools.demo.documents_phase import (
     EDITED,
     FIRST,
     document_figures,
@@ -15,8 +15,8 @@ from embedstream.tools.demo.documents import (
     documents_ok,
     pass_figures,
 )
-from embedstream.tools.verify.documents import DocumentReport
-from embedstream.wire.documents import ChunkResult, DocumentComplete, DocumentRecord
+from embedstream.tools.verify.document_checks import DocumentReport
+from embedstream.wire.result_records import ChunkResult, DocumentComplete, DocumentRecord
 from rich.console import Console
 
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import orjson
 from aiokafka import TopicPartition
-from embedstream.kafka.admin import topic_names
+from embedstream.kafka.client.admin import topic_names
 from embedstream.ops.metrics import Metrics
 from embedstream.testing.kafka import FakeCluster, FakeProducer
 from embedstream.testing.virtual_loop import VirtualLoop

@@ -22,7 +22,7 @@ from embedstream.tools.demo.summary import (
     render,
     share,
 )
-from embedstream.tools.top.model import Snapshot, parse_exposition, snapshot_of
+from embedstream.tools.top.readings import Snapshot, parse_exposition, snapshot_of
 from embedstream.tools.verify.report import RequestInfo, ResultRecord, build_report
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console

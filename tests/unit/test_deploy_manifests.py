@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from embedstream.kafka.admin import configured_topics, load_topic_specs
+from embedstream.kafka.client.admin import configured_topics, load_topic_specs
 from embedstream.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from embedstream.core.documents import (
+from embedstream.core.document_versions import (
     Complete,
     DocumentOrder,
     DocumentProgress,

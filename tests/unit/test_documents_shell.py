@@ -24,7 +24,7 @@ from embedstream.wire import (
     decode_output,
     headers_dict,
 )
-from embedstream.wire.documents import (
+from embedstream.wire.result_records import (
     ChunkResult,
     DocumentComplete,
     DocumentDeleted,

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import orjson
-from embedstream.kafka.transactions import transactional_id
+from embedstream.kafka.outputs.transactions import transactional_id
 from embedstream.testing import eventually, settled
 from embedstream.testing.kafka import FakeCluster, FakeTransactionalProducer
 

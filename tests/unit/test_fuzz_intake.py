@@ -1,6 +1,7 @@
 """Fuzzing the intake: arbitrary bytes and headers in, a work item or a dead letter out.
 
-A record from Kafka can hold anything. Admission (`kafka/admission.py`: the retry-header reader
+A record from Kafka can hold anything. Admission (`kafka/consumption/admission.py`: the
+retry-header reader
 `wire.read_retry_state`, then `core/intake.py`) must turn every one into a work item or a
 failure with a reason code, never raise: an exception there stops the fetch loop, and the record,
 never committed, stops the member again after every restart. Whatever it admits must also be
@@ -23,10 +24,10 @@ from embedstream.core.intake import Intake
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.core.tokens import estimate_tokens
 from embedstream.errors import InvalidEvent, Reason
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.admission import Admission
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.consumption.admission import Admission
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.work import WorkItem
 from embedstream.settings import load_settings
 from embedstream.testing.kafka import FakeRecord
 from embedstream.wire import (

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
-from embedstream.kafka.gathered import GatheredWrites, NotAllWritten
+from embedstream.kafka.outputs.gathered_writes import GatheredWrites, NotAllWritten
 
 
 class Recorder:

@@ -8,8 +8,8 @@ import asyncio
 import orjson
 from aiokafka import TopicPartition
 from embedstream.core.lanes import InputLane
-from embedstream.kafka.fetcher import Fetcher
-from embedstream.kafka.partitions import Assignment
+from embedstream.kafka.consumption.fetcher import Fetcher
+from embedstream.kafka.outputs.partitions import Assignment
 from embedstream.settings import Settings
 from embedstream.testing.kafka import FakeCluster, FakeConsumer
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from embedstream.errors import ConfigError
-from embedstream.kafka.connection import (
+from embedstream.kafka.client.connection import (
     KafkaConnection,
     ReloadingSSLContext,
     TokenFileProvider,
@@ -148,15 +148,16 @@ def test_only_kafka_clients_module_constructs_aiokafka_clients() -> None:
     offenders = [
         str(path.relative_to(ROOT))
         for path in (ROOT / "stream").rglob("*.py")
-        if pattern.search(path.read_text()) and path != ROOT / "stream/embedstream/kafka/clients.py"
+        if pattern.search(path.read_text())
+        and path != ROOT / "stream/embedstream/kafka/client/clients.py"
     ]
     assert offenders == []
-    assert pattern.search((ROOT / "stream/embedstream/kafka/clients.py").read_text())
+    assert pattern.search((ROOT / "stream/embedstream/kafka/client/clients.py").read_text())
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 async def test_every_producer_takes_the_compression_setting(codec: str) -> None:
-    from embedstream.kafka.clients import make_producer
+    from embedstream.kafka.client.clients import make_producer
     from embedstream.settings import load_settings
 
     producer = make_producer(load_settings(env={}, overrides={"compression_type": codec}))

@@ -184,7 +184,11 @@ def test_other_aiokafka_warnings_repeat_per_template(
 @pytest.mark.parametrize(
     "spec",
     [
-        ("embedstream.kafka.processor", logging.INFO, "HTTP Request: not the http client"),
+        (
+            "embedstream.kafka.consumption.processor_loop",
+            logging.INFO,
+            "HTTP Request: not the http client",
+        ),
         ("httpx2", logging.WARNING, "something else entirely"),
         ("aiokafka.conn", logging.INFO, "Unable connect to x (below WARNING)"),
         ("aiokafkaesque", logging.ERROR, "Unable connect to y"),

@@ -17,7 +17,7 @@ from embedstream.core.model_pauses import PAUSE_SLACK_S, ModelPauses
 from embedstream.engine.answers import classify_status
 from embedstream.engine.backend import BatchCall, BatchOutcome
 from embedstream.engine.build import build_engine
-from embedstream.engine.held import HOLD_PROBE_MAX_S
+from embedstream.engine.held_batches import HOLD_PROBE_MAX_S
 from embedstream.engine.jobs import Embedded, Hit, Job, Outcomes
 from embedstream.errors import EmbedStreamError
 from embedstream.settings import load_settings

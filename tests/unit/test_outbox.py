@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from embedstream.kafka.sink import Output
-from embedstream.kafka.transactions import Outbox, transactional_id
-from embedstream.kafka.work import Origin
+from embedstream.kafka.outputs.result_writer import Output
+from embedstream.kafka.outputs.transactions import Outbox, transactional_id
+from embedstream.kafka.outputs.work import Origin
 
 
 def out(offset: int, topic: str = "results") -> Output:

@@ -21,12 +21,12 @@ from embedstream.core.chunker import ChunkingRules
 from embedstream.core.generations import GenerationIds
 from embedstream.core.lanes import BucketKey, InputLane, Priority
 from embedstream.engine.jobs import Embedded, Hit
-from embedstream.kafka.documents import DocumentFlow
-from embedstream.kafka.outcomes import KafkaOutcomes
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.sink import Output, Sink
-from embedstream.kafka.topics import configured_topics
-from embedstream.kafka.work import Origin, WorkItem
+from embedstream.kafka.client.topics import configured_topics
+from embedstream.kafka.outputs.document_runs import DocumentFlow
+from embedstream.kafka.outputs.outcomes import KafkaOutcomes
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.result_writer import Output, ResultWriter
+from embedstream.kafka.outputs.work import Origin, WorkItem
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing.clock import FakeClock
@@ -56,11 +56,11 @@ class AckLater:
         await self.ack.wait()
 
 
-def wired(writer: AckLater) -> tuple[Sink, KafkaOutcomes, PartitionState]:
+def wired(writer: AckLater) -> tuple[ResultWriter, KafkaOutcomes, PartitionState]:
     """A call's outcomes written through ``writer``, and the low partition its items come from."""
     clock = FakeClock()
     metrics = Metrics()
-    sink = Sink(writer, configured_topics(load_settings(env={})), clock)
+    sink = ResultWriter(writer, configured_topics(load_settings(env={})), clock)
     generations = GenerationIds(ChunkingRules(), "m")
     documents = DocumentFlow(sink, metrics, include_text=False, generations=generations)
     outcomes = KafkaOutcomes(sink, metrics, documents, clock)

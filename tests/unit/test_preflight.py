@@ -14,9 +14,9 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 from embedstream.errors import ConfigError
-from embedstream.kafka import preflight
-from embedstream.kafka.connection import KafkaConnection
-from embedstream.kafka.preflight import Failure, Verdict, check_connection, classify
+from embedstream.kafka.client import preflight
+from embedstream.kafka.client.connection import KafkaConnection
+from embedstream.kafka.client.preflight import Failure, Verdict, check_connection, classify
 
 PLAIN = KafkaConnection("b:9092")
 SSL = KafkaConnection("b:9093", security_protocol="SSL", ssl_cafile="/ca.pem")

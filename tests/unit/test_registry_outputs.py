@@ -20,10 +20,10 @@ from embedstream.settings import load_settings
 from embedstream.testing import eventually
 from embedstream.testing.registry import TestRegistry
 from embedstream.wire import ChunkResult, DocumentComplete, DocumentIncomplete, EmbedResult
-from embedstream.wire.documents import OutputRecord, output_of
 from embedstream.wire.formats.output_schemas import CHUNK, END, RECORD_NAMES, output_schema
 from embedstream.wire.formats.results import ResultEncoder
 from embedstream.wire.registry_frames import parse_frame
+from embedstream.wire.result_records import OutputRecord, output_of
 from embedstream.wire.vectors import encode_base64
 
 from tests.unit import registry_kit as kit

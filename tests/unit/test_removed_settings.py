@@ -11,7 +11,7 @@ from embedstream.core import configured
 from embedstream.engine.formats import field_mapping
 from embedstream.errors import ConfigError, env_var
 from embedstream.settings import load_settings
-from embedstream.settings.sources import REMOVED_SETTINGS
+from embedstream.settings.origins import REMOVED_SETTINGS
 from embedstream.wire.field_mapping import FieldMapping
 
 REPLACEMENTS = {

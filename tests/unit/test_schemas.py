@@ -158,7 +158,7 @@ def test_what_the_code_writes_for_documents_matches_the_schemas() -> None:
     """Document events the parser takes, and every document record the processor writes."""
     import orjson
     from embedstream.wire.document_events import document_from_doc
-    from embedstream.wire.documents import ChunkResult, DocumentComplete, DocumentIncomplete
+    from embedstream.wire.result_records import ChunkResult, DocumentComplete, DocumentIncomplete
 
     event = {"doc_id": "d", "text": "", "version": 3, "metadata": {"k": 1}, "dimensions": 8}
     document_from_doc(event)  # the parser takes it ...

@@ -18,7 +18,11 @@ from typing import Any
 import pytest
 from embedstream.core.tracing import NullTracer
 from embedstream.engine.bounded import CANCEL_GRACE_S
-from embedstream.kafka.processor import ABANDON_GRACE_S, CLOSE_BUDGET_S, CLOSE_STEP_MIN_S
+from embedstream.kafka.consumption.processor_loop import (
+    ABANDON_GRACE_S,
+    CLOSE_BUDGET_S,
+    CLOSE_STEP_MIN_S,
+)
 from embedstream.testing import eventually
 from embedstream.testing.kafka import FakeCluster, FakeTransactionalProducer
 from embedstream.testing.virtual_loop import LoopClock, VirtualLoop

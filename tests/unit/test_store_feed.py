@@ -1,4 +1,5 @@
-"""The store writer's loop (kafka/store_feed.py) on the in-memory cluster and store: offsets
+"""The store writer's loop (kafka/consumption/store_feed.py) on the in-memory cluster and store:
+offsets
 commit only after the store's transaction; an outage retries the same batch and commits
 nothing meanwhile; refused and malformed records are dead-lettered with their reason and the
 rest is written; a revoke and a stop wait for the batch in hand."""
@@ -16,10 +17,10 @@ from aiokafka import TopicPartition
 from embedstream.app.store_writer import build_store_writer
 from embedstream.core.backoff import Backoff
 from embedstream.engine.bounded import CANCEL_GRACE_S
-from embedstream.kafka.admin import topic_names
-from embedstream.kafka.consumption import STOP_TIMEOUT_S
-from embedstream.kafka.sink import DirectWriter, Sink
-from embedstream.kafka.store_feed import FETCH_TIMEOUT_MS, StoreFeed
+from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.consumption.member import STOP_TIMEOUT_S
+from embedstream.kafka.consumption.store_feed import FETCH_TIMEOUT_MS, StoreFeed
+from embedstream.kafka.outputs.result_writer import DirectWriter, ResultWriter
 from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import load_settings
 from embedstream.stores.base import Rejected
@@ -90,7 +91,8 @@ async def running(store: MemoryStore | None = None, **options: Any) -> AsyncIter
         await asyncio.sleep(0)
 
     feed = StoreFeed(
-        consumer, store, Sink(DirectWriter(FakeProducer(cluster), FakeClock()), NAMES, FakeClock()),
+        consumer, store, ResultWriter(DirectWriter(FakeProducer(cluster), FakeClock()), NAMES,
+        FakeClock()),
         NAMES.results,
         metrics, backoff=Backoff(base_s=0.5, cap_s=4.0, jitter=0.0), sleep=sleep, **options,
     )  # fmt: skip
@@ -331,7 +333,7 @@ def test_the_feed_stops_within_a_bound_though_the_consumer_never_closes() -> Non
         consumer = FakeConsumer(cluster)
         consumer.stop = never  # type: ignore[method-assign]
         writer = DirectWriter(FakeProducer(cluster), FakeClock())
-        feed = StoreFeed(consumer, MemoryStore(), Sink(writer, NAMES, FakeClock()),
+        feed = StoreFeed(consumer, MemoryStore(), ResultWriter(writer, NAMES, FakeClock()),
                          NAMES.results, StoreMetrics())  # fmt: skip
         task = asyncio.create_task(feed.run())
         await eventually(feed.joined.is_set)

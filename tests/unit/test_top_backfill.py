@@ -12,8 +12,8 @@ from embedstream.core.backfill_skips import SkipReason
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.top.backfill import backfill_line
 from embedstream.tools.top.layout import Screen, render
-from embedstream.tools.top.model import BackfillProgress, Snapshot, parse_exposition
 from embedstream.tools.top.rates import TargetView
+from embedstream.tools.top.readings import BackfillProgress, Snapshot, parse_exposition
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 

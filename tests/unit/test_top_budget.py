@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.top.budget import budget_line
-from embedstream.tools.top.model import Snapshot, parse_exposition
 from embedstream.tools.top.rates import TargetView
+from embedstream.tools.top.readings import Snapshot, parse_exposition
 from prometheus_client import CollectorRegistry, generate_latest
 
 

@@ -10,8 +10,8 @@ from io import StringIO
 import pytest
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.top.layout import COLUMNS, STYLES, Screen, fit_columns, render
-from embedstream.tools.top.model import Snapshot, parse_exposition
 from embedstream.tools.top.rates import TargetView, compute_rates
+from embedstream.tools.top.readings import Snapshot, parse_exposition
 from embedstream.tools.top.rows import (
     State,
     fmt_count,

@@ -6,8 +6,8 @@ from collections.abc import Callable
 import pytest
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.top.histogram import Histogram
-from embedstream.tools.top.model import PartitionLag, Snapshot, lag_lane, parse_exposition
 from embedstream.tools.top.rates import compute_rates
+from embedstream.tools.top.readings import PartitionLag, Snapshot, lag_lane, parse_exposition
 from prometheus_client import CollectorRegistry, generate_latest
 
 

@@ -10,9 +10,9 @@ from io import StringIO
 from embedstream.core.batch_terms import Prices, parse_prices
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.top.layout import Screen, render
-from embedstream.tools.top.model import Snapshot, parse_exposition
 from embedstream.tools.top.money import money_line
 from embedstream.tools.top.rates import TargetView
+from embedstream.tools.top.readings import Snapshot, parse_exposition
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 

@@ -6,8 +6,8 @@ from datetime import datetime
 
 from embedstream.ops.metrics import Metrics
 from embedstream.tools.top.layout import Screen, render
-from embedstream.tools.top.model import Snapshot, parse_exposition
 from embedstream.tools.top.rates import TargetView, compute_rates
+from embedstream.tools.top.readings import Snapshot, parse_exposition
 from embedstream.tools.top.sources import sources_line
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console

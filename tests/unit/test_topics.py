@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from embedstream.core.lanes import InputLane
 from embedstream.errors import ConfigError
-from embedstream.kafka.admin import (
+from embedstream.kafka.client.admin import (
     DEFAULT_PREFIX,
     PACKAGED_TOPICS_FILE,
     TOPIC_KEYS,
@@ -38,7 +38,8 @@ def canonical_document() -> dict[str, Any]:
 
 
 def test_packaged_copy_is_identical_to_canonical_file() -> None:
-    # The wheel ships stream/embedstream/kafka/topics.toml; topics/topics.toml is what people edit.
+    # The wheel ships stream/embedstream/kafka/client/topics.toml; topics/topics.toml is what
+    # people edit.
     assert PACKAGED_TOPICS_FILE.read_bytes() == CANONICAL_TOPICS_FILE.read_bytes()
 
 

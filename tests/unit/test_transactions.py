@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaTimeoutError, ProducerFenced
-from embedstream.kafka.sink import Output
-from embedstream.kafka.transactions import Fenced, PartitionTransactions
-from embedstream.kafka.work import Origin
+from embedstream.kafka.outputs.result_writer import Output
+from embedstream.kafka.outputs.transactions import Fenced, PartitionTransactions
+from embedstream.kafka.outputs.work import Origin
 
 TP = TopicPartition("in", 0)
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from embedstream.tools.verify import build_report
-from embedstream.tools.verify.documents import ChunkLetter, PublishedEvent, check_documents
-from embedstream.wire.documents import (
+from embedstream.tools.verify.document_checks import ChunkLetter, PublishedEvent, check_documents
+from embedstream.wire.result_records import (
     ChunkResult,
     DocumentComplete,
     DocumentDeleted,

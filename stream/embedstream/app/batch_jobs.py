@@ -30,7 +30,6 @@ from embedstream.engine.bounded import bounded
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.errors import ConfigError
-from embedstream.kafka.admission import Admission
 from embedstream.kafka.batchjobs.former import JobFormer
 from embedstream.kafka.batchjobs.inputs import kafka_records
 from embedstream.kafka.batchjobs.job_file import LineBodies
@@ -40,18 +39,19 @@ from embedstream.kafka.batchjobs.replay import ReplayParts
 from embedstream.kafka.batchjobs.steps import JobSteps, StepParts
 from embedstream.kafka.batchjobs.watcher import JobWatcher
 from embedstream.kafka.batchjobs.writer import JobCommits
-from embedstream.kafka.changelog import kafka_state_reader
-from embedstream.kafka.clients import (
+from embedstream.kafka.client.clients import (
     connection_for,
     consumer_for,
     make_transactional_producer,
 )
-from embedstream.kafka.documents import DocumentFlow
-from embedstream.kafka.outcomes import KafkaOutcomes
-from embedstream.kafka.protocols import Producer, TransactionalProducer
-from embedstream.kafka.sink import DirectWriter, Sink
-from embedstream.kafka.topics import TopicNames, configured_topics
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.client.protocols import Producer, TransactionalProducer
+from embedstream.kafka.client.topics import TopicNames, configured_topics
+from embedstream.kafka.consumption.admission import Admission
+from embedstream.kafka.outputs.changelog_writer import kafka_state_reader
+from embedstream.kafka.outputs.document_runs import DocumentFlow
+from embedstream.kafka.outputs.outcomes import KafkaOutcomes
+from embedstream.kafka.outputs.result_writer import DirectWriter, ResultWriter
+from embedstream.kafka.outputs.work import WorkItem
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 from embedstream.wire.batch_jobs import JobStream
@@ -103,7 +103,7 @@ class ProcessorParts:
 
     settings: Settings
     names: TopicNames
-    sink: Sink
+    sink: ResultWriter
     outcomes: KafkaOutcomes
     batcher: Batcher[WorkItem]
     cache: EmbeddingCache | None

@@ -18,7 +18,7 @@ from embedstream.core.generations import IndexGeneration
 from embedstream.core.intake import chunking_rules
 from embedstream.core.reembed import BASIS_SAID, CallLimits, ReembedPlan
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.held_documents import held_documents
+from embedstream.kafka.backfill.documents_on_topic import documents_on_topic
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.generations import StoredGeneration
@@ -189,10 +189,10 @@ async def source_lines(
     if topic is None:
         return source_said(new.lacking, None, None)
     try:
-        held = await held_documents(settings, topic)
+        on_topic = await documents_on_topic(settings, topic)
     except EmbedStreamError as exc:
         return source_said(new.lacking, topic, str(exc))
-    return source_said(new.lacking, topic, unsourced(await migrations.lacking_documents(), held))
+    return source_said(new.lacking, topic, unsourced(await migrations.lacking_documents(), on_topic))
 
 
 def source_said(lacking: int, topic: str | None, found: Unsourced | str | None) -> list[str]:

@@ -36,17 +36,10 @@ from embedstream.engine.formats import registry_client, schema_decoders, uses_re
 from embedstream.engine.result_schema import ResultSchemaRegistration
 from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.errors import ConfigError
-from embedstream.kafka.admin import require_topics
-from embedstream.kafka.attribution import AttributedAdmission, Sources
-from embedstream.kafka.backfill import BackfillDirect, Backfills, SharedEngine
+from embedstream.kafka.backfill.feed import BackfillDirect, Backfills, SharedEngine
 from embedstream.kafka.batchjobs.writer import JobOutputsRouter
-from embedstream.kafka.changelog import (
-    ChunkChangelog,
-    ChunkCountsLoader,
-    StateReader,
-    kafka_state_reader,
-)
-from embedstream.kafka.clients import (
+from embedstream.kafka.client.admin import require_topics
+from embedstream.kafka.client.clients import (
     broker_probe,
     check_broker,
     connection_for,
@@ -54,19 +47,31 @@ from embedstream.kafka.clients import (
     make_producer,
     make_transactional_producer,
 )
-from embedstream.kafka.commits import OffsetCommitter
-from embedstream.kafka.documents import DocumentFlow
-from embedstream.kafka.fetcher import Fetcher
-from embedstream.kafka.handoff import Handoff
-from embedstream.kafka.outcomes import KafkaOutcomes
-from embedstream.kafka.partitions import Assignment
-from embedstream.kafka.processor import Parts, Processor
-from embedstream.kafka.protocols import Consumer, Producer, TransactionalProducer
-from embedstream.kafka.sink import DirectWriter, Sink, Writer
-from embedstream.kafka.topics import BATCH_JOBS_KEY, TopicNames, configured_topics, topic_settings
-from embedstream.kafka.transactions import PartitionTransactions
-from embedstream.kafka.waiting import WaitingRetries
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.client.protocols import Consumer, Producer, TransactionalProducer
+from embedstream.kafka.client.topics import (
+    BATCH_JOBS_KEY,
+    TopicNames,
+    configured_topics,
+    topic_settings,
+)
+from embedstream.kafka.consumption.attribution import AttributedAdmission, Sources
+from embedstream.kafka.consumption.commits import OffsetCommitter
+from embedstream.kafka.consumption.early_retries import WaitingRetries
+from embedstream.kafka.consumption.fetcher import Fetcher
+from embedstream.kafka.consumption.handoff import Handoff
+from embedstream.kafka.consumption.processor_loop import Parts, Processor
+from embedstream.kafka.outputs.changelog_writer import (
+    ChunkChangelog,
+    ChunkCountsLoader,
+    StateReader,
+    kafka_state_reader,
+)
+from embedstream.kafka.outputs.document_runs import DocumentFlow
+from embedstream.kafka.outputs.outcomes import KafkaOutcomes
+from embedstream.kafka.outputs.partitions import Assignment
+from embedstream.kafka.outputs.result_writer import DirectWriter, ResultWriter, Writer
+from embedstream.kafka.outputs.transactions import PartitionTransactions
+from embedstream.kafka.outputs.work import WorkItem
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
@@ -107,7 +112,7 @@ class Outputs:
     the outcome writers every finished item goes through."""
 
     transactions: PartitionTransactions | None
-    sink: Sink
+    sink: ResultWriter
     changelog: ChunkChangelog | None
     documents: DocumentFlow
     dual_writes: DualWrites | None
@@ -139,7 +144,7 @@ def build_outputs(
     if wants_batch:  # a batch job's outputs go to the job (kafka/batchjobs/writer.py)
         exactly_once = settings.delivery == "exactly_once"
         writer = JobOutputsRouter(writer, DirectWriter(producer, clock), exactly_once)
-    sink = Sink(writer, names, clock)
+    sink = ResultWriter(writer, names, clock)
     changelog = None
     if names.changelog is not None and names.changelog_state is not None:
         read = state_reader or kafka_state_reader(connection_for(settings), settings.client_id)

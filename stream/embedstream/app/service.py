@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from embedstream.engine.bounded import bounded, in_daemon_thread
 from embedstream.engine.registry import RegistryClient
 from embedstream.engine.result_schema import ResultSchemaRegistration
-from embedstream.kafka.processor import Processor
+from embedstream.kafka.consumption.processor_loop import Processor
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer

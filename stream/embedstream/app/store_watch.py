@@ -1,12 +1,12 @@
 """A processor following its store's migrations: the composition of the dual-write and the
-backfill lane (`core/migration.py`, `kafka/backfill.py`).
+backfill lane (`core/migration.py`, `kafka/backfill/feed.py`).
 
 With ``store_dsn`` set, a processor reads the store's registry of index generations at start
 and every ``WATCH_INTERVAL_S`` after: while the store keeps two generations, every document
 version and delete of the live stream is written for both; while one is being filled (a
 ``new`` one, `embedstream migrate start`), the backfill lane re-embeds the documents topic for
-it: each document's latest version (the topic read ahead once, `kafka/backfill_ahead.py`),
-asking the store before each poll's documents which it holds already (`stores/pgheld.py`).
+it: each document's latest version (the topic read ahead once, `kafka/backfill/read_ahead.py`),
+asking the store before each poll's documents which it holds already (`stores/pgholdings.py`).
 Nothing to restart: a migration started, cut over or cancelled is followed within seconds.
 A store that cannot be read keeps the processor as it was (and says so in the log).
 """
@@ -25,16 +25,16 @@ from embedstream.core.lanes import InputLane
 from embedstream.core.migration import DualWrites, KeptGeneration, StoreGenerations
 from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.admission import Admission
-from embedstream.kafka.backfill import BackfillFeed, Backfills, SharedEngine, backfill_group
-from embedstream.kafka.backfill_ahead import read_ahead
-from embedstream.kafka.clients import connection_for, make_backfill_consumer
-from embedstream.kafka.topics import TopicNames
+from embedstream.kafka.backfill.feed import BackfillFeed, Backfills, SharedEngine, backfill_group
+from embedstream.kafka.backfill.read_ahead import read_ahead
+from embedstream.kafka.client.clients import connection_for, make_backfill_consumer
+from embedstream.kafka.client.topics import TopicNames
+from embedstream.kafka.consumption.admission import Admission
 from embedstream.ops.migration_metrics import MigrationMetrics
 from embedstream.settings import Settings
 from embedstream.stores.configured import store_config
 from embedstream.stores.generations import Registry
-from embedstream.stores.pgheld import GenerationHoldings
+from embedstream.stores.pgholdings import GenerationHoldings
 from embedstream.stores.pgvector import PgVectorStore
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """The store writer's composition root (`embedstream sink`): the results topic into a store.
 
 `build_store_writer` wires the consumer of its own group, the dead-letter writer, the store,
-metrics, health and the ops server around :class:`embedstream.kafka.store_feed.StoreFeed`;
+metrics, health and the ops server around
+:class:`embedstream.kafka.consumption.store_feed.StoreFeed`;
 `run_store_writer` adds the fail-fast broker and topic checks and the signals.
 """
 
@@ -20,18 +21,18 @@ from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.engine.formats import framed_outputs, registry_client
 from embedstream.engine.registry import RegistryClient
 from embedstream.errors import ConfigError, EmbedStreamError
-from embedstream.kafka.admin import require_topics
-from embedstream.kafka.clients import (
+from embedstream.kafka.client.admin import require_topics
+from embedstream.kafka.client.clients import (
     broker_probe,
     check_broker,
     connection_for,
     make_producer,
     make_store_consumer,
 )
-from embedstream.kafka.protocols import Consumer, Producer
-from embedstream.kafka.sink import DirectWriter, Sink
-from embedstream.kafka.store_feed import RecordStore, StoreFeed
-from embedstream.kafka.topics import configured_topics, topic_settings
+from embedstream.kafka.client.protocols import Consumer, Producer
+from embedstream.kafka.client.topics import configured_topics, topic_settings
+from embedstream.kafka.consumption.store_feed import RecordStore, StoreFeed
+from embedstream.kafka.outputs.result_writer import DirectWriter, ResultWriter
 from embedstream.ops.server import OpsServer, StoreReadiness
 from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import Settings
@@ -158,7 +159,7 @@ def build_store_writer(
     feed = StoreFeed(
         consumer or make_store_consumer(settings),
         store,
-        Sink(DirectWriter(producer, SYSTEM_CLOCK), names, SYSTEM_CLOCK),
+        ResultWriter(DirectWriter(producer, SYSTEM_CLOCK), names, SYSTEM_CLOCK),
         names.results,
         metrics,
         batch_max=settings.store_batch_max,

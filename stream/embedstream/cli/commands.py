@@ -42,8 +42,8 @@ async def _check_kafka(settings: Settings, topics: Mapping[str, str] | None = No
     """Fail in one line, naming the setting, if the cluster refuses these settings or lacks
     one of ``topics`` (name -> the setting naming it); called after every local check (files,
     arguments), so those fail without waiting for a broker."""
-    from embedstream.kafka.admin import require_topics
-    from embedstream.kafka.clients import check_broker, connection_for
+    from embedstream.kafka.client.admin import require_topics
+    from embedstream.kafka.client.clients import check_broker, connection_for
 
     await check_broker(settings)
     if topics:
@@ -202,9 +202,9 @@ async def _migrate(ns: argparse.Namespace) -> int:
 
 
 async def _topics(ns: argparse.Namespace) -> int:
-    from embedstream.kafka import admin as topics
-    from embedstream.kafka.clients import connection_for
-    from embedstream.kafka.user_errors import kafka_user_errors
+    from embedstream.kafka.client import admin as topics
+    from embedstream.kafka.client.clients import connection_for
+    from embedstream.kafka.client.user_errors import kafka_user_errors
 
     settings = _client_settings(ns)
     kafka = connection_for(settings)
@@ -262,7 +262,7 @@ def _produce_conflict(ns: argparse.Namespace) -> str | None:
 
 
 async def _produce(ns: argparse.Namespace) -> int:
-    from embedstream.kafka.topics import topic_settings
+    from embedstream.kafka.client.topics import topic_settings
     from embedstream.tools.produce import input_size, produce_lines, read_lines
     from embedstream.tools.progress import make_progress
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from embedstream.core import configured
 from embedstream.core.chunker import Chunk, ChunkingRules, chunk_document
-from embedstream.core.documents import default_version
+from embedstream.core.document_versions import default_version
 from embedstream.core.generations import IndexGeneration
 from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter

@@ -21,7 +21,7 @@ T = TypeVar("T")
 class Priority(IntEnum):
     """The request lanes; the lower value is served first. ONLINE is the HTTP callers' lane
     (`embedstream.online`), HIGH and LOW the request topics', BACKFILL a migration's re-embed
-    of the documents topic into a new index generation (`kafka/backfill.py`): it takes what
+    of the documents topic into a new index generation (`kafka/backfill/feed.py`): it takes what
     the others leave."""
 
     ONLINE = 0

@@ -4,7 +4,7 @@ A migration's backfill reads the documents topic from its beginning, and that to
 more than each document's latest version: Kafka never compacts a partition's active segment,
 and compacts the others only when its cleaner gets to them, so a week of edits can sit there
 version after version. Before the backfill embeds anything, the topic is read once to its end
-(`kafka/backfill_ahead.py`), keeping per partition only each key's newest offset; a record
+(`kafka/backfill/read_ahead.py`), keeping per partition only each key's newest offset; a record
 with a newer one of its key (a later version, or a delete) is *superseded*: the backfill does
 not embed it, and the newer record brings the document's state when the backfill reaches it.
 That is compaction's own rule (the latest record of a key wins), so the backfill pays for

@@ -8,7 +8,7 @@ lane the version came in, so neither falls behind. A version of a generation the
 not keep (another model asked by name) is written for its own generation only, as before.
 
 The new generation is also filled from the documents topic in the backfill lane
-(`kafka/backfill.py`). Which write wins when both reach the store is the store's rule: a
+(`kafka/backfill/feed.py`). Which write wins when both reach the store is the store's rule: a
 backfill record never overwrites a document the live stream wrote to that generation since it
 was started, nor brings back one it deleted (the store keeps a mark per such document until
 the cutover; `stores/plan.py`).

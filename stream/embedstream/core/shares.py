@@ -9,7 +9,8 @@ source over its share is paused while another source of its lane wants more (hys
 resumes below half its share). For calls, :func:`share_order` picks the sources of the next
 batch's inputs by weighted deficit, so a trickle is served within about one call of a flood.
 
-Pure: no clock, no Kafka; the Kafka shell (`kafka/fetcher.py`) applies `sources_to_pause`,
+Pure: no clock, no Kafka; the Kafka shell (`kafka/consumption/fetcher.py`) applies
+`sources_to_pause`,
 the buckets of `core/lanes.py` apply `share_order` to every call they cut.
 """
 

@@ -18,7 +18,8 @@ both send every batch through :class:`BatchCaller`, so they share every rule:
   the provider's other calls do not share count as attempts, so an outage dead-letters nothing.
   Whether they share it is judged by the answers of the calls in flight, not by sending the
   batch again: a batch is sent again without spending an attempt only as a hold's probe,
-  while nothing else can tell (after a 5xx, half of it: `engine/held.py`). Such a hold closes
+  while nothing else can tell (after a 5xx, half of it: `engine/held_batches.py`). Such a hold
+  closes
   the gate for everyone only once the provider looks down (`core/outage.py`); before that it
   holds its own batch alone. A held batch sends again only the jobs still wanted (a caller
   that left is never sent for); while the provider is down, `engine/probe.py` asks it too;
@@ -51,7 +52,7 @@ from embedstream.core.tokens import apportion
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.evidence import FailingInputs, ServiceEvidence
-from embedstream.engine.held import Holds, joined, probe_piece, still_wanted
+from embedstream.engine.held_batches import Holds, joined, probe_piece, still_wanted
 from embedstream.engine.jobs import Embedded, J, Outcomes
 from embedstream.engine.shared_texts import NO_SHARING, SharedTexts, TextSharing
 from embedstream.errors import (
@@ -133,7 +134,7 @@ class BatchCaller(Generic[J]):
         self._texts.abandon()
 
     def paused(self, key: BucketKey) -> bool:
-        """Whether the batcher keeps a bucket's items (`engine/held.py`)."""
+        """Whether the batcher keeps a bucket's items (`engine/held_batches.py`)."""
         return self._holds.paused(key)
 
     async def probe(self, call: BatchCall) -> BatchOutcome:

@@ -23,7 +23,7 @@ from embedstream.engine.registry import RegistryClient, RegistryRejected
 from embedstream.engine.schema_decoders import changelog_encoder, result_encoder
 from embedstream.errors import ConfigError, RegistryUnavailable
 from embedstream.settings import Settings
-from embedstream.wire.formats.changelog import ChangelogEncoder
+from embedstream.wire.formats.changelog_schemas import ChangelogEncoder
 from embedstream.wire.formats.results import ResultEncoder
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from embedstream.engine.registry import RegistryClient
 from embedstream.errors import InvalidEvent, RegistryUnavailable
 from embedstream.wire.field_mapping import FieldMapping, MappedEvent, map_fields
 from embedstream.wire.formats import PayloadDecoder, build_decoder
-from embedstream.wire.formats.changelog import (
+from embedstream.wire.formats.changelog_schemas import (
     ChangelogEncoder,
     changelog_schema,
     changelog_subject,

@@ -1,7 +1,7 @@
 """Accounting per source (an input topic): who sent the requests and who spent the tokens.
 
 Counters on the processor's registry, labelled by `source`. Labels are bounded twice: the
-Kafka shell labels only configured input topics (`kafka/attribution.py`), and past
+Kafka shell labels only configured input topics (`kafka/consumption/attribution.py`), and past
 `MAX_SOURCES` distinct labels anything new counts as `other`, so a misconfiguration can never
 grow the series without end.
 """

@@ -12,7 +12,7 @@ from contextlib import suppress
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from embedstream.wire.documents import (
+from embedstream.wire.result_records import (
     ChunkResult,
     DocumentComplete,
     DocumentDeleted,

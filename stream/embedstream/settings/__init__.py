@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
 from embedstream.settings.loading import choices, coerce, load_settings, validate
+from embedstream.settings.origins import TOOL_VARIABLES
 from embedstream.settings.parsing import (
     CHANGELOG_STATE_SUFFIX,
     KEY_LIMIT_FIELDS,
@@ -27,7 +28,6 @@ from embedstream.settings.parsing import (
 from embedstream.settings.reference import ReferenceRow, reference_rows, shown_default
 from embedstream.settings.rules import LOOPBACK_HOSTS, online_keys, validate_online
 from embedstream.settings.secrets import CACHE_URL_SCHEMES, masked_secret, scrub_url, url_password
-from embedstream.settings.sources import TOOL_VARIABLES
 from embedstream.settings.types import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,

@@ -5,7 +5,7 @@ object): an admitted item costs about 885 bytes of Python objects besides its re
 so a buffered item is counted as its value's bytes plus ITEM_RESIDENT_BYTES against
 ``max_buffered_bytes``: the byte bound then bounds what the buffer costs, not only what the
 requests weighed on the wire. A result waiting for the broker's ack counts its record's
-bytes on top (kafka/outcomes.py): behind a slow broker nearly every held item is one.
+bytes on top (kafka/outputs/outcomes.py): behind a slow broker nearly every held item is one.
 """
 
 from __future__ import annotations

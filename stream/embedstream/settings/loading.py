@@ -12,6 +12,7 @@ from typing import Any
 
 from embedstream.errors import ConfigError
 from embedstream.settings.fields import FIELDS, SECRETS, Settings, spec
+from embedstream.settings.origins import collect_raw
 from embedstream.settings.rules import (
     validate_budget,
     validate_cache,
@@ -25,7 +26,6 @@ from embedstream.settings.rules import (
     validate_tracing,
 )
 from embedstream.settings.secrets import scrub_url
-from embedstream.settings.sources import collect_raw
 from embedstream.settings.types import literal_choices, parse_value
 
 

@@ -23,7 +23,7 @@ OWN_TOPIC_SETTINGS = (
     "topic_retry", "topic_results", "topic_dlq", "topic_documents", "topic_changelog",
     "topic_batch_jobs",
 )  # fmt: skip
-# The chunk changelog's state topic: its name with this suffix (kafka/changelog.py).
+# The chunk changelog's state topic: its name with this suffix (kafka/outputs/changelog_writer.py).
 CHANGELOG_STATE_SUFFIX = ".state"
 TOPIC_SETTINGS = (*REQUEST_TOPIC_SETTINGS, *OWN_TOPIC_SETTINGS)
 

@@ -74,7 +74,7 @@ def validate_security(s: Settings) -> None:
 def validate_topics(s: Settings) -> None:
     """Every topic set is a legal name, listed once, and embedstream's own are one each.
     Whether an unset one's default collides is checked where defaults are known
-    (:func:`embedstream.kafka.admin.configured_topics`)."""
+    (:func:`embedstream.kafka.client.admin.configured_topics`)."""
     seen: dict[str, str] = {}
     for name in TOPIC_SETTINGS:
         topics = topic_list(getattr(s, name))

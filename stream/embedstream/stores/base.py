@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from embedstream.wire.documents import OutputRecord
+from embedstream.wire.result_records import OutputRecord
 
 
 @dataclass(frozen=True, slots=True)

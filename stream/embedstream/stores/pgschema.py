@@ -156,7 +156,7 @@ def live_marked(names: GenerationTables) -> str:
     return f"SELECT doc_id FROM {names.live} WHERE doc_id = ANY(%s)"
 
 
-def held_documents(names: GenerationTables) -> str:
+def documents_in_generation(names: GenerationTables) -> str:
     """Of these documents, those the generation holds complete (and at which version) or the
     live stream marked: what a backfill need not embed again (`core/backfill_skips.py`)."""
     return f"""SELECT f.doc_id, d.complete_version, l.doc_id IS NOT NULL

@@ -52,7 +52,7 @@ from embedstream.stores.generations import (
 from embedstream.stores.pgdriver import PgSession, jsonb, masked_dsn, vector, vector_size
 from embedstream.stores.pgschema import GenerationTables, PgStoreConfig
 from embedstream.stores.plan import BatchPlan, live_first, plan_batch
-from embedstream.wire.documents import ChunkResult, OutputRecord, PlainResult
+from embedstream.wire.result_records import ChunkResult, OutputRecord, PlainResult
 
 __all__ = ["GenerationMoved", "PgStoreConfig", "PgVectorStore", "masked_dsn"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from embedstream.wire.documents import (
+from embedstream.wire.result_records import (
     ChunkResult,
     DocumentComplete,
     DocumentDeleted,

@@ -1,5 +1,5 @@
 """An in-memory Kafka for unit tests: a cluster of partition logs, a consumer and a producer
-that implement the shell's Protocols (`embedstream.kafka.protocols`).
+that implement the shell's Protocols (`embedstream.kafka.client.protocols`).
 
 Real code, shared by the tests: the processor loop runs against it unchanged, so revokes,
 pauses, commits and retry records can be driven step by step without a broker.
@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.partitioner import DefaultPartitioner
 
-from embedstream.kafka.protocols import RebalanceListener, RecordHeaders
+from embedstream.kafka.client.protocols import RebalanceListener, RecordHeaders
 
 # The transactional fakes live apart (one job a module); imported from here as before.
 from embedstream.testing.kafka_transactions import (

@@ -12,7 +12,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import ProducerFenced
 from aiokafka.producer.transaction_manager import TransactionState
 
-from embedstream.kafka.protocols import RecordHeaders
+from embedstream.kafka.client.protocols import RecordHeaders
 
 if TYPE_CHECKING:
     from embedstream.testing.kafka import FakeCluster

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from embedstream.errors import Reason, StoreError
 from embedstream.stores.base import Rejected
 from embedstream.stores.plan import plan_batch
-from embedstream.wire.documents import ChunkResult, OutputRecord, PlainResult
+from embedstream.wire.result_records import ChunkResult, OutputRecord, PlainResult
 
 
 @dataclass

@@ -14,9 +14,9 @@ from typing import IO, Any
 import orjson
 
 from embedstream.errors import ConfigError
-from embedstream.kafka.clients import connection_for, make_reader, partitions_of
-from embedstream.kafka.topics import configured_topics
-from embedstream.kafka.user_errors import kafka_user_errors
+from embedstream.kafka.client.clients import connection_for, make_reader, partitions_of
+from embedstream.kafka.client.topics import configured_topics
+from embedstream.kafka.client.user_errors import kafka_user_errors
 from embedstream.settings import Settings
 from embedstream.wire import DOC_ID, headers_dict
 

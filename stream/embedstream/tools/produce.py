@@ -18,9 +18,9 @@ from typing import Any, BinaryIO, NamedTuple, Protocol
 import orjson
 
 from embedstream.errors import EmbedStreamError, InvalidEvent
-from embedstream.kafka.clients import make_producer
-from embedstream.kafka.topics import configured_topics
-from embedstream.kafka.user_errors import kafka_user_errors
+from embedstream.kafka.client.clients import make_producer
+from embedstream.kafka.client.topics import configured_topics
+from embedstream.kafka.client.user_errors import kafka_user_errors
 from embedstream.settings import Settings
 from embedstream.tools.produce_formats import LineFraming, line_framing
 from embedstream.tools.progress import ProduceProgress

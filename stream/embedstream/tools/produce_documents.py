@@ -32,9 +32,9 @@ from typing import Any, BinaryIO, NamedTuple
 import orjson
 
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.clients import make_producer
-from embedstream.kafka.topics import configured_topics
-from embedstream.kafka.user_errors import kafka_user_errors
+from embedstream.kafka.client.clients import make_producer
+from embedstream.kafka.client.topics import configured_topics
+from embedstream.kafka.client.user_errors import kafka_user_errors
 from embedstream.settings import Settings
 from embedstream.tools.produce import Sender, parse_line, read_lines
 from embedstream.wire.events import MAX_ID_CHARS
@@ -161,7 +161,7 @@ CheckKafka = Callable[[Settings, Mapping[str, str]], Awaitable[None]]
 async def produce_from_args(ns: argparse.Namespace, settings: Settings, check: CheckKafka) -> int:
     """``produce --documents [FILE ...]`` or ``produce --delete DOC_ID ...`` (parsed ``ns``);
     ``check`` fails in one line when the broker or the lane's topic is not there."""
-    from embedstream.kafka.topics import topic_settings
+    from embedstream.kafka.client.topics import topic_settings
 
     role = "requests_high" if ns.priority == "high" else "requests_low"
     if ns.priority != "high" and settings.topic_documents:

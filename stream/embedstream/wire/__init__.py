@@ -9,16 +9,6 @@ dead-letter headers carry, so one malformed record is parked without stopping th
 
 from __future__ import annotations
 
-from embedstream.wire.documents import (
-    ChunkResult,
-    DocumentComplete,
-    DocumentDeleted,
-    DocumentIncomplete,
-    DocumentRecord,
-    OutputRecord,
-    PlainResult,
-    decode_output,
-)
 from embedstream.wire.events import (
     ENCODING_FORMATS,
     INDEX_GENERATION,
@@ -66,6 +56,16 @@ from embedstream.wire.headers import (
     headers_dict,
     read_retry_state,
     rfc3339,
+)
+from embedstream.wire.result_records import (
+    ChunkResult,
+    DocumentComplete,
+    DocumentDeleted,
+    DocumentIncomplete,
+    DocumentRecord,
+    OutputRecord,
+    PlainResult,
+    decode_output,
 )
 from embedstream.wire.vectors import (
     Vector,

@@ -1,5 +1,5 @@
 """Checks of the fields of a results-topic value, each raising :class:`InvalidEvent` with
-reason ``invalid_result`` and a message naming the field (:mod:`embedstream.wire.documents`
+reason ``invalid_result`` and a message naming the field (:mod:`embedstream.wire.result_records`
 decodes records with them)."""
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from embedstream.core.batch_jobs import FormingJob, JobLimits, JobState
 from embedstream.core.clock import Clock
 from embedstream.kafka.batchjobs.records import StreamJobs, job_output
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.sink import OutputUnwritable, Sink, Writer
-from embedstream.kafka.work import Origin
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.result_writer import OutputUnwritable, ResultWriter, Writer
+from embedstream.kafka.outputs.work import Origin
 from embedstream.wire.batch_jobs import JobRecord, JobStream, job_id, jobs_partition
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class Stream:
 class JobFormer:
     def __init__(
         self,
-        sink: Sink,
+        sink: ResultWriter,
         topic: str,
         group: str,
         limits: JobLimits,

@@ -17,8 +17,8 @@ from aiokafka.errors import KafkaError
 
 from embedstream.core.batch_jobs import JobOffsets
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.clients import KafkaTarget, make_reader
-from embedstream.kafka.protocols import Record
+from embedstream.kafka.client.clients import KafkaTarget, make_reader
+from embedstream.kafka.client.protocols import Record
 from embedstream.wire.batch_jobs import JobStream
 
 POLL_MS = 500

@@ -18,9 +18,9 @@ import orjson
 from embedstream.core.cachekeys import cache_key
 from embedstream.core.lanes import BucketKey
 from embedstream.engine.batch_api import ENDPOINT
-from embedstream.kafka.documents import DocumentStart
-from embedstream.kafka.protocols import Record
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.client.protocols import Record
+from embedstream.kafka.outputs.document_runs import DocumentStart
+from embedstream.kafka.outputs.work import WorkItem
 from embedstream.wire import Failure
 from embedstream.wire.document_events import DocumentTombstone
 

@@ -30,10 +30,10 @@ from embedstream.core.clock import Clock
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.kafka.batchjobs.former import JobFormer
 from embedstream.kafka.batchjobs.records import JobsReader
-from embedstream.kafka.documents import DocumentStart
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.protocols import Record
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.client.protocols import Record
+from embedstream.kafka.outputs.document_runs import DocumentStart
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.work import WorkItem
 from embedstream.wire import Failure
 from embedstream.wire.batch_jobs import JobStream
 from embedstream.wire.document_events import DocumentTombstone

@@ -16,9 +16,9 @@ from aiokafka import TopicPartition
 
 from embedstream.core.batch_jobs import JobOffsets, JobState
 from embedstream.errors import InvalidEvent
-from embedstream.kafka.changelog import StateReader
-from embedstream.kafka.sink import Output
-from embedstream.kafka.work import Origin
+from embedstream.kafka.outputs.changelog_writer import StateReader
+from embedstream.kafka.outputs.result_writer import Output
+from embedstream.kafka.outputs.work import Origin
 from embedstream.wire.batch_jobs import JobRecord, decode_job, jobs_partition
 
 log = logging.getLogger(__name__)

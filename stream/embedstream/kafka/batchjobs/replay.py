@@ -34,16 +34,16 @@ from embedstream.engine.backend import BatchCall
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.jobs import Embedded
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.batchjobs.inputs import ReadRecords
 from embedstream.kafka.batchjobs.job_file import custom_id_of, line_key
 from embedstream.kafka.batchjobs.job_outputs import JobOutputs, LineAnswer
 from embedstream.kafka.batchjobs.records import offsets_of
 from embedstream.kafka.batchjobs.writer import JobPartition
-from embedstream.kafka.documents import DocumentFlow, DocumentRun, DocumentStart
-from embedstream.kafka.outcomes import KafkaOutcomes
-from embedstream.kafka.protocols import Record
-from embedstream.kafka.work import WorkItem
+from embedstream.kafka.client.protocols import Record
+from embedstream.kafka.consumption.admission import Admission, HeldBack
+from embedstream.kafka.outputs.document_runs import DocumentFlow, DocumentRun, DocumentStart
+from embedstream.kafka.outputs.outcomes import KafkaOutcomes
+from embedstream.kafka.outputs.work import WorkItem
 from embedstream.wire import Failure, Vector
 from embedstream.wire.batch_jobs import JobRecord
 from embedstream.wire.document_events import DocumentTombstone

@@ -27,16 +27,16 @@ from embedstream.engine.batch_api import BatchApi, BatchInfo
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.jobs import Job
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.admission import Admission, HeldBack
 from embedstream.kafka.batchjobs.inputs import ReadRecords
 from embedstream.kafka.batchjobs.job_file import LineBodies, Verdict, Wanted, write_job_file
 from embedstream.kafka.batchjobs.job_outputs import JobOutputs
 from embedstream.kafka.batchjobs.records import job_output, offsets_of
 from embedstream.kafka.batchjobs.replay import JobReplay, ReplayParts
 from embedstream.kafka.batchjobs.writer import JobCommits, JobPartition
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.protocols import Record
-from embedstream.kafka.work import Origin
+from embedstream.kafka.client.protocols import Record
+from embedstream.kafka.consumption.admission import Admission, HeldBack
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.work import Origin
 from embedstream.wire.batch_jobs import (
     BATCH_ATTEMPT_KEY,
     BATCH_GROUP_KEY,

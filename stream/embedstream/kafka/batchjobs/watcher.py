@@ -28,12 +28,12 @@ from embedstream.core.lanes import InputLane
 from embedstream.errors import EmbedStreamError, InvalidEvent
 from embedstream.kafka.batchjobs.steps import JobSteps
 from embedstream.kafka.batchjobs.writer import JobCommits, JobPartition
-from embedstream.kafka.clients import request_rejoin
-from embedstream.kafka.consumption import consume
-from embedstream.kafka.protocols import Consumer, Record
-from embedstream.kafka.sink import Output
-from embedstream.kafka.transactions import Fenced
-from embedstream.kafka.work import Origin
+from embedstream.kafka.client.clients import request_rejoin
+from embedstream.kafka.client.protocols import Consumer, Record
+from embedstream.kafka.consumption.member import consume
+from embedstream.kafka.outputs.result_writer import Output
+from embedstream.kafka.outputs.transactions import Fenced
+from embedstream.kafka.outputs.work import Origin
 from embedstream.wire.batch_jobs import JobRecord, decode_job
 
 log = logging.getLogger(__name__)

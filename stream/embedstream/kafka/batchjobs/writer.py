@@ -21,10 +21,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from embedstream.kafka.partitions import PartitionState
-from embedstream.kafka.protocols import TransactionalProducer
-from embedstream.kafka.sink import Output, Writer
-from embedstream.kafka.transactions import Fenced
+from embedstream.kafka.client.protocols import TransactionalProducer
+from embedstream.kafka.outputs.partitions import PartitionState
+from embedstream.kafka.outputs.result_writer import Output, Writer
+from embedstream.kafka.outputs.transactions import Fenced
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,13 @@ from embedstream.ops.logs import setup_logging
 from embedstream.settings import Settings, load_settings, validate
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, ScenarioResult
-from embedstream.tools.bench.documents import documents_scenario
+from embedstream.tools.bench.documents_scenario import documents_scenario
 from embedstream.tools.bench.extras import EXTRA_SCENARIOS
+from embedstream.tools.bench.figures import (
+    PROVIDER_MAX_INPUTS,
+    PROVIDER_MAX_TOKENS,
+    LatencyModel,
+)
 from embedstream.tools.bench.finish import Runner, finish_run
 from embedstream.tools.bench.kafka_fairness import kafka_fairness
 from embedstream.tools.bench.kafka_figures import stage_rows
@@ -40,11 +45,6 @@ from embedstream.tools.bench.kafka_scenarios import (
     PoissonVariant,
     kafka_backlog,
     kafka_poisson,
-)
-from embedstream.tools.bench.model import (
-    PROVIDER_MAX_INPUTS,
-    PROVIDER_MAX_TOKENS,
-    LatencyModel,
 )
 from embedstream.tools.bench.options import (
     BENCH_SETTINGS,
@@ -120,7 +120,7 @@ def _wants_kafka(ns: argparse.Namespace) -> bool:
 async def kafka_broker(ns: argparse.Namespace, settings: Settings) -> AsyncIterator[KafkaBroker]:
     """The broker of the Kafka scenarios: --bootstrap (checked now) or an embedded one."""
     if ns.bootstrap:
-        from embedstream.kafka.clients import check_broker
+        from embedstream.kafka.client.clients import check_broker
 
         await check_broker(dataclasses.replace(settings, bootstrap_servers=ns.bootstrap))
         yield KafkaBroker(ns.bootstrap, embedded=False)

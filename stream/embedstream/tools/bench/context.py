@@ -13,7 +13,7 @@ from embedstream.engine.backend import EmbeddingBackend
 from embedstream.engine.client import BatchingClient, Vector
 from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.settings import Settings
-from embedstream.tools.bench.model import LatencyModel, Row
+from embedstream.tools.bench.figures import LatencyModel, Row
 from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.progress import StepProgress
 

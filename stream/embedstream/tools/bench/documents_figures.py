@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from embedstream.tools.bench.model import Row
+from embedstream.tools.bench.figures import Row
 
 # The words of bench/cache_scenario.py, so that the figures compare with the earlier
 # standalone script's (about one chunk per 160-word paragraph at the default chunking rules).

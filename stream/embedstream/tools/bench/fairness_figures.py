@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from embedstream.tools.bench.figures import Row, latency_percentiles, percentile
 from embedstream.tools.bench.kafka_figures import Drain, drain_row, stage_durations
-from embedstream.tools.bench.model import Row, latency_percentiles, percentile
 
 DRAIN_KIND = "kafka-fairness-drain"
 

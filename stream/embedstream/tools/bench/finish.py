@@ -18,7 +18,7 @@ from rich.console import Console
 
 from embedstream.settings import Settings
 from embedstream.tools.bench.context import ScenarioResult
-from embedstream.tools.bench.model import (
+from embedstream.tools.bench.figures import (
     LatencyModel,
     LineFit,
     Recommendation,

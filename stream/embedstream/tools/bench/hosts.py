@@ -20,7 +20,7 @@ import aiohttp
 from embedstream.errors import env_var
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.processes import process_cpu_s
-from embedstream.tools.top.model import Snapshot, parse_exposition
+from embedstream.tools.top.readings import Snapshot, parse_exposition
 
 POLL_S = 0.2
 

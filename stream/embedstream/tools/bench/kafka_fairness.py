@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import orjson
 
-from embedstream.kafka.clients import make_producer
-from embedstream.kafka.topics import configured_specs
+from embedstream.kafka.client.clients import make_producer
+from embedstream.kafka.client.topics import configured_specs
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, validate
 from embedstream.tools.bench.baselines import calls_fifo

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from embedstream.tools.bench.model import Row, latency_percentiles
+from embedstream.tools.bench.figures import Row, latency_percentiles
 
 # The moments of one request's way through Kafka, in order. A request missing a later moment
 # (its result never read) counts in none of the stages that end there.

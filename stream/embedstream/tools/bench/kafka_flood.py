@@ -22,11 +22,17 @@ from dataclasses import dataclass
 
 import orjson
 
-from embedstream.kafka.clients import connection_for, consumer_for, make_producer, partitions_of
-from embedstream.kafka.topics import TopicSpec, load_topic_specs
+from embedstream.kafka.client.clients import (
+    connection_for,
+    consumer_for,
+    make_producer,
+    partitions_of,
+)
+from embedstream.kafka.client.topics import TopicSpec, load_topic_specs
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, validate
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
+from embedstream.tools.bench.figures import Row
 from embedstream.tools.bench.kafka_figures import (
     Drain,
     flood_rows,
@@ -42,7 +48,6 @@ from embedstream.tools.bench.kafka_scenarios import (
     scenario_topics,
     unique_prefix,
 )
-from embedstream.tools.bench.model import Row
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
 from embedstream.tools.bench.remote_publisher import PublisherChild
 from embedstream.tools.bench.scenarios import GRACE_S

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from embedstream.kafka.admin import (
+from embedstream.kafka.client.admin import (
     TopicNames,
     TopicSpec,
     create_topics,
@@ -31,7 +31,7 @@ from embedstream.kafka.admin import (
     load_topic_specs,
     topic_names,
 )
-from embedstream.kafka.clients import (
+from embedstream.kafka.client.clients import (
     connection_for,
     make_reader,
     partitions_of,
@@ -40,7 +40,7 @@ from embedstream.kafka.clients import (
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, validate
 from embedstream.tools.bench.context import BenchContext, ScenarioResult, reporting
-from embedstream.tools.bench.model import Row, latency_percentiles
+from embedstream.tools.bench.figures import Row, latency_percentiles
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
 from embedstream.tools.bench.running import running_processor as running_processor
 from embedstream.tools.bench.scenarios import GRACE_S, summary

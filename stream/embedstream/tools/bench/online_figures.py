@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from embedstream.tools.bench.figures import Row, latency_percentiles
 from embedstream.tools.bench.kafka_figures import Drain, drain_row
-from embedstream.tools.bench.model import Row, latency_percentiles
 
 
 @dataclass(frozen=True, slots=True)

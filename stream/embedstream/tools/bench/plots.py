@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import ScenarioResult
-from embedstream.tools.bench.model import Row
+from embedstream.tools.bench.figures import Row
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

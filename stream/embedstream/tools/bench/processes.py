@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from embedstream.tools.bench import BenchError
-from embedstream.tools.bench.model import LatencyModel
+from embedstream.tools.bench.figures import LatencyModel
 from embedstream.tools.embedded import die_with_parent, free_port
 
 START_TIMEOUT_S = 30.0

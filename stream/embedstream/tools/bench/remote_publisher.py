@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 import orjson
 
 from embedstream.errors import env_var
-from embedstream.kafka.clients import make_producer
-from embedstream.kafka.protocols import Producer
+from embedstream.kafka.client.clients import make_producer
+from embedstream.kafka.client.protocols import Producer
 from embedstream.settings import FIELDS, Settings, load_settings
 from embedstream.tools.bench.child import READY, BenchChild, stdin_lines
 from embedstream.tools.bench.workload import make_texts, poisson_arrivals

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from embedstream.tools.bench.context import ScenarioResult
-from embedstream.tools.bench.model import LatencyModel, LineFit, Recommendation, Row, ScaleOutRow
+from embedstream.tools.bench.figures import LatencyModel, LineFit, Recommendation, Row, ScaleOutRow
 
 DASH = "-"
 

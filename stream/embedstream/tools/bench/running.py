@@ -12,7 +12,7 @@ from embedstream.app.processor import build_service
 from embedstream.app.service import Service
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
-from embedstream.kafka.clients import make_consumer, make_producer
+from embedstream.kafka.client.clients import make_consumer, make_producer
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 from embedstream.tools.bench import BenchError

@@ -23,21 +23,21 @@ from typing import Any
 import aiohttp
 
 from embedstream.errors import env_var
-from embedstream.kafka.admin import load_topic_specs
+from embedstream.kafka.client.admin import load_topic_specs
 from embedstream.settings import Settings
 from embedstream.tools.bench import BenchError
 from embedstream.tools.bench.context import BenchContext, reporting
+from embedstream.tools.bench.figures import ScaleOutRow
 from embedstream.tools.bench.kafka_scenarios import (
     KafkaBroker,
     publish,
     scenario_topics,
     unique_prefix,
 )
-from embedstream.tools.bench.model import ScaleOutRow
 from embedstream.tools.bench.options import BENCH_SETTINGS
 from embedstream.tools.bench.processes import ProcessorProcess
 from embedstream.tools.bench.workload import make_texts
-from embedstream.tools.top.model import Snapshot, parse_exposition
+from embedstream.tools.top.readings import Snapshot, parse_exposition
 
 PARTITIONS = 12
 SETTLE_TIMEOUT_S = 90.0

@@ -30,7 +30,7 @@ from types import TracebackType
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
 from embedstream.engine.client import BatchingClient
 from embedstream.tools.bench.context import BenchContext, LoadTarget, ScenarioResult, reporting
-from embedstream.tools.bench.model import Percentiles, Row, latency_percentiles
+from embedstream.tools.bench.figures import Percentiles, Row, latency_percentiles
 from embedstream.tools.bench.recorder import CpuMeter, TimedBackend
 from embedstream.tools.bench.workload import make_text, make_texts, poisson_arrivals
 

@@ -6,7 +6,7 @@ processor in this process. Each request phase (planned by
 :mod:`embedstream.tools.demo.phases`, run by :mod:`embedstream.tools.demo.publishing`)
 publishes its requests and waits until the processor's metrics registry counts an outcome for
 every one; the registry is read at both ends of the phase. The documents phase
-(:mod:`embedstream.tools.demo.documents`) publishes documents, then edits of some and a
+(:mod:`embedstream.tools.demo.documents_phase`) publishes documents, then edits of some and a
 delete, each pass waited for by its endings in the registry. Then the topics are read back
 and checked as ``embedstream verify`` would, and :mod:`embedstream.tools.demo.summary` turns
 it all into tables. With ``--live`` the top view (:mod:`embedstream.tools.top`) watches the
@@ -33,13 +33,13 @@ from embedstream.app.processor import build_service, default_backend
 from embedstream.app.service import Service
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.admin import configured_specs, configured_topics, create_topics
-from embedstream.kafka.clients import connection_for, make_producer
-from embedstream.kafka.protocols import Producer
+from embedstream.kafka.client.admin import configured_specs, configured_topics, create_topics
+from embedstream.kafka.client.clients import connection_for, make_producer
+from embedstream.kafka.client.protocols import Producer
 from embedstream.ops.logs import setup_logging
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, load_settings
-from embedstream.tools.demo.documents import (
+from embedstream.tools.demo.documents_phase import (
     DocumentFigures,
     DocumentPlan,
     document_figures,
@@ -67,7 +67,7 @@ from embedstream.tools.demo.summary import (
 from embedstream.tools.demo.texts import text_stream
 from embedstream.tools.embedded import EmbeddedBroker, free_port
 from embedstream.tools.top import run_top
-from embedstream.tools.top.model import snapshot_of
+from embedstream.tools.top.readings import snapshot_of
 from embedstream.tools.verify.app import read_back
 
 LIVE_INTERVAL_S = 1.0

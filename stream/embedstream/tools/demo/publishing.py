@@ -20,10 +20,10 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry
 
-from embedstream.kafka.admin import TopicNames
-from embedstream.kafka.protocols import Producer
+from embedstream.kafka.client.admin import TopicNames
+from embedstream.kafka.client.protocols import Producer
 from embedstream.tools.demo.phases import LanesPhase, Phase, RequestPhase, backlog_drained
-from embedstream.tools.top.model import Snapshot, snapshot_of
+from embedstream.tools.top.readings import Snapshot, snapshot_of
 
 POLL_S = 0.02  # how often the registry is asked whether a phase is done
 _YIELD_EVERY = 20  # sends between two turns of the event loop when none waits

@@ -30,8 +30,8 @@ from embedsim.server import SimulatorServer
 from embedstream.app.processor import build_service, default_backend
 from embedstream.app.store_writer import build_store_writer, search_store
 from embedstream.errors import EmbedStreamError
-from embedstream.kafka.admin import configured_specs, configured_topics, create_topics
-from embedstream.kafka.clients import connection_for, make_producer
+from embedstream.kafka.client.admin import configured_specs, configured_topics, create_topics
+from embedstream.kafka.client.clients import connection_for, make_producer
 from embedstream.ops.logs import setup_logging
 from embedstream.ops.store_metrics import StoreMetrics
 from embedstream.settings import Settings, load_settings

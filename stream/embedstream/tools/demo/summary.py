@@ -32,8 +32,8 @@ from rich.table import Table
 from rich.text import Text
 
 from embedstream.tools.demo.phases import LanesPhase, RequestPhase
-from embedstream.tools.top.model import Snapshot
 from embedstream.tools.top.rates import compute_rates
+from embedstream.tools.top.readings import Snapshot
 from embedstream.tools.verify.report import ResultRecord, VerificationReport
 
 LANES = ("high", "low")

@@ -1,6 +1,6 @@
 """``embedstream top``: a live terminal view of one or more processors' /metrics.
 
-:mod:`~embedstream.tools.top.model` parses and derives rates, :mod:`~embedstream.tools.top.rows`
+:mod:`~embedstream.tools.top.readings` parses and derives rates, :mod:`~embedstream.tools.top.rows`
 turns them into rows, :mod:`~embedstream.tools.top.layout` lays rows out as rich renderables
 (all pure); :mod:`~embedstream.tools.top.app` polls and draws.
 """
@@ -15,8 +15,8 @@ from embedstream.tools.top.app import (
 )
 from embedstream.tools.top.histogram import Histogram
 from embedstream.tools.top.layout import Fitted, Screen, fit_columns, render
-from embedstream.tools.top.model import PartitionLag, Snapshot, parse_exposition
 from embedstream.tools.top.rates import Rates, TargetView, compute_rates
+from embedstream.tools.top.readings import PartitionLag, Snapshot, parse_exposition
 from embedstream.tools.top.rows import Row, State, partition_rows, target_row, total_row
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The shell of ``embedstream top``: poll /metrics of each target, redraw a frame.
 
-Arithmetic lives in :mod:`embedstream.tools.top.model`, layout in
+Arithmetic lives in :mod:`embedstream.tools.top.readings`, layout in
 :mod:`embedstream.tools.top.layout`; this module only fetches, keeps the previous snapshot per
 target, and draws with rich (Live on a terminal, plain frames otherwise). A target that cannot
 be scraped shows as "down" in its row; nothing a target does stops the loop.
@@ -22,10 +22,10 @@ import aiohttp
 from rich.console import Console
 from rich.live import Live
 
-from embedstream.tools.top.keys import terminal_keys
+from embedstream.tools.top.keypresses import terminal_keys
 from embedstream.tools.top.layout import Fitted, Screen
-from embedstream.tools.top.model import Snapshot, parse_exposition
 from embedstream.tools.top.rates import TargetView, compute_rates
+from embedstream.tools.top.readings import Snapshot, parse_exposition
 
 DEFAULT_TARGET = "http://127.0.0.1:9464"
 DEFAULT_INTERVAL_S = 2.0

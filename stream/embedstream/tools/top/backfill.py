@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from embedstream.tools.top.model import BackfillProgress
 from embedstream.tools.top.rates import TargetView
+from embedstream.tools.top.readings import BackfillProgress
 
 
 def backfill_line(views: Sequence[TargetView]) -> str | None:

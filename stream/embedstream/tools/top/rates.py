@@ -1,7 +1,7 @@
 """Pure rates of ``embedstream top``: what changed on one target between two snapshots.
 
 :func:`compute_rates` compares two snapshots of the same target (parsed by
-:mod:`embedstream.tools.top.model`) taken ``elapsed_s`` apart; :class:`TargetView` is one
+:mod:`embedstream.tools.top.readings`) taken ``elapsed_s`` apart; :class:`TargetView` is one
 target at one refresh.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from embedstream.tools.top.histogram import Histogram, merge_histograms
-from embedstream.tools.top.model import PROVIDER_WIDE, Snapshot, frozen_mapping, increase
+from embedstream.tools.top.readings import PROVIDER_WIDE, Snapshot, frozen_mapping, increase
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from urllib.parse import urlsplit
 
-from embedstream.tools.top.model import DOCUMENT_OUTCOMES, merge_histograms
 from embedstream.tools.top.rates import TargetView
+from embedstream.tools.top.readings import DOCUMENT_OUTCOMES, merge_histograms
 
 
 class State(IntEnum):

@@ -2,7 +2,7 @@
 
 Run it once the processors have drained their input (lag 0, retry topic empty): requests still
 in flight or waiting in the retry topic are reported as lost. Exit status 0 when the report is
-ok, 1 when it is not; connection problems raise :class:`~embedstream.kafka.reader.ReadError`.
+ok, 1 when it is not; connection problems raise :class:`~embedstream.kafka.client.reader.ReadError`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,19 @@ from typing import Any
 
 import orjson
 
-from embedstream.core.documents import default_version
+from embedstream.core.document_versions import default_version
 from embedstream.errors import InvalidEvent
-from embedstream.kafka.admin import require_topics
-from embedstream.kafka.clients import KafkaTarget, check_broker, connection_for
-from embedstream.kafka.reader import TopicRecord, read_topics
-from embedstream.kafka.topics import TopicNames, configured_topics, topic_names, topic_settings
+from embedstream.kafka.client.admin import require_topics
+from embedstream.kafka.client.clients import KafkaTarget, check_broker, connection_for
+from embedstream.kafka.client.reader import TopicRecord, read_topics
+from embedstream.kafka.client.topics import (
+    TopicNames,
+    configured_topics,
+    topic_names,
+    topic_settings,
+)
 from embedstream.settings.flags import CONNECTION_SETTINGS, add_settings_flags, settings_from_args
-from embedstream.tools.verify.documents import (
+from embedstream.tools.verify.document_checks import (
     ChunkLetter,
     DocumentReport,
     PublishedEvent,
@@ -41,7 +46,7 @@ from embedstream.tools.verify.report import (
     source_location,
 )
 from embedstream.wire import TRUNCATED_FROM, EmbedResult, decode_output, headers_dict
-from embedstream.wire.documents import DocumentRecord
+from embedstream.wire.result_records import DocumentRecord
 
 
 @dataclass

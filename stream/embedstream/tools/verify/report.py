@@ -17,7 +17,7 @@ Definitions (all id lists are sorted):
 
 The report is ``ok`` when nothing is lost, misattributed or in both, and the duplicate result
 records (every result of an id beyond its first), with the documents' duplicate records,
-number at most ``max_duplicates``; documents (:mod:`embedstream.tools.verify.documents`), when
+number at most ``max_duplicates``; documents (:mod:`embedstream.tools.verify.document_checks`), when
 checked, must keep their output contract.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from embedstream.tools.verify.documents import DocumentReport
+from embedstream.tools.verify.document_checks import DocumentReport
 from embedstream.wire.vectors import decode_base64
 
 # (model, text, dimensions) -> the vector a correct pipeline returns, e.g. the simulator's

@@ -11,10 +11,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from embedstream.wire.documents import ChunkResult, DocumentComplete, DocumentIncomplete
 from embedstream.wire.events import EmbedResult
 from embedstream.wire.formats.output_schemas import AVRO, CHUNK, END, JSON_SCHEMA, RESULT
 from embedstream.wire.registry_frames import write_frame
+from embedstream.wire.result_records import ChunkResult, DocumentComplete, DocumentIncomplete
 from embedstream.wire.vectors import Vector, base64_floats
 
 

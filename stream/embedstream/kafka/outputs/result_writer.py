@@ -1,0 +1,308 @@
+"""Builds the output records (results, retries, dead letters) and hands each to a writer.
+
+At-least-once: the direct writer returns once the broker acknowledged the record, and the
+processor commits an input offset only after that. Exactly-once: the staging writer parks the
+record in its input partition's outbox, and the partition's transaction writes it together
+with the offset commit (kafka/outputs/transactions.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner
+
+from embedstream.core.clock import Clock
+from embedstream.core.lanes import Priority
+from embedstream.core.tracing import TRACEPARENT
+from embedstream.kafka.client.protocols import Producer, RecordBatch
+from embedstream.kafka.client.topics import TopicNames
+from embedstream.kafka.outputs.gathered_writes import GatheredWrites, NotAllWritten
+from embedstream.kafka.outputs.work import Origin, WorkItem
+from embedstream.wire import (
+    BACKFILL_HEADER,
+    SOURCE_TOPIC,
+    TRUNCATED_FROM,
+    ChunkResult,
+    DocumentComplete,
+    DocumentIncomplete,
+    EmbedResult,
+    Failure,
+    Headers,
+    RetryState,
+    dead_letter_headers,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One record to write, and the input record it answers."""
+
+    origin: Origin
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    # The assignment (a PartitionState) the input was read under. Exactly-once stages an
+    # output only if it is still the partition's current one: work finished after a revoke
+    # must not join the transactions of a later assignment, which reads that input again.
+    owner: object | None = None
+    # A partition of its own choosing (the changelog's state records); None: by key.
+    partition: int | None = None
+
+
+class Writer(Protocol):
+    async def write(self, output: Output) -> None: ...
+
+    async def write_many(self, outputs: Sequence[Output]) -> None: ...
+
+
+class OutputUnwritable(Exception):
+    """The broker did not take an output for `WRITE_RETRY_S`: the item stays unfinished (its
+    offset uncommitted), so it is redone later rather than lost."""
+
+
+class OutputsUnwritable(OutputUnwritable, NotAllWritten):
+    """Some outputs of a `write_many` were not written (see `failures`); the others were."""
+
+
+WRITE_RETRY_S = 300.0
+
+
+# Writers of ours waiting at once to join one partition's producer queue (see DirectWriter).
+ENQUEUE_WAITERS = 2
+
+
+class DirectWriter:
+    """Produces at once and returns when the broker has acknowledged (at-least-once).
+
+    Many outputs at once go out as record batches per partition (`write_many`): thousands of
+    concurrent `send()` calls would instead contend for each partition's open batch, every one
+    waking on every drain (in a profile, seven send attempts per record). A failed write
+    (broker down longer than the producer's request timeout) is retried with backoff: the
+    item cannot be committed before its output is written anyway.
+
+    Every lane's outputs share the one producer. A second producer for the high lane's
+    (``high_results_producer``, removed) measured no gain: the high tail under a flood is the
+    event loop's, not the producer's queue (benchmarks: lanes)."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        clock: Clock,
+        retry_for_s: float = WRITE_RETRY_S,
+        first_delay_s: float = 0.5,
+    ) -> None:
+        self._producer = producer
+        self._monotonic = clock.monotonic
+        self._retry_for_s = retry_for_s
+        self._first_delay_s = first_delay_s
+        self._partitioner = DefaultPartitioner()
+        # Two batches of ours at most wait to enter each partition's queue (one goes in at the
+        # next drain, the other is ready for the one after). aiokafka's
+        # add_batch subtracts the whole time waited so far on every wake-up, so dozens of
+        # writers woken at each drain ran out of request_timeout_ms within seconds
+        # (KafkaTimeoutError by the thousand a minute in a soak on Apache Kafka, and commits
+        # held back while they were retried).
+        self._enqueue_slots: dict[tuple[str, int], asyncio.Semaphore] = {}
+
+    async def write(self, output: Output) -> None:
+        await self._retrying(output.topic, lambda: self._send_one(output))
+
+    async def write_many(self, outputs: Sequence[Output]) -> None:
+        """Raises `OutputsUnwritable` naming the outputs not written when a partition's batch
+        was given up; the other partitions' outputs are written."""
+        by_partition: dict[tuple[str, int], list[int]] = {}  # positions in `outputs`
+        partitions_of: dict[str, list[int]] = {}  # a call's outputs share a topic or two
+        for position, output in enumerate(outputs):
+            partitions = partitions_of.get(output.topic)
+            if partitions is None:
+                found = await self._producer.partitions_for(output.topic)
+                partitions = partitions_of[output.topic] = sorted(found)
+            partition = output.partition
+            if partition is None:
+                partition = self._partitioner(output.key, partitions, partitions)
+            by_partition.setdefault((output.topic, partition), []).append(position)
+        failures: dict[int, BaseException] = {}
+        for given_up in await asyncio.gather(
+            *(self._write_partition(q, positions, outputs) for q, positions in by_partition.items())
+        ):
+            failures.update(given_up)
+        if failures:
+            raise OutputsUnwritable(failures)
+
+    async def _write_partition(
+        self, queue: tuple[str, int], positions: list[int], outputs: Sequence[Output]
+    ) -> dict[int, BaseException]:
+        """One partition's outputs, as few batches as fit, one after another;
+        the positions of those given up, and why. Each batch is retried on its own: resending
+        outputs the broker already took would duplicate them."""
+        mine = [outputs[p] for p in positions]
+        start = 0
+        while start < len(mine):
+            send = functools.partial(self._send_batch, queue, mine, start)
+            try:
+                start += await self._retrying(queue[0], send)
+            except OutputUnwritable as exc:  # the batches before this one are written
+                return dict.fromkeys(positions[start:], exc)
+        return {}
+
+    async def _send_batch(self, queue: tuple[str, int], outputs: list[Output], start: int) -> int:
+        """Send outputs[start:] that fit one batch; how many went."""
+        topic, partition = queue
+        producer = self._producer
+        batch = producer.create_batch()
+        count = 0
+        for output in outputs[start:]:
+            if not _append(batch, output):
+                break
+            count += 1
+        if count == 0:  # larger than a batch: on its own
+            await self._send_one(outputs[start])
+            return 1
+        slots = self._enqueue_slots.setdefault(queue, asyncio.Semaphore(ENQUEUE_WAITERS))
+        async with slots:  # only while it joins the queue; acks are awaited outside
+            delivered = await producer.send_batch(batch, topic, partition=partition)
+        await delivered
+        return count
+
+    async def _send_one(self, output: Output) -> None:
+        await self._producer.send_and_wait(
+            output.topic, output.value, key=output.key, headers=output.headers,
+            partition=output.partition,
+        )  # fmt: skip
+
+    async def _retrying(self, topic: str, send: Callable[[], Awaitable[T]]) -> T:
+        deadline = self._monotonic() + self._retry_for_s
+        delay = self._first_delay_s
+        while True:
+            try:
+                return await send()
+            except (KafkaError, OSError) as exc:
+                if self._monotonic() + delay > deadline:
+                    raise OutputUnwritable(f"{topic}: {exc!r}") from exc
+                log.warning("write to %s failed (%r); retrying in %.1fs", topic, exc,
+                            delay)  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+
+def _append(batch: RecordBatch, output: Output) -> bool:
+    added = batch.append(timestamp=None, key=output.key, value=output.value, headers=output.headers)
+    return added is not None
+
+
+class ResultValues(Protocol):
+    """The results topic's records in a registry format (wire/formats/results.py)."""
+
+    def encode(self, result: EmbedResult) -> bytes: ...
+    def encode_chunk(self, chunk: ChunkResult) -> bytes: ...
+    def encode_end(self, end: DocumentComplete | DocumentIncomplete) -> bytes: ...
+
+
+class ResultWriter:
+    def __init__(
+        self,
+        writer: Writer,
+        topics: TopicNames,
+        clock: Clock,
+        result_values: ResultValues | None = None,
+    ) -> None:
+        self._writer = writer
+        # Retries and dead letters: one coroutine an item, many in the same turn (a failed call's
+        # items), written together as record batches.
+        self._gathered: GatheredWrites[Output] = GatheredWrites(writer.write_many)
+        self._topics = topics
+        self._clock_ms = clock.wall_ms
+        # None: records as JSON, each record's own encode() (the hot path, untouched). Set
+        # before consuming starts when output_format is a registry format (the schema ids come
+        # from registering them): then results, chunks and final records all use it.
+        self.result_values = result_values
+
+    def result_outputs(
+        self, done: Sequence[tuple[WorkItem, EmbedResult | ChunkResult]]
+    ) -> list[Output]:
+        """The records of many results, encoded: their vectors are not needed any more."""
+        return [self._result_output(i, r) for i, r in done]
+
+    async def write_outputs(self, outputs: Sequence[Output]) -> None:
+        """Records of `result_outputs`, written as one batch per partition."""
+        await self._writer.write_many(outputs)
+
+    def _result_output(self, item: WorkItem, result: EmbedResult | ChunkResult) -> Output:
+        headers: Headers = [(SOURCE_TOPIC, item.source.encode())] if item.source else []
+        if item.truncated_from is not None:
+            headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
+        if (traceparent := item.span.traceparent()) is not None:
+            headers.append((TRACEPARENT, traceparent))
+        if item.priority is Priority.BACKFILL:  # the store lets the live stream's win
+            headers.append((BACKFILL_HEADER, b"1"))
+        values = self.result_values
+        if isinstance(result, ChunkResult):
+            key = result.key
+            value = result.encode() if values is None else values.encode_chunk(result)
+        else:
+            key = item.request.id.encode()
+            value = result.encode() if values is None else values.encode(result)
+        return Output(item.origin, self._topics.results, key, value, headers, item.partition)
+
+    def end_value(self, end: DocumentComplete | DocumentIncomplete) -> bytes:
+        """A document version's final record in the output format."""
+        values = self.result_values
+        return end.encode() if values is None else values.encode_end(end)
+
+    async def document_record(
+        self,
+        key: bytes,
+        value: bytes | None,
+        origin: Origin,
+        owner: object,
+        traceparent: bytes | None = None,
+        extra_headers: Headers | None = None,
+    ) -> None:
+        """A document's final record (or its tombstone, value None), keyed by doc_id."""
+        headers: Headers = [] if traceparent is None else [(TRACEPARENT, traceparent)]
+        headers += extra_headers or []
+        await self._writer.write(Output(origin, self._topics.results, key, value, headers, owner))
+
+    async def retry(self, item: WorkItem, not_before_ms: int, error: str) -> None:
+        state = RetryState(
+            attempts=item.attempts,
+            not_before_ms=not_before_ms,
+            first_error=item.first_error or error,
+            first_failure_ms=item.first_failure_ms or self._clock_ms(),
+            high_priority=item.priority is Priority.HIGH,
+            enqueued_at_ms=item.timestamp_ms,
+        )
+        headers = state.headers()
+        if item.source:  # read back, the retry is still accounted to its request's topic
+            headers.append((SOURCE_TOPIC, item.source.encode()))
+        if (traceparent := item.span.traceparent()) is not None:
+            headers.append((TRACEPARENT, traceparent))  # read back, it continues the trace
+        key = item.request.id.encode()
+        await self._gathered.write(
+            Output(item.origin, self._topics.retry, key, item.raw, headers, item.partition)
+        )
+
+    async def dead_letter(
+        self,
+        raw: bytes | None,
+        key: bytes | None,
+        failure: Failure,
+        owner: object | None,
+        extra_headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        origin = Origin(failure.source_topic, failure.source_partition, failure.source_offset)
+        headers = dead_letter_headers(failure) + list(extra_headers)
+        await self._gathered.write(
+            Output(origin, self._topics.dead_letters, key, raw, headers, owner)
+        )
