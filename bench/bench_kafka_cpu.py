@@ -4,6 +4,7 @@
     python bench/bench_kafka_cpu.py                                     # the in-memory cluster
     python bench/bench_kafka_cpu.py --bootstrap ... --baseline ../main --rounds 3
     python bench/bench_kafka_cpu.py --bootstrap ... --profile-only --top 25
+    python bench/bench_kafka_cpu.py --bootstrap ... --cache off --results base64   # as kafka-floor
 
 One processor (`embedstream bench`'s settings: batches up to 2048, 8 call slots) drains
 ``--items`` requests of 30-token texts from its low topic, on Apache Kafka through aiokafka or
@@ -105,15 +106,16 @@ class Sampler:
 
     RATE_PER_S = 250
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, rate_per_s: int = RATE_PER_S) -> None:
         self._path = path
+        self._rate_per_s = rate_per_s
         self._spy: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         if self._path is None:
             return
         command = ["py-spy", "record", "--pid", str(os.getpid()), "--format", "raw", "--rate",
-                   str(self.RATE_PER_S), "--nonblocking", "-o", str(self._path)]  # fmt: skip
+                   str(self._rate_per_s), "--nonblocking", "-o", str(self._path)]  # fmt: skip
         self._spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # attached before the drain starts (nothing runs meanwhile)
 
@@ -176,7 +178,7 @@ async def drain_on_kafka(
 def child(args: argparse.Namespace) -> None:
     """One measurement in this fresh process: CPU per item (and a profile if asked)."""
     asyncio.run(drain_in_memory(2_000, Sampler(None)))  # warm-up: imports, first allocations
-    sampler = Sampler(args.profile)
+    sampler = Sampler(args.profile, args.rate)
     if args.bootstrap:
         cpu = asyncio.run(
             drain_on_kafka(args.bootstrap, args.items, sampler, args.encoding, args.cache)
@@ -191,7 +193,7 @@ def measure(
 ) -> float:
     env = {**os.environ, "PYTHONPATH": f"{source / 'stream'}:{source}"}
     command = [sys.executable, __file__, "--child", "--items", str(args.items)]
-    command += ["--encoding", encoding, "--cache", args.cache]
+    command += ["--encoding", encoding, "--cache", args.cache, "--rate", str(args.rate)]
     command += ["--bootstrap", args.bootstrap] if args.bootstrap else []
     command += ["--profile", str(profile)] if profile else []
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -302,6 +304,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=20, help="functions listed in the profile")
     parser.add_argument("--base64-arm", action="store_true",
                         help="also this checkout, requests asking base64 (no decode)")  # fmt: skip
+    parser.add_argument("--results", choices=("float", "base64"), default="float",
+                        help="the requests' encoding_format (kafka-floor's: base64, the "
+                        "provider's vectors written as they come)")  # fmt: skip
+    parser.add_argument("--rate", type=int, default=Sampler.RATE_PER_S,
+                        help="py-spy's samples a second in the profile")  # fmt: skip
     parser.add_argument("--encoding", default="float", help=argparse.SUPPRESS)
     parser.add_argument("--cache", choices=("memory", "off"), default="memory",
                         help="the embedding cache (default: the library's, memory)")  # fmt: skip
@@ -312,14 +319,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         child(args)
         return
     here = Path(__file__).resolve().parent.parent
-    variants = [("this checkout", here, "float")]
+    variants = [("this checkout", here, args.results)]
     if args.baseline is not None:
-        variants.insert(0, (f"baseline ({args.baseline.name})", args.baseline.resolve(), "float"))
+        baseline = args.baseline.resolve()
+        variants.insert(0, (f"baseline ({args.baseline.name})", baseline, args.results))
     if args.base64_arm:
         variants.append(("this checkout, results in base64", here, "base64"))
     where = f"Apache Kafka at {args.bootstrap}" if args.bootstrap else "the in-memory cluster"
-    print(f"{args.items:,} requests through one processor on {where}; load average "
-          f"{os.getloadavg()[0]:.1f} at the start")  # fmt: skip
+    print(f"{args.items:,} requests through one processor on {where} ({args.results} results, "
+          f"cache {args.cache}); load average {os.getloadavg()[0]:.1f} at the start")  # fmt: skip
     if not args.profile_only:
         cpu: dict[str, list[float]] = {label: [] for label, _, _ in variants}
         for _ in range(args.rounds):  # interleaved: the machine's load falls on every variant
@@ -336,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   f"| {statistics.median(runs) / statistics.median(first):.2f}x, "
                   f"{min(runs) / min(first):.2f}x |")  # fmt: skip
     profile = Path(os.environ.get("TMPDIR", "/tmp")) / f"kafka_cpu_{os.getpid()}.txt"
-    cpu_per_item = measure(args, here, "float", profile)
+    cpu_per_item = measure(args, here, args.results, profile)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end; profile in {profile}\n")
     print(profile_table(profile, args.items, cpu_per_item, args.top))
 
