@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import os
 import re
 import signal
@@ -133,6 +134,16 @@ async def _until_done(metrics: Metrics, items: int) -> float:
     return time.process_time() - started
 
 
+def _collector() -> contextlib.AbstractContextManager[None]:
+    """The collector as `embedstream run` sets it; as CPython has it in a checkout from before
+    `ops/collector.py` (a --baseline)."""
+    try:
+        from embedstream.ops.collector import collector_for_throughput
+    except ImportError:
+        return contextlib.nullcontext()
+    return collector_for_throughput()
+
+
 async def drain_in_memory(
     items: int, sampler: Sampler, encoding: str = "float", cache: str = "memory"
 ) -> float:
@@ -149,12 +160,13 @@ async def drain_in_memory(
     service = build_service(
         settings, backend, metrics=metrics, consumer=consumer, producer=producer
     )
-    sampler.start()
-    task = asyncio.create_task(service.run())
-    cpu = await _until_done(metrics, items)
-    sampler.stop()
-    service.stop()
-    await task
+    with _collector():  # as `embedstream run` has it (app.run_service)
+        sampler.start()
+        task = asyncio.create_task(service.run())
+        cpu = await _until_done(metrics, items)
+        sampler.stop()
+        service.stop()
+        await task
     return cpu
 
 

@@ -62,6 +62,7 @@ from embedstream.kafka.topics import TopicNames, configured_topics, topic_settin
 from embedstream.kafka.transactions import PartitionTransactions
 from embedstream.kafka.waiting import WaitingRetries
 from embedstream.kafka.work import WorkItem
+from embedstream.ops.collector import collector_for_throughput
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
@@ -276,7 +277,8 @@ async def run_service(
     if started is not None:
         started.set()
     try:
-        await service.run()
+        with collector_for_throughput():  # the process is the processor's (ops/collector.py)
+            await service.run()
     finally:
         closing_s = service.processor.closing.step_s()
         await bounded(backend.close(), closing_s, "the provider client's close")
