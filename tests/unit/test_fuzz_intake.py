@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import TopicPartition
 from embedstream.core import configured
 from embedstream.core.intake import Intake
@@ -193,6 +194,13 @@ def test_the_retry_header_reader_returns_a_state_or_refuses_with_invalid_headers
         return
     assert state.attempts >= 0 and state.not_before_ms >= 0
     assert read_retry_state(state.headers()) == state  # what it writes, it reads back
+
+
+@pytest.mark.parametrize("record_headers", [None, [], [("traceparent", b"00-ab-cd-01")]])
+def test_a_record_with_no_header_of_ours_is_a_fresh_request(
+    record_headers: list[tuple[str, bytes | None]] | None,
+) -> None:
+    assert read_retry_state(record_headers) == RetryState()
 
 
 # ------------------------------------------------------------------------------ found by it

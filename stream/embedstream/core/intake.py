@@ -68,6 +68,7 @@ class Intake:
         self._profile = configured.profile_label(settings)
         self._chunking = chunking_rules(settings, limits)
         self._dimensions = settings.dimensions
+        self._max_value_bytes = max(settings.max_event_bytes, settings.max_document_bytes)
         if self._dimensions is not None and not limits.dimensions:
             raise ConfigError(
                 "dimensions", f"provider_profile {self._profile} takes no dimensions; unset it"
@@ -76,11 +77,10 @@ class Intake:
     def admit(
         self, value: bytes | None, key: bytes | None = None
     ) -> Admitted | AdmittedDocument | DocumentTombstone | Rejected:
-        s = self._settings
         try:
             if value is None:
                 return tombstone_for(key)
-            doc = event_object(value, max_bytes=max(s.max_event_bytes, s.max_document_bytes))
+            doc = event_object(value, max_bytes=self._max_value_bytes)
         except InvalidEvent as exc:
             return Rejected("InvalidEvent", exc.reason, exc.message)
         return self.admit_object(doc, len(value))

@@ -59,6 +59,11 @@ class Admission:
         # No retry waits longer than the longest backoff (retry_backoff_cap_ms): a not-before
         # time in the year 9999 would hold the record, and its partition's commits, for ever.
         self._max_delay_ms = max_delay_ms
+        self._lanes: dict[str, InputLane] = {}  # each topic's, looked up once
+
+    def report_counts(self) -> None:
+        """Report what was counted while admitting a fetch's records (nothing here; the
+        sources' accounting: `kafka/attribution.py`)."""
 
     @property
     def framed(self) -> bool:
@@ -100,8 +105,11 @@ class Admission:
         except InvalidEvent as exc:
             return _failure(record, "InvalidEvent", exc.reason, exc.message, 0, now_ms)
         value = record.value or b""
+        lane = self._lanes.get(record.topic)
+        if lane is None:
+            lane = self._lanes[record.topic] = self._topics.lane_of(record.topic)
         # A tombstone deletes a document; the retry topic (embedstream's own) carries none.
-        retry_topic = self._topics.lane_of(record.topic) is InputLane.RETRY
+        retry_topic = lane is InputLane.RETRY
         if mapped is None:
             verdict = self._intake.admit(record.value, None if retry_topic else record.key)
         else:
@@ -114,7 +122,7 @@ class Admission:
         # Kafka's -1 is "no timestamp", and a producer may set any: then the request
         # enters now (its retry record's enqueued_at must be a time embedstream reads back).
         timestamp_ms = retry.enqueued_at_ms or _plausible(record.timestamp, now_ms)
-        priority = self._priority(record.topic, retry)
+        priority = _priority(lane, retry)
         if self._lane is not None:
             priority = self._lane.priority
         elif mapped is not None and mapped.high_priority is not None and not retry_topic:
@@ -145,11 +153,11 @@ class Admission:
             not_before_ms=min(retry.not_before_ms, now_ms + self._max_delay_ms),
         )
 
-    def _priority(self, topic: str, retry: RetryState) -> Priority:
-        lane = self._topics.lane_of(topic)
-        if lane is InputLane.HIGH or (lane is InputLane.RETRY and retry.high_priority):
-            return Priority.HIGH
-        return Priority.LOW
+
+def _priority(lane: InputLane, retry: RetryState) -> Priority:
+    if lane is InputLane.HIGH or (lane is InputLane.RETRY and retry.high_priority):
+        return Priority.HIGH
+    return Priority.LOW
 
 
 def _failure(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,37 +265,76 @@ class Processor:
                 return
             admitted: list[WorkItem] = []
             for state, records in fetched:
-                for record in records:
-                    made = await self._admit(state, record)
-                    if made is None:
-                        break  # held back from this record on: read again after the hold
-                    admitted += made
+                if p.admission.framed:
+                    for record in records:
+                        made = await self._admit_framed(state, record)
+                        if made is None:
+                            break  # held back from this record on: read again after the hold
+                        admitted += made
+                else:
+                    await self._admit_all(state, records, admitted)
                 p.fetcher.update_lag(state, records[-1].offset + 1)
+            p.admission.report_counts()
             await self.submit(admitted)
 
-    async def _admit(self, state: PartitionState, record: Record) -> list[WorkItem] | None:
-        """Track one record; the work it makes now (a request, a document's chunks, nothing);
-        dead-letter it now if it can never become work. None: held back, not tracked (the
-        schema registry is out; the partition reads it again after a hold)."""
+    async def _admit_all(
+        self, state: PartitionState, records: Sequence[Record], admitted: list[WorkItem]
+    ) -> None:
+        """Track a partition's JSON records, adding the work they make now to ``admitted``
+        (the hot path: a request is admitted with no await)."""
         p = self.parts
+        admit = p.admission.admit
+        now_ms = p.clock.wall_ms()
+        for record in records:
+            if not self._fresh(state, record):
+                continue
+            verdict = admit(record, state, now_ms)
+            self._track(state, record)
+            if isinstance(verdict, WorkItem):
+                admitted.append(verdict)
+            else:
+                admitted += await self._made(state, record, verdict)
+                now_ms = p.clock.wall_ms()  # that may have waited for the broker
+
+    async def _admit_framed(self, state: PartitionState, record: Record) -> list[WorkItem] | None:
+        """Track one registry-framed record; the work it makes now. None: held back, not
+        tracked (the schema registry is out; the partition reads it again after a hold)."""
+        p = self.parts
+        if not self._fresh(state, record):
+            return []
+        verdict = await p.admission.admit_framed(record, state, p.clock.wall_ms())
+        if isinstance(verdict, HeldBack):
+            p.fetcher.hold_back(state, record.offset, verdict.retry_after_s)
+            return None
+        self._track(state, record)
+        return await self._made(state, record, verdict)
+
+    def _fresh(self, state: PartitionState, record: Record) -> bool:
+        """Whether the record is ours to admit now."""
         if state.floor is not None and record.offset < state.floor:
-            return []  # committed by the previous owner (exactly-once): not ours to redo
+            return False  # committed by the previous owner (exactly-once): not ours to redo
         if state.offsets.seen(record.offset):
             # Delivered again under the same assignment (the consumer's position went back,
             # e.g. to the committed offset in a rebalance): it is already in hand, once. This
             # crashed the processor ("tracked out of order") in a churn test under load.
             log.info("skipped %s-%d@%d, delivered again", record.topic, record.partition,
                      record.offset)  # fmt: skip
-            return []
-        if p.admission.framed:
-            verdict = await p.admission.admit_framed(record, state, p.clock.wall_ms())
-            if isinstance(verdict, HeldBack):
-                p.fetcher.hold_back(state, record.offset, verdict.retry_after_s)
-                return None
-        else:
-            verdict = p.admission.admit(record, state, p.clock.wall_ms())
-        p.fetcher.observe(record)
+            return False
+        return True
+
+    def _track(self, state: PartitionState, record: Record) -> None:
+        self.parts.fetcher.observe(record)
         state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
+
+    async def _made(
+        self,
+        state: PartitionState,
+        record: Record,
+        verdict: WorkItem | DocumentStart | DocumentTombstone | Failure,
+    ) -> list[WorkItem]:
+        """The work a tracked record makes now (a request, a document's chunks, nothing);
+        dead-letter it now if it can never become work."""
+        p = self.parts
         if isinstance(verdict, Failure):
             await p.outcomes.refused(record, state, verdict)
             return []

@@ -356,8 +356,8 @@ class Metrics:
     def declare_sources(self, sources: Iterable[str]) -> None:
         self.sources.declare_sources(sources)
 
-    def count_source_request(self, source: str) -> None:
-        self.sources.count_source_request(source)
+    def count_source_requests(self, source: str, count: int) -> None:
+        self.sources.count_source_requests(source, count)
 
     def count_source_usage(
         self, source: str, *, tokens: int, estimated: bool, call_share: float

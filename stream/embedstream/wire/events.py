@@ -54,14 +54,16 @@ def event_object(raw: bytes | None, *, max_bytes: int) -> dict[str, Any]:
     if len(raw) > max_bytes:
         raise InvalidEvent(Reason.OVERSIZED, f"value is {len(raw)} bytes, limit {max_bytes}")
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidEvent(
-            Reason.INVALID_UTF8, f"value is not UTF-8: {exc.reason} at byte {exc.start}"
-        ) from None
-    try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        # orjson refuses any input that is not UTF-8 as a whole before parsing it, so the
+        # UTF-8 check costs a decode only here, on the error path, and still comes first.
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise InvalidEvent(
+                Reason.INVALID_UTF8, f"value is not UTF-8: {bad.reason} at byte {bad.start}"
+            ) from None
         raise InvalidEvent(Reason.INVALID_JSON, f"value is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InvalidEvent(
@@ -73,6 +75,8 @@ def event_object(raw: bytes | None, *, max_bytes: int) -> dict[str, Any]:
 def request_from_doc(doc: dict[str, Any]) -> EmbedRequest:
     """Validate one request given as a JSON-equivalent dict (a JSON event, or a registry
     record after field mapping, see ``wire/field_mapping.py``)."""
+    if len(doc) == 2:  # most requests: an id and a text, no optional field to look for
+        return EmbedRequest(_id(doc), _text(doc))
     return EmbedRequest(
         id=_id(doc),
         text=_text(doc),
@@ -106,7 +110,7 @@ def _text(doc: dict[str, Any]) -> str:
     value = doc["text"]
     if not isinstance(value, str):
         raise InvalidEvent(Reason.INVALID_TEXT, "field 'text' must be a string")
-    if not value.strip():
+    if not value or value.isspace():  # (`not value.strip()`, without a copy of the text)
         raise InvalidEvent(Reason.EMPTY_TEXT, "field 'text' is empty or only whitespace")
     return value
 
