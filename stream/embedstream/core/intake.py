@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from embedstream.core import configured
 from embedstream.core.chunker import Chunk, ChunkingRules, chunk_document
@@ -34,8 +34,9 @@ from embedstream.wire.document_events import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Admitted:
+class Admitted(NamedTuple):
+    """A request admitted (a NamedTuple rather than a frozen dataclass: one per record)."""
+
     request: EmbedRequest
     model: str
     encoding_format: str
@@ -105,7 +106,7 @@ class Intake:
         except InvalidEvent as exc:
             return Rejected("InvalidEvent", exc.reason, exc.message)
         if request.dimensions is None and self._dimensions is not None:
-            request = dataclasses.replace(request, dimensions=self._dimensions)
+            request = request._replace(dimensions=self._dimensions)
         model = request.model or self._settings.model
         if self._allowed_models and model not in self._allowed_models:
             return Rejected(
@@ -126,7 +127,7 @@ class Intake:
             return Admitted(request, model, encoding_format, tokens)
         if problem.reason == "too_long" and self._settings.oversize_policy == "truncate":
             text = truncate(request.text, self._limits.max_tokens_per_input, self._count)
-            shorter = dataclasses.replace(request, text=text)
+            shorter = request._replace(text=text)
             return Admitted(shorter, model, encoding_format, self._count(text), tokens)
         return Rejected("PermanentItemError", problem.reason, problem.message)
 

@@ -12,8 +12,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
@@ -43,9 +42,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One record to write, and the input record it answers."""
+class Output(NamedTuple):
+    """One record to write, and the input record it answers (a NamedTuple rather than a
+    frozen dataclass: one is built per result)."""
 
     origin: Origin
     topic: str

@@ -4,7 +4,7 @@ it must be acked."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.engine.jobs import Job
@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from embedstream.kafka.documents import DocumentRun
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
+class Origin(NamedTuple):
+    """Where a record was read (a NamedTuple: one is built per record)."""
+
     topic: str
     partition: int
     offset: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -22,8 +22,9 @@ MAX_PARAMETER_CHARS = 512
 INDEX_GENERATION = "index_generation"
 
 
-@dataclass(frozen=True, slots=True)
-class EmbedRequest:
+class EmbedRequest(NamedTuple):
+    # A NamedTuple rather than a frozen dataclass (immutable all the same): one is built per
+    # record read, and a frozen dataclass's fields cost a call each to set.
     id: str
     text: str
     model: str | None = None
