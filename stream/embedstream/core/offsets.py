@@ -8,6 +8,7 @@ everything is done, so a commit never moves past unfinished work.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 
 class PartitionOffsets:
@@ -40,23 +41,45 @@ class PartitionOffsets:
         """Count `size` more bytes (less, if negative) against the unfinished record at
         `offset`: its result while it waits for the broker's ack. Nothing for a record already
         finished, whose bytes were freed with it."""
-        if offset in self._completed or not self._outstanding or offset < self._outstanding[0]:
+        self.hold_bytes_each(((offset, size),), 1)
+
+    def hold_bytes_each(self, sizes: Iterable[tuple[int, int]], sign: int) -> None:
+        """`hold_bytes(offset, sign * size)` for each (offset, size): a call's results, held
+        (sign 1) and released once acked (sign -1) in one pass each."""
+        completed, held, outstanding = self._completed, self._sizes, self._outstanding
+        if not outstanding:
             return
-        before = self._sizes.get(offset, 0)
-        after = max(0, before + size)
-        if after:
-            self._sizes[offset] = after
-        else:
-            self._sizes.pop(offset, None)
-        self.pending_bytes += after - before
+        first = outstanding[0]
+        change = 0
+        for offset, size in sizes:
+            if offset in completed or offset < first:
+                continue
+            before = held.get(offset, 0)
+            after = before + sign * size
+            if after > 0:
+                held[offset] = after
+            else:
+                after = 0
+                held.pop(offset, None)
+            change += after - before
+        self.pending_bytes += change
 
     def complete(self, offset: int) -> None:
-        if offset not in self._completed:
-            self.pending_bytes -= self._sizes.pop(offset, 0)
-        self._completed.add(offset)
-        while self._outstanding and self._outstanding[0] in self._completed:
-            done = self._outstanding.popleft()
-            self._completed.discard(done)
+        self.complete_all((offset,))
+
+    def complete_all(self, offsets: Iterable[int]) -> None:
+        """`complete` each of ``offsets``, then move the commit position once."""
+        completed, held = self._completed, self._sizes
+        freed = 0
+        for offset in offsets:
+            if offset not in completed:
+                freed += held.pop(offset, 0)
+                completed.add(offset)
+        self.pending_bytes -= freed
+        outstanding = self._outstanding
+        while outstanding and outstanding[0] in completed:
+            done = outstanding.popleft()
+            completed.discard(done)
             self._timestamps.pop(done, None)
 
     @property

@@ -35,7 +35,9 @@ from embedstream.wire import (
     Failure,
     Headers,
     RetryState,
+    Vector,
     dead_letter_headers,
+    result_json,
 )
 
 log = logging.getLogger(__name__)
@@ -221,38 +223,66 @@ class Sink:
         # items), written together as record batches.
         self._gathered: GatheredWrites[Output] = GatheredWrites(writer.write_many)
         self._topics = topics
+        self._results_topic = topics.results
         self._clock_ms = clock.wall_ms
-        # None: records as JSON, each record's own encode() (the hot path, untouched). Set
+        # None: records as JSON (the hot path: a result's JSON written from its fields). Set
         # before consuming starts when output_format is a registry format (the schema ids come
         # from registering them): then results, chunks and final records all use it.
         self.result_values = result_values
-
-    def result_outputs(
-        self, done: Sequence[tuple[WorkItem, EmbedResult | ChunkResult]]
-    ) -> list[Output]:
-        """The records of many results, encoded: their vectors are not needed any more."""
-        return [self._result_output(i, r) for i, r in done]
+        self._source_headers: dict[str, tuple[str, bytes]] = {}  # each source's, encoded once
 
     async def write_outputs(self, outputs: Sequence[Output]) -> None:
-        """Records of `result_outputs`, written as one batch per partition."""
+        """Result records, written as one batch per partition."""
         await self._writer.write_many(outputs)
 
-    def _result_output(self, item: WorkItem, result: EmbedResult | ChunkResult) -> Output:
-        headers: Headers = [(SOURCE_TOPIC, item.source.encode())] if item.source else []
+    def result_output(
+        self,
+        item: WorkItem,
+        model: str,
+        vector: Vector,
+        dimensions: int,
+        tokens: int,
+        latency_ms: float,
+        cached: bool,
+        index_generation: str,
+    ) -> Output:
+        """The record of a request's result, encoded: its vector is not needed any more."""
+        request = item.request
+        values = self.result_values
+        if values is None:
+            value = result_json(
+                request.id, model, vector, dimensions, tokens, request.metadata, item.attempts,
+                latency_ms, cached, index_generation,
+            )  # fmt: skip
+        else:
+            value = values.encode(
+                EmbedResult(request.id, model, vector, dimensions, tokens, request.metadata,
+                            item.attempts, latency_ms, cached, index_generation)
+            )  # fmt: skip
+        return Output(item.origin, self._results_topic, request.id.encode(), value,
+                      self._result_headers(item), item.partition)  # fmt: skip
+
+    def chunk_output(self, item: WorkItem, result: ChunkResult) -> Output:
+        """The record of a document chunk's result, encoded."""
+        values = self.result_values
+        value = result.encode() if values is None else values.encode_chunk(result)
+        return Output(item.origin, self._results_topic, result.key, value,
+                      self._result_headers(item), item.partition)  # fmt: skip
+
+    def _result_headers(self, item: WorkItem) -> Headers:
+        headers: Headers = []
+        if item.source:
+            source = self._source_headers.get(item.source)
+            if source is None:
+                source = self._source_headers[item.source] = (SOURCE_TOPIC, item.source.encode())
+            headers.append(source)
         if item.truncated_from is not None:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
         if (traceparent := item.span.traceparent()) is not None:
             headers.append((TRACEPARENT, traceparent))
         if item.priority is Priority.BACKFILL:  # the store lets the live stream's win
             headers.append((BACKFILL_HEADER, b"1"))
-        values = self.result_values
-        if isinstance(result, ChunkResult):
-            key = result.key
-            value = result.encode() if values is None else values.encode_chunk(result)
-        else:
-            key = item.request.id.encode()
-            value = result.encode() if values is None else values.encode(result)
-        return Output(item.origin, self._topics.results, key, value, headers, item.partition)
+        return headers
 
     def end_value(self, end: DocumentComplete | DocumentIncomplete) -> bytes:
         """A document version's final record in the output format."""

@@ -33,6 +33,7 @@ from embedstream.wire.events import (
     encode_request,
     event_object,
     request_from_doc,
+    result_json,
 )
 from embedstream.wire.headers import (
     BACKFILL_HEADER,
@@ -137,6 +138,7 @@ __all__ = [
     "headers_dict",
     "read_retry_state",
     "request_from_doc",
+    "result_json",
     "rfc3339",
     "vector_from_float32",
 ]

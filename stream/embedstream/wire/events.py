@@ -211,20 +211,39 @@ class EmbedResult:
     index_generation: str | None = None  # see embedstream.core.generations
 
     def encode(self) -> bytes:
-        doc: dict[str, Any] = {
-            "id": self.id,
-            "model": self.model,
-            "embedding": self.embedding,
-            "dimensions": self.dimensions,
-            "usage": {"tokens": self.tokens},
-            "metadata": self.metadata,
-            "attempts": self.attempts,
-            "latency_ms": round(self.latency_ms, 3),
-            "cached": self.cached,
-        }
-        if self.index_generation is not None:
-            doc[INDEX_GENERATION] = self.index_generation
-        return record_json(doc)
+        return result_json(
+            self.id, self.model, self.embedding, self.dimensions, self.tokens, self.metadata,
+            self.attempts, self.latency_ms, self.cached, self.index_generation,
+        )  # fmt: skip
+
+
+def result_json(
+    id: str,
+    model: str,
+    embedding: Vector,
+    dimensions: int,
+    tokens: int,
+    metadata: dict[str, Any] | None,
+    attempts: int,
+    latency_ms: float,
+    cached: bool = False,
+    index_generation: str | None = None,
+) -> bytes:
+    """The JSON of the :class:`EmbedResult` of these fields (written without building one)."""
+    doc: dict[str, Any] = {
+        "id": id,
+        "model": model,
+        "embedding": embedding,
+        "dimensions": dimensions,
+        "usage": {"tokens": tokens},
+        "metadata": metadata,
+        "attempts": attempts,
+        "latency_ms": round(latency_ms, 3),
+        "cached": cached,
+    }
+    if index_generation is not None:
+        doc[INDEX_GENERATION] = index_generation
+    return record_json(doc)
 
 
 def decode_result(raw: bytes) -> dict[str, Any]:
