@@ -133,6 +133,15 @@ class Bucket(Generic[T]):
         queue.append(item)
         self._count += 1
 
+    def add_all(self, items: list[Pending[T]], source: Source = None) -> None:
+        """`add` for each of ``items``, in order (one source's)."""
+        if self._queues is None and (source == self._source or not self._items):
+            self._source = source
+            self._items.extend(items)  # the fast path, all at once
+            return
+        for item in items:
+            self.add(item, source)
+
     @property
     def oldest_arrival(self) -> float:
         if self._queues is None:

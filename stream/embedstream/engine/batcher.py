@@ -12,7 +12,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from embedstream.core.arrivals import ArrivalRate
@@ -119,6 +119,21 @@ class Batcher(Generic[T]):
         self._buffered += 1
         self._buffered_by_priority[key.priority] += 1
         self._arrivals[key.priority].add(self._clock())
+        self._wake.set()
+
+    def add_all(self, key: BucketKey, source: Source, entries: Sequence[tuple[int, T]]) -> None:
+        """Buffer items of one bucket and source, in order, arriving now: `add` for each of
+        (tokens, payload), with one clock reading and one update of the counts for all."""
+        if not entries:
+            return
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = Bucket(key, self._source_weights)
+        now = self._clock()
+        bucket.add_all([Pending(tokens, now, payload) for tokens, payload in entries], source)
+        self._buffered += len(entries)
+        self._buffered_by_priority[key.priority] += len(entries)
+        self._arrivals[key.priority].add(now, len(entries))
         self._wake.set()
 
     def drop_where(self, predicate: Callable[[T], bool]) -> list[T]:

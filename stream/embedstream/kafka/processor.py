@@ -351,15 +351,12 @@ class Processor:
         the whole fetch), the rest joins the batcher (or waits, if a retry not yet due)."""
         p = self.parts
         if p.cache is None or not items:
-            for item in items:
-                p.waiting.hold_or_submit(item)
+            p.waiting.hold_or_submit_all(items)
             return
         due = p.waiting.hold_later(items)
         hits, misses = await p.cache.look_up(due, _bucket_key)
         # A rebalance may have revoked partitions during the look-up: their work is not ours.
-        for item in misses:
-            if item.current:
-                p.waiting.hold_or_submit(item)
+        p.waiting.hold_or_submit_all([item for item in misses if item.current])
         # Written in the background (still held, so backpressure bounds them; the drain
         # waits for them with the other results).
         p.outcomes.cached([hit for hit in hits if hit.job.current])
