@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol, TypeVar
 
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import DefaultPartitioner
 
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import Priority
 from embedstream.core.tracing import TRACEPARENT
 from embedstream.kafka.gathered import GatheredWrites, NotAllWritten
+from embedstream.kafka.partitioning import partition_for
 from embedstream.kafka.protocols import Producer, RecordBatch
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
@@ -107,7 +107,6 @@ class DirectWriter:
         self._monotonic = clock.monotonic
         self._retry_for_s = retry_for_s
         self._first_delay_s = first_delay_s
-        self._partitioner = DefaultPartitioner()
         # Two batches of ours at most wait to enter each partition's queue (one goes in at the
         # next drain, the other is ready for the one after). aiokafka's
         # add_batch subtracts the whole time waited so far on every wake-up, so dozens of
@@ -131,7 +130,7 @@ class DirectWriter:
                 partitions = partitions_of[output.topic] = sorted(found)
             partition = output.partition
             if partition is None:
-                partition = self._partitioner(output.key, partitions, partitions)
+                partition = partition_for(output.key, partitions)
             by_partition.setdefault((output.topic, partition), []).append(position)
         failures: dict[int, BaseException] = {}
         for given_up in await asyncio.gather(
