@@ -38,6 +38,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Generic
 
 from embedstream.core.backoff import Backoff
@@ -81,6 +82,9 @@ def _shared_user(batch: Sequence[Pending[J]]) -> str | None:
     return first
 
 
+_tokens = attrgetter("tokens")  # of a Pending, read in C over a whole batch
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -120,6 +124,7 @@ class BatchCaller(Generic[J]):
         self._monotonic = monotonic
         self._cache = cache
         self._tracer = tracer  # one client span per call, linked to its requests' spans
+        self._traced = tracer is not NULL_TRACER
         self._evidence = ServiceEvidence(clock_ms)  # whether the provider serves others meanwhile
         self._failing = FailingInputs()  # inputs the provider failed alone (server errors)
         self.probe_key: BucketKey | None = None  # the last call's shape served: what probes send
@@ -179,9 +184,11 @@ class BatchCaller(Generic[J]):
         while True:
             distinct, mapping = unique_texts([p.payload.input for p in batch])
             call = BatchCall.for_bucket(key, distinct, user=_shared_user(batch))
+            # (The attempt is the tracer's only: a pass over the batch, not made untraced.)
+            attempt = max(p.payload.attempts for p in batch) if self._traced else 0
             span = self._tracer.call(
                 key.model, (p.payload.span for p in batch), size=len(batch), reason=reason,
-                attempt=max(p.payload.attempts for p in batch),
+                attempt=attempt,
             )  # fmt: skip
             started = time.perf_counter()
             sent_ms = self._clock_ms()
@@ -226,7 +233,7 @@ class BatchCaller(Generic[J]):
                 continue
             span.end(input_tokens=outcome.total_tokens)
             if self._cost is not None:
-                tokens = sum(p.tokens for p in batch)
+                tokens = sum(map(_tokens, batch))
                 self._cost.observe(
                     cost_key(key), tokens, len(distinct), outcome.latency_s, self._monotonic()
                 )
@@ -380,7 +387,7 @@ class BatchCaller(Generic[J]):
     ) -> None:
         # The provider reports usage per call; each job gets its share by estimate, the
         # shares summing to the provider's count.
-        shares = apportion(outcome.total_tokens, [p.tokens for p in batch])
+        shares = apportion(outcome.total_tokens, list(map(_tokens, batch)))
         done = [
             Embedded(p.payload, outcome.vectors[index], share)
             for p, index, share in zip(batch, mapping, shares, strict=True)
