@@ -27,14 +27,16 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import os
 import re
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 import orjson
 from embedstream.app import build_service
 from embedstream.engine.answers import parse_body
-from embedstream.engine.backend import BatchCall, BatchOutcome
+from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
+from embedstream.engine.embedder import OpenAIEmbedder
 from embedstream.kafka.admin import topic_names
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, load_settings
@@ -54,7 +57,8 @@ from embedstream.tools.bench.kafka_scenarios import (
     scenario_topics,
     unique_prefix,
 )
-from embedstream.tools.bench.model import PROVIDER_MAX_INPUTS, PROVIDER_MAX_TOKENS
+from embedstream.tools.bench.model import PROVIDER_MAX_INPUTS, PROVIDER_MAX_TOKENS, LatencyModel
+from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.bench.recorder import TimedBackend
 from embedstream.tools.bench.workload import make_texts
 
@@ -171,20 +175,47 @@ async def drain_in_memory(
 
 
 async def drain_on_kafka(
-    bootstrap: str, items: int, sampler: Sampler, encoding: str = "float", cache: str = "memory"
+    bootstrap: str,
+    items: int,
+    sampler: Sampler,
+    encoding: str = "float",
+    cache: str = "memory",
+    simulator: bool = False,
 ) -> float:
+    """``simulator``: the provider is `embedstream simulate` at the bench's reference model in
+    a process of its own, called through the embedder (kafka-floor's arm, HTTP included)."""
     settings = KafkaBroker(bootstrap, embedded=False).settings(
         bench_settings(encoding_format=encoding, cache=cache), unique_prefix("cpu")
     )
-    async with scenario_topics(settings) as names:
+    async with contextlib.AsyncExitStack() as stack:
+        if simulator:
+            provider = await stack.enter_async_context(_simulator())
+            settings = dataclasses.replace(settings, base_url=provider.base_url, api_key=None)
+        names = await stack.enter_async_context(scenario_topics(settings))
         await publish(settings, names.requests_low, make_texts(items), "cpu-")
         metrics = Metrics()
-        backend = TimedBackend(ParsedInstantBackend(DIMENSIONS))
+        provider_backend: EmbeddingBackend = (
+            OpenAIEmbedder.from_settings(settings) if simulator
+            else ParsedInstantBackend(DIMENSIONS)
+        )  # fmt: skip
         sampler.start()
-        async with running_processor(settings, backend, metrics):
+        async with running_processor(settings, TimedBackend(provider_backend), metrics):
             cpu = await _until_done(metrics, items)
             sampler.stop()
             return cpu
+
+
+@contextlib.asynccontextmanager
+async def _simulator() -> AsyncIterator[SimulatorProcess]:
+    with tempfile.TemporaryDirectory() as log_dir:
+        process = SimulatorProcess(
+            LatencyModel(), dimensions=DIMENSIONS, burst_s=1.0, log_dir=Path(log_dir)
+        )
+        await process.start()
+        try:
+            yield process
+        finally:
+            process.stop()
 
 
 def child(args: argparse.Namespace) -> None:
@@ -193,7 +224,9 @@ def child(args: argparse.Namespace) -> None:
     sampler = Sampler(args.profile, args.rate)
     if args.bootstrap:
         cpu = asyncio.run(
-            drain_on_kafka(args.bootstrap, args.items, sampler, args.encoding, args.cache)
+            drain_on_kafka(
+                args.bootstrap, args.items, sampler, args.encoding, args.cache, args.simulator
+            )
         )
     else:
         cpu = asyncio.run(drain_in_memory(args.items, sampler, args.encoding, args.cache))
@@ -207,6 +240,7 @@ def measure(
     command = [sys.executable, __file__, "--child", "--items", str(args.items)]
     command += ["--encoding", encoding, "--cache", args.cache, "--rate", str(args.rate)]
     command += ["--bootstrap", args.bootstrap] if args.bootstrap else []
+    command += ["--simulator"] if args.simulator else []
     command += ["--profile", str(profile)] if profile else []
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -319,6 +353,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--results", choices=("float", "base64"), default="float",
                         help="the requests' encoding_format (kafka-floor's: base64, the "
                         "provider's vectors written as they come)")  # fmt: skip
+    parser.add_argument("--simulator", action="store_true",
+                        help="with --bootstrap: the provider is `embedstream simulate` at "
+                        "the bench's reference model, called over HTTP "
+                        "(kafka-floor's arm)")  # fmt: skip
     parser.add_argument("--rate", type=int, default=Sampler.RATE_PER_S,
                         help="py-spy's samples a second in the profile")  # fmt: skip
     parser.add_argument("--encoding", default="float", help=argparse.SUPPRESS)
@@ -337,7 +375,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         variants.insert(0, (f"baseline ({args.baseline.name})", baseline, args.results))
     if args.base64_arm:
         variants.append(("this checkout, results in base64", here, "base64"))
+    if args.simulator and not args.bootstrap:
+        parser.error("--simulator needs --bootstrap (the in-memory cluster's provider is instant)")
     where = f"Apache Kafka at {args.bootstrap}" if args.bootstrap else "the in-memory cluster"
+    if args.simulator:
+        where += ", the simulator over HTTP"
     print(f"{args.items:,} requests through one processor on {where} ({args.results} results, "
           f"cache {args.cache}); load average {os.getloadavg()[0]:.1f} at the start")  # fmt: skip
     if not args.profile_only:
