@@ -70,6 +70,9 @@ class Intake:
         self._chunking = chunking_rules(settings, limits)
         self._dimensions = settings.dimensions
         self._max_value_bytes = max(settings.max_event_bytes, settings.max_document_bytes)
+        self._max_event_bytes = settings.max_event_bytes
+        self._model = settings.model
+        self._encoding_format = settings.encoding_format
         if self._dimensions is not None and not limits.dimensions:
             raise ConfigError(
                 "dimensions", f"provider_profile {self._profile} takes no dimensions; unset it"
@@ -98,7 +101,7 @@ class Intake:
                     limit = f"limit {s.max_document_bytes} (max_document_bytes)"
                     raise InvalidEvent(Reason.OVERSIZED, f"document is {size} bytes, {limit}")
                 return self._admit_document(document_from_doc(doc))
-            if size > s.max_event_bytes:
+            if size > self._max_event_bytes:
                 raise InvalidEvent(
                     Reason.OVERSIZED, f"value is {size} bytes, limit {s.max_event_bytes}"
                 )
@@ -107,15 +110,27 @@ class Intake:
             return Rejected("InvalidEvent", exc.reason, exc.message)
         if request.dimensions is None and self._dimensions is not None:
             request = request._replace(dimensions=self._dimensions)
-        model = request.model or self._settings.model
+        model = request.model or self._model
         if self._allowed_models and model not in self._allowed_models:
             return Rejected(
                 "PermanentItemError", Reason.UNKNOWN_MODEL, f"model {model!r} not allowed"
             )
-        encoding_format = request.encoding_format or self._settings.encoding_format
+        encoding_format = request.encoding_format or self._encoding_format
         tokens = self._count(request.text)
+        limits = self._limits
+        if (
+            tokens <= limits.max_tokens_per_input
+            and encoding_format in limits.encoding_formats
+            and request.dimensions is None
+            and request.user is None
+            and request.input_type is None
+            and request.task is None
+        ):  # fmt: skip
+            # Most requests: check_item has nothing to refuse (a blank text was refused as
+            # invalid above), so it is not asked.
+            return Admitted(request, model, encoding_format, tokens)
         problem = check_item(
-            self._limits,
+            limits,
             text=request.text,
             tokens=tokens,
             encoding_format=encoding_format,

@@ -21,7 +21,7 @@ from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
-from embedstream.wire import MAX_EPOCH_MS, Failure, RetryState, read_retry_state
+from embedstream.wire import MAX_EPOCH_MS, NO_RETRY, Failure, RetryState, read_retry_state
 from embedstream.wire.document_events import DocumentTombstone
 from embedstream.wire.field_mapping import MappedEvent
 
@@ -121,7 +121,9 @@ class Admission:
             return verdict
         # Kafka's -1 is "no timestamp", and a producer may set any: then the request
         # enters now (its retry record's enqueued_at must be a time embedstream reads back).
-        timestamp_ms = retry.enqueued_at_ms or _plausible(record.timestamp, now_ms)
+        timestamp_ms = retry.enqueued_at_ms or record.timestamp  # (the header's is in range)
+        if not 0 <= timestamp_ms <= MAX_EPOCH_MS:
+            timestamp_ms = now_ms
         priority = _priority(lane, retry)
         if self._lane is not None:
             priority = self._lane.priority
@@ -133,15 +135,13 @@ class Admission:
         if not isinstance(verdict, Admitted):
             return _failure(record, verdict.error_class, verdict.reason, verdict.message,
                             retry.attempts, now_ms)  # fmt: skip
-        return WorkItem(
-            id=verdict.request.id,
-            text=verdict.request.text,
+        request = verdict.request
+        item = WorkItem(
+            id=request.id,
+            text=request.text,
             tokens=verdict.tokens,
-            deadline_ms=verdict.request.deadline_ms,
-            attempts=retry.attempts,
-            first_failure_ms=retry.first_failure_ms,
-            first_error=retry.first_error,
-            request=verdict.request,
+            deadline_ms=request.deadline_ms,
+            request=request,
             origin=Origin(record.topic, record.partition, record.offset),
             raw=value,
             priority=priority,
@@ -150,8 +150,13 @@ class Admission:
             model=verdict.model,
             encoding_format=verdict.encoding_format,
             truncated_from=verdict.truncated_from,
-            not_before_ms=min(retry.not_before_ms, now_ms + self._max_delay_ms),
         )
+        if retry is not NO_RETRY:  # a retry record: what its headers carry (else the defaults)
+            item.attempts = retry.attempts
+            item.first_failure_ms = retry.first_failure_ms
+            item.first_error = retry.first_error
+            item.not_before_ms = min(retry.not_before_ms, now_ms + self._max_delay_ms)
+        return item
 
 
 def _priority(lane: InputLane, retry: RetryState) -> Priority:
@@ -165,7 +170,3 @@ def _failure(
 ) -> Failure:
     return Failure(error_class, reason, message, attempts, record.topic, record.partition,
                    record.offset, now_ms, now_ms)  # fmt: skip
-
-
-def _plausible(timestamp_ms: int, now_ms: int) -> int:
-    return timestamp_ms if 0 <= timestamp_ms <= MAX_EPOCH_MS else now_ms
