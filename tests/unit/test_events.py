@@ -109,6 +109,16 @@ def test_oversized_value() -> None:
     assert info.value.reason == "oversized"
 
 
+@pytest.mark.parametrize(
+    ("latency_ms", "written"),
+    [(41.0, 41.0), (12.3456, 12.346), (0.0004, 0.0), (41, 41), (1e300, 1e300)],
+)
+def test_a_results_latency_is_written_to_the_microsecond(latency_ms: float, written: float) -> None:
+    result = EmbedResult("a", "m", "AAAAPw==", 1, 3, None, 1, latency_ms)
+    value = orjson.loads(result.encode())["latency_ms"]
+    assert value == written and type(value) is type(written)
+
+
 def test_result_encoding() -> None:
     result = EmbedResult("a", "m", [0.5, -0.5], 2, 3, {"k": 1}, 1, 12.3456)
     assert orjson.loads(result.encode()) == {

@@ -220,3 +220,39 @@ def test_a_registry_format_encodes_the_embed_result() -> None:
     output = sink.result_output(work_item(state, 3), "m", [0.5], 1, 5, 2.0, True, "g1")
     assert output.value == b"framed"
     assert seen == [EmbedResult("r3", "m", [0.5], 1, 5, None, 0, 2.0, True, "g1")]
+
+
+@pytest.mark.parametrize(
+    ("sources", "reported", "expected"),
+    [
+        # one source (the usual call): everything to it, the whole call's share
+        (["a", "a", "a"], 2, {"a": (6, 1.0)}),
+        (["a", "a", "a"], 0, {"a": (6, 1.0)}),  # no usage reported: the estimates (2 each)
+        # two sources sharing a call: each its tokens and its share of the inputs
+        (["a", "b", "a"], 2, {"a": (4, 2 / 3), "b": (2, 1 / 3)}),
+    ],
+)
+async def test_a_calls_usage_is_accounted_by_source_and_generation(
+    sources: list[str], reported: int, expected: dict[str, tuple[int, float]]
+) -> None:
+    writer = AckLater()
+    writer.ack.set()
+    _, outcomes, state = wired(writer)
+    metrics = outcomes._observer
+    assert isinstance(metrics, Metrics)
+    items = [work_item(state, offset) for offset in range(len(sources))]
+    for item, source in zip(items, sources, strict=True):
+        item.source = source
+        state.offsets.track(item.origin.offset)
+    await outcomes.succeeded(KEY, [Embedded(item, [0.5], reported) for item in items], 1)
+    await outcomes.flush()
+    basis = "reported" if reported else "estimated"
+    sample = metrics.registry.get_sample_value
+    for source, (tokens, share) in expected.items():
+        labels = {"source": source, "basis": basis}
+        assert sample("embedstream_source_tokens_total", labels) == tokens
+        calls = sample("embedstream_source_calls_total", {"source": source})
+        assert calls == pytest.approx(share)
+    generation = outcomes.documents.generations.id_of("m", None)
+    labels = {"index_generation": generation, "lane": "low"}
+    assert sample("embedstream_generation_tokens_total", labels) == 6

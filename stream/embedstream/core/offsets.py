@@ -41,28 +41,22 @@ class PartitionOffsets:
         """Count `size` more bytes (less, if negative) against the unfinished record at
         `offset`: its result while it waits for the broker's ack. Nothing for a record already
         finished, whose bytes were freed with it."""
-        self.hold_bytes_each(((offset, size),), 1)
-
-    def hold_bytes_each(self, sizes: Iterable[tuple[int, int]], sign: int) -> None:
-        """`hold_bytes(offset, sign * size)` for each (offset, size): a call's results, held
-        (sign 1) and released once acked (sign -1) in one pass each."""
-        completed, held, outstanding = self._completed, self._sizes, self._outstanding
-        if not outstanding:
+        if offset in self._completed or not self._outstanding or offset < self._outstanding[0]:
             return
-        first = outstanding[0]
-        change = 0
-        for offset, size in sizes:
-            if offset in completed or offset < first:
-                continue
-            before = held.get(offset, 0)
-            after = before + sign * size
-            if after > 0:
-                held[offset] = after
-            else:
-                after = 0
-                held.pop(offset, None)
-            change += after - before
-        self.pending_bytes += change
+        before = self._sizes.get(offset, 0)
+        after = max(0, before + size)
+        if after:
+            self._sizes[offset] = after
+        else:
+            self._sizes.pop(offset, None)
+        self.pending_bytes += after - before
+
+    def hold_written(self, size: int) -> None:
+        """Count `size` more bytes (less, if negative) against the partition's unfinished
+        records: outputs waiting for the broker's ack, held and released around their write
+        by a writer that finishes their records only after it (a call's results), so no
+        record of them finishes while they are held."""
+        self.pending_bytes += size
 
     def complete(self, offset: int) -> None:
         self.complete_all((offset,))

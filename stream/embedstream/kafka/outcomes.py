@@ -43,7 +43,6 @@ ENCODE_SLICE = 256
 # What a result record is made of: the item, model, vector, dimensions, tokens, cached, and
 # the index generation of a request's result (a chunk's is its document run's).
 _Row = tuple[WorkItem, str, Vector, int, int, bool, str]
-_Sizes = list[tuple[int, int]]  # (input offset, output bytes)
 
 
 class ResultObserver(EngineObserver, Protocol):
@@ -163,14 +162,15 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         rows.clear()  # the caller's list: the last reference to the vectors
         # Until acked, each record counts against max_buffered_bytes on its input's offset:
         # a 1,536-float result is 30 KB of JSON, thirty times what its request weighed.
+        # Their records finish only once this returns, so the bytes are held by partition.
         held = _held_bytes(jobs, outputs)
-        for offsets, sizes in held.items():
-            offsets.hold_bytes_each(sizes, 1)
+        for offsets, size in held.items():
+            offsets.hold_written(size)
         try:
             await self.sink.write_outputs(outputs)
         finally:
-            for offsets, sizes in held.items():
-                offsets.hold_bytes_each(sizes, -1)
+            for offsets, size in held.items():
+                offsets.hold_written(-size)
 
     def _encoded(self, rows: list[_Row], now: int) -> list[Output]:
         """The records of a slice of results."""
@@ -196,6 +196,15 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         and its tokens by index generation (its items share a lane and model; a chunk's
         generation is its document run's)."""
         reported = sum(used for _, used in finished)
+        source = finished[0][0].source if finished else ""
+        if all(job.source == source and job.chunk is None for job, _ in finished):
+            # Usually: one source, no document chunks, so one total of each.
+            spent = reported or sum(job.tokens for job, _ in finished)
+            self._observer.count_source_usage(
+                source, tokens=spent, estimated=not reported, call_share=1.0
+            )
+            self._observer.count_generation_tokens(generation, key.priority.label, spent)
+            return
         tokens: dict[str, int] = {}
         inputs: dict[str, int] = {}
         by_generation: dict[str, int] = {}
@@ -321,15 +330,12 @@ def _finish(jobs: list[WorkItem], outcome: str) -> None:
         state.complete_all(done)
 
 
-def _held_bytes(jobs: list[WorkItem], outputs: list[Output]) -> dict[PartitionOffsets, _Sizes]:
-    """Each output's size against its input's offset, by the partition that tracks it."""
-    held: dict[PartitionOffsets, _Sizes] = {}
+def _held_bytes(jobs: list[WorkItem], outputs: list[Output]) -> dict[PartitionOffsets, int]:
+    """The outputs' bytes by the partition that tracks their inputs."""
+    held: dict[PartitionOffsets, int] = {}
     for job, output in zip(jobs, outputs, strict=True):
         offsets = job.partition.offsets
-        sizes = held.get(offsets)
-        if sizes is None:
-            sizes = held[offsets] = []
-        sizes.append((job.origin.offset, len(output.value or b"")))
+        held[offsets] = held.get(offsets, 0) + len(output.value or b"")
     return held
 
 
