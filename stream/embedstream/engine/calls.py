@@ -83,6 +83,7 @@ def _shared_user(batch: Sequence[Pending[J]]) -> str | None:
 
 
 _tokens = attrgetter("tokens")  # of a Pending, read in C over a whole batch
+_tuple_new = tuple.__new__
 
 
 def wall_clock_ms() -> int:
@@ -388,10 +389,9 @@ class BatchCaller(Generic[J]):
         # The provider reports usage per call; each job gets its share by estimate, the
         # shares summing to the provider's count.
         shares = apportion(outcome.total_tokens, list(map(_tokens, batch)))
-        done = [
-            Embedded(p.payload, outcome.vectors[index], share)
-            for p, index, share in zip(batch, mapping, shares, strict=True)
-        ]
+        vectors = outcome.vectors  # Embedded(...) built without its generated __new__'s call:
+        done = [_tuple_new(Embedded, (p.payload, vectors[i], share))
+                for p, i, share in zip(batch, mapping, shares, strict=True)]  # fmt: skip
         if self._failing:
             for p in batch:
                 self._failing.succeeded(p.payload.input)
