@@ -127,8 +127,9 @@ class Intake:
             and request.task is None
         ):  # fmt: skip
             # Most requests: check_item has nothing to refuse (a blank text was refused as
-            # invalid above), so it is not asked.
-            return Admitted(request, model, encoding_format, tokens)
+            # invalid above), so it is not asked. (Admitted(request, model, encoding_format,
+            # tokens), without the call of its generated __new__.)
+            return _tuple_new(Admitted, (request, model, encoding_format, tokens, None))
         problem = check_item(
             limits,
             text=request.text,
@@ -180,6 +181,9 @@ class Intake:
                 return Rejected("PermanentItemError", problem.reason, problem.message)
         version = event.version or default_version(event.text)
         return AdmittedDocument(event, version, model, encoding_format, chunks)
+
+
+_tuple_new = tuple.__new__
 
 
 def settings_of(settings: Settings, generation: IndexGeneration) -> Settings:

@@ -142,7 +142,7 @@ class Admission:
             tokens=verdict.tokens,
             deadline_ms=request.deadline_ms,
             request=request,
-            origin=Origin(record.topic, record.partition, record.offset),
+            origin=_tuple_new(Origin, (record.topic, record.partition, record.offset)),
             raw=value,
             priority=priority,
             partition=state,
@@ -163,6 +163,11 @@ def _priority(lane: InputLane, retry: RetryState) -> Priority:
     if lane is InputLane.HIGH or (lane is InputLane.RETRY and retry.high_priority):
         return Priority.HIGH
     return Priority.LOW
+
+
+# Builds a NamedTuple from all its fields without the call of its generated __new__ (the
+# largest part of building one, per record).
+_tuple_new = tuple.__new__
 
 
 def _failure(

@@ -77,6 +77,7 @@ class OutputsUnwritable(OutputUnwritable, NotAllWritten):
 
 
 WRITE_RETRY_S = 300.0
+_tuple_new = tuple.__new__
 
 
 # Writers of ours waiting at once to join one partition's producer queue (see DirectWriter).
@@ -258,8 +259,9 @@ class Sink:
                 EmbedResult(request.id, model, vector, dimensions, tokens, request.metadata,
                             item.attempts, latency_ms, cached, index_generation)
             )  # fmt: skip
-        return Output(item.origin, self._results_topic, request.id.encode(), value,
-                      self._result_headers(item), item.partition)  # fmt: skip
+        # (Output(...), without the call of its generated __new__: one per result)
+        return _tuple_new(Output, (item.origin, self._results_topic, request.id.encode(), value,
+                                   self._result_headers(item), item.partition, None))  # fmt: skip
 
     def chunk_output(self, item: WorkItem, result: ChunkResult) -> Output:
         """The record of a document chunk's result, encoded."""

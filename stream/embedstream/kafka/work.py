@@ -23,6 +23,9 @@ class Origin(NamedTuple):
     offset: int
 
 
+_tuple_new = tuple.__new__
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkOf:
     """Which chunk of which running document version an item is."""
@@ -51,11 +54,11 @@ class WorkItem(Job):
 
     @property
     def key(self) -> BucketKey:
-        r = self.request
-        return BucketKey(
+        r = self.request  # (BucketKey(...), without the call of its generated __new__)
+        return _tuple_new(BucketKey, (
             self.priority, self.model, self.encoding_format, r.dimensions,
             r.user, r.input_type, r.task,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     @property
     def current(self) -> bool:

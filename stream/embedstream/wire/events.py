@@ -77,7 +77,8 @@ def request_from_doc(doc: dict[str, Any]) -> EmbedRequest:
     """Validate one request given as a JSON-equivalent dict (a JSON event, or a registry
     record after field mapping, see ``wire/field_mapping.py``)."""
     if len(doc) == 2:  # most requests: an id and a text, no optional field to look for
-        return EmbedRequest(_id(doc), _text(doc))
+        # (EmbedRequest(id, text), without the call of its generated __new__)
+        return _tuple_new(EmbedRequest, (_id(doc), _text(doc), *_NO_OPTIONAL_FIELDS))
     return EmbedRequest(
         id=_id(doc),
         text=_text(doc),
@@ -90,6 +91,10 @@ def request_from_doc(doc: dict[str, Any]) -> EmbedRequest:
         input_type=parameter_field(doc, "input_type"),
         task=parameter_field(doc, "task"),
     )
+
+
+_tuple_new = tuple.__new__
+_NO_OPTIONAL_FIELDS = (None,) * 8  # EmbedRequest's fields after id and text
 
 
 def _id(doc: dict[str, Any]) -> str:
