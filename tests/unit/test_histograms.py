@@ -59,6 +59,20 @@ def test_a_floor_lifts_values_below_it() -> None:
     assert _samples(batched)[("h_bucket", "0.01")] == 3
 
 
+@pytest.mark.parametrize("values", [[math.nan, -0.5, 0.2], [0.3, math.nan, -1.0], [-2.0]])
+def test_a_floor_with_a_nan_anywhere(values: list[float]) -> None:
+    one_by_one, batched = _pair()
+    child = one_by_one.labels(lane="low")
+    for value in values:
+        child.observe(max(value, 0.0) if value == value else value)
+    observe_all(batched.labels(lane="low"), values, floor=0.0)
+    expected, got = _samples(one_by_one), _samples(batched)
+    for key, value in expected.items():
+        if key != ("h_sum", ""):
+            assert got[key] == value, key
+    assert got[("h_bucket", "0.01")] == expected[("h_bucket", "0.01")] >= 1
+
+
 def test_nan_counts_in_no_bucket_as_observe_has_it() -> None:
     one_by_one, batched = _pair()
     for value in (0.5, math.nan):

@@ -11,7 +11,9 @@ another order).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from prometheus_client import Histogram
@@ -25,19 +27,18 @@ def observe_all(histogram: Histogram, values: Iterable[float], floor: float | No
             histogram.observe(value if floor is None else max(value, floor))
         return
     bounds, buckets, total = parts
-    counts: dict[int, int] = {}
-    added = 0.0
-    observed = 0
-    for value in values:
-        observed += 1
-        if floor is not None and value < floor:
-            value = floor
-        added += value
-        if value == value:  # NaN falls in no bucket, as `observe` has it
-            index = bisect_left(bounds, value)
-            counts[index] = counts.get(index, 0) + 1
-    if not observed:
+    values = list(values)
+    if not values:
         return
+    if floor is not None:
+        low = min(values)
+        if low < floor or low != low:  # (min is a NaN when one comes first)
+            values = [floor if value < floor else value for value in values]
+    added = sum(values)
+    if added == added:  # no NaN among them (a NaN makes the sum one): each its bucket, in C
+        counts = Counter(map(partial(bisect_left, bounds), values))
+    else:  # NaN falls in no bucket, as `observe` has it
+        counts = Counter(bisect_left(bounds, value) for value in values if value == value)
     total.inc(added)
     for index, count in counts.items():
         buckets[index].inc(count)
