@@ -15,7 +15,8 @@ TokenCounter = Callable[[str], int]
 
 
 def estimate_tokens(text: str) -> int:
-    return tokens_of_bytes(len(text.encode("utf-8")))
+    # An ASCII text's UTF-8 is as long as the text (isascii() is a flag CPython keeps): no copy.
+    return tokens_of_bytes(len(text) if text.isascii() else len(text.encode("utf-8")))
 
 
 def apportion(total: int, estimates: Sequence[int]) -> list[int]:

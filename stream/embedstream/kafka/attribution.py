@@ -82,7 +82,8 @@ class AttributedAdmission(Admission):
     def admit(
         self, record: Record, state: PartitionState, now_ms: int
     ) -> WorkItem | DocumentStart | DocumentTombstone | Failure:
-        return self._attributed(record, super().admit(record, state, now_ms))
+        # (Admission.admit is this _admit: called straight, once a record)
+        return self._attributed(record, self._admit(record, state, now_ms, None))
 
     async def admit_framed(
         self, record: Record, state: PartitionState, now_ms: int
