@@ -21,7 +21,7 @@ from embedstream.core.lanes import Priority
 from embedstream.core.tracing import TRACEPARENT
 from embedstream.kafka.gathered import GatheredWrites, NotAllWritten
 from embedstream.kafka.partitioning import partition_for
-from embedstream.kafka.protocols import Producer, RecordBatch
+from embedstream.kafka.protocols import Producer
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
 from embedstream.wire import (
@@ -125,14 +125,20 @@ class DirectWriter:
         by_partition: dict[tuple[str, int], list[int]] = {}  # positions in `outputs`
         partitions_of: dict[str, list[int]] = {}  # a call's outputs share a topic or two
         for position, output in enumerate(outputs):
-            partitions = partitions_of.get(output.topic)
+            topic = output.topic
+            partitions = partitions_of.get(topic)
             if partitions is None:
-                found = await self._producer.partitions_for(output.topic)
-                partitions = partitions_of[output.topic] = sorted(found)
+                partitions = partitions_of[topic] = sorted(
+                    await self._producer.partitions_for(topic)
+                )
             partition = output.partition
             if partition is None:
                 partition = partition_for(output.key, partitions)
-            by_partition.setdefault((output.topic, partition), []).append(position)
+            positions = by_partition.get((topic, partition))
+            if positions is None:
+                by_partition[topic, partition] = [position]
+            else:
+                positions.append(position)
         failures: dict[int, BaseException] = {}
         for given_up in await asyncio.gather(
             *(self._write_partition(q, positions, outputs) for q, positions in by_partition.items())
@@ -162,9 +168,13 @@ class DirectWriter:
         topic, partition = queue
         producer = self._producer
         batch = producer.create_batch()
+        append = batch.append
         count = 0
-        for output in outputs[start:]:
-            if not _append(batch, output):
+        for index in range(start, len(outputs)):
+            output = outputs[index]
+            added = append(timestamp=None, key=output.key, value=output.value,
+                           headers=output.headers)  # fmt: skip
+            if added is None:  # the batch is full
                 break
             count += 1
         if count == 0:  # larger than a batch: on its own
@@ -195,11 +205,6 @@ class DirectWriter:
                             delay)  # fmt: skip
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
-
-
-def _append(batch: RecordBatch, output: Output) -> bool:
-    added = batch.append(timestamp=None, key=output.key, value=output.value, headers=output.headers)
-    return added is not None
 
 
 class ResultValues(Protocol):
