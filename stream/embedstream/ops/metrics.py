@@ -155,6 +155,7 @@ class Metrics:
             ["error_class", "reason"],
             registry=r,
         )
+        self._counted: dict[str, int] = {}  # results by lane, as _results counts them
         self._results = Counter(
             "embedstream_results_total",
             "Results produced and acked, by lane.",
@@ -303,19 +304,16 @@ class Metrics:
         """A call's results: the lane's children looked up and each series added to once (per
         result, the look-ups and the counter's lock cost about 10 µs of CPU each in a profile)."""
         self._results.labels(lane=lane).inc(len(end_to_end_s))
+        self._counted[lane] = self._counted.get(lane, 0) + len(end_to_end_s)
         # Record timestamps come from producer clocks; skew must not yield negative latency.
         observe_all(self._end_to_end.labels(lane=lane), end_to_end_s, floor=0.0)
 
     def results_counted(self, *lanes: str) -> float:
-        """Results produced so far in these lanes, from this one counter. For a benchmark
-        polling every few milliseconds: the registry's get_sample_value collects every metric
-        on each call, 13 µs of CPU per drained item in a profile, charged to the processor."""
-        return sum(
-            sample.value
-            for family in self._results.collect()
-            for sample in family.samples
-            if sample.name == "embedstream_results_total" and sample.labels["lane"] in lanes
-        )
+        """Results produced so far in these lanes (embedstream_results_total's), read from a
+        plain count kept beside the counter. For a benchmark polling every few milliseconds:
+        collecting the counter cost 17 µs a poll, about 1 µs a drained item charged to the
+        processor at 100 polls a second (the registry's get_sample_value: 13 µs an item)."""
+        return float(sum(self._counted.get(lane, 0) for lane in lanes))
 
     def count_retry(self, reason: str) -> None:
         self._retries.labels(reason=reason).inc()
