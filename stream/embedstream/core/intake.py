@@ -24,7 +24,7 @@ from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter
 from embedstream.errors import ConfigError, InvalidEvent, Reason
 from embedstream.settings import Settings
-from embedstream.wire import EmbedRequest, event_object, request_from_doc
+from embedstream.wire import MAX_ID_CHARS, EmbedRequest, event_object, request_from_doc
 from embedstream.wire.document_events import (
     DocumentEvent,
     DocumentTombstone,
@@ -73,6 +73,14 @@ class Intake:
         self._max_event_bytes = settings.max_event_bytes
         self._model = settings.model
         self._encoding_format = settings.encoding_format
+        self._max_tokens = limits.max_tokens_per_input
+        # Whether a request of only an id and a text may take the short path of admit_object:
+        # nothing of the settings changes it (a default dimensions would) or refuses it.
+        self._plain_ok = (
+            self._dimensions is None
+            and (not self._allowed_models or self._model in self._allowed_models)
+            and self._encoding_format in limits.encoding_formats
+        )
         if self._dimensions is not None and not limits.dimensions:
             raise ConfigError(
                 "dimensions", f"provider_profile {self._profile} takes no dimensions; unset it"
@@ -94,6 +102,24 @@ class Intake:
     ) -> Admitted | AdmittedDocument | Rejected:
         """One event already decoded into its JSON-equivalent dict (a JSON event, or a registry
         record after field mapping); ``size`` is the record value's length in bytes."""
+        if len(doc) == 2 and self._plain_ok and size <= self._max_event_bytes:
+            # The usual request, an id and a text within every limit, checked here without
+            # the general path's calls (test_fuzz_intake holds both to the same verdicts).
+            rid, text = doc.get("id"), doc.get("text")
+            if (
+                type(rid) is str and 0 < len(rid) <= MAX_ID_CHARS
+                and type(text) is str and text and not text.isspace()
+            ):  # fmt: skip
+                tokens = self._count(text)
+                if tokens <= self._max_tokens:  # (Admitted, EmbedRequest without their __new__)
+                    request = _tuple_new(EmbedRequest, (rid, text, *_NO_OPTIONAL_FIELDS))
+                    admitted = (request, self._model, self._encoding_format, tokens, None)
+                    return _tuple_new(Admitted, admitted)
+        return self._admit_general(doc, size)
+
+    def _admit_general(
+        self, doc: dict[str, Any], size: int
+    ) -> Admitted | AdmittedDocument | Rejected:
         s = self._settings
         try:
             if is_document(doc):
@@ -184,6 +210,7 @@ class Intake:
 
 
 _tuple_new = tuple.__new__
+_NO_OPTIONAL_FIELDS = (None,) * 8  # EmbedRequest's fields after id and text
 
 
 def settings_of(settings: Settings, generation: IndexGeneration) -> Settings:
