@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from embedstream.core.intake import Admitted, AdmittedDocument, Intake
+from embedstream.core.intake import Admitted, AdmittedDocument, Intake, Rejected
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.errors import InvalidEvent, Reason, RegistryUnavailable
@@ -21,7 +21,7 @@ from embedstream.kafka.partitions import PartitionState
 from embedstream.kafka.protocols import Record
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
-from embedstream.wire import MAX_EPOCH_MS, NO_RETRY, Failure, RetryState, read_retry_state
+from embedstream.wire import MAX_EPOCH_MS, NO_RETRY, Failure, read_retry_state
 from embedstream.wire.document_events import DocumentTombstone
 from embedstream.wire.field_mapping import MappedEvent
 
@@ -100,8 +100,8 @@ class Admission:
     def _admit(
         self, record: Record, state: PartitionState, now_ms: int, mapped: MappedEvent | None
     ) -> WorkItem | DocumentStart | DocumentTombstone | Failure:
-        try:
-            retry = read_retry_state(record.headers)
+        try:  # (most records carry no header at all: no call for them)
+            retry = read_retry_state(record.headers) if record.headers else NO_RETRY
         except InvalidEvent as exc:
             return _failure(record, "InvalidEvent", exc.reason, exc.message, 0, now_ms)
         value = record.value or b""
@@ -109,7 +109,7 @@ class Admission:
         if lane is None:
             lane = self._lanes[record.topic] = self._topics.lane_of(record.topic)
         # A tombstone deletes a document; the retry topic (embedstream's own) carries none.
-        retry_topic = lane is InputLane.RETRY
+        retry_topic = lane is _RETRY_INPUT
         if mapped is None:
             verdict = self._intake.admit(record.value, None if retry_topic else record.key)
         else:
@@ -117,24 +117,28 @@ class Admission:
             if mapped.doc_id is not None:
                 doc = {**doc, "doc_id": mapped.doc_id}
             verdict = self._intake.admit_object(doc, len(value))
-        if isinstance(verdict, DocumentTombstone):
-            return verdict
         # Kafka's -1 is "no timestamp", and a producer may set any: then the request
         # enters now (its retry record's enqueued_at must be a time embedstream reads back).
         timestamp_ms = retry.enqueued_at_ms or record.timestamp  # (the header's is in range)
         if not 0 <= timestamp_ms <= MAX_EPOCH_MS:
             timestamp_ms = now_ms
-        priority = _priority(lane, retry)
+        if lane is _HIGH_INPUT or (lane is _RETRY_INPUT and retry.high_priority):
+            priority = Priority.HIGH
+        else:
+            priority = Priority.LOW
         if self._lane is not None:
             priority = self._lane.priority
         elif mapped is not None and mapped.high_priority is not None and not retry_topic:
             priority = Priority.HIGH if mapped.high_priority else Priority.LOW
-        if isinstance(verdict, AdmittedDocument):
-            origin = Origin(record.topic, record.partition, record.offset)
-            return DocumentStart(verdict, origin, priority, timestamp_ms)
-        if not isinstance(verdict, Admitted):
-            return _failure(record, verdict.error_class, verdict.reason, verdict.message,
-                            retry.attempts, now_ms)  # fmt: skip
+        if type(verdict) is not Admitted:  # (the usual verdict is looked for first)
+            if isinstance(verdict, DocumentTombstone):
+                return verdict
+            if isinstance(verdict, AdmittedDocument):
+                origin = Origin(record.topic, record.partition, record.offset)
+                return DocumentStart(verdict, origin, priority, timestamp_ms)
+            if isinstance(verdict, Rejected):
+                return _failure(record, verdict.error_class, verdict.reason, verdict.message,
+                                retry.attempts, now_ms)  # fmt: skip
         request = verdict.request
         item = WorkItem(
             id=request.id,
@@ -159,11 +163,7 @@ class Admission:
         return item
 
 
-def _priority(lane: InputLane, retry: RetryState) -> Priority:
-    if lane is InputLane.HIGH or (lane is InputLane.RETRY and retry.high_priority):
-        return Priority.HIGH
-    return Priority.LOW
-
+_HIGH_INPUT, _RETRY_INPUT = InputLane.HIGH, InputLane.RETRY  # (module names: read per record)
 
 # Builds a NamedTuple from all its fields without the call of its generated __new__ (the
 # largest part of building one, per record).

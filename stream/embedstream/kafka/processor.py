@@ -283,13 +283,14 @@ class Processor:
         """Track a partition's JSON records, adding the work they make now to ``admitted``
         (the hot path: a request is admitted with no await)."""
         p = self.parts
-        admit = p.admission.admit
+        admit, observe, track = p.admission.admit, p.fetcher.observe, state.offsets.track
         now_ms = p.clock.wall_ms()
         for record in records:
             if not self._fresh(state, record):
                 continue
             verdict = admit(record, state, now_ms)
-            self._track(state, record)
+            observe(record)  # (what _track does, without a call of its own a record)
+            track(record.offset, record.timestamp, len(record.value or b""))
             if isinstance(verdict, WorkItem):
                 admitted.append(verdict)
             else:
