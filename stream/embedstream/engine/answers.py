@@ -59,7 +59,9 @@ def _outcome(
             raise TransientError(Reason.MALFORMED_RESPONSE, f"bad or repeated index {index!r}")
         embedding = entry.get("embedding")
         if as_base64 and type(embedding) is str:
-            shape = (len(embedding), _padding(embedding))
+            # (its length, and its padding as base64_float_count counts it)
+            padding = 2 if embedding.endswith("==") else 1 if embedding.endswith("=") else 0
+            shape = (len(embedding), padding)
             length = counted.get(shape)
             if length is None:
                 length = counted[shape] = _base64_floats(embedding)
@@ -90,11 +92,6 @@ def _vector(embedding: object, as_base64: bool) -> tuple[list[float] | str, int]
     if as_base64:  # a provider that ignored the format: give the caller what it asked for
         return _encoded(embedding), len(embedding)
     return embedding, len(embedding)
-
-
-def _padding(text: str) -> int:
-    """The `=` a base64 string ends with, counted as `base64_float_count` counts them."""
-    return 2 if text.endswith("==") else 1 if text.endswith("=") else 0
 
 
 def _base64_floats(text: str) -> int:

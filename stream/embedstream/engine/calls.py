@@ -82,7 +82,7 @@ def _shared_user(batch: Sequence[Pending[J]]) -> str | None:
     return first
 
 
-_tokens = attrgetter("tokens")  # of a Pending, read in C over a whole batch
+_tokens, _job = attrgetter("tokens"), attrgetter("payload")  # of a Pending, read in C
 _tuple_new = tuple.__new__
 
 
@@ -183,7 +183,8 @@ class BatchCaller(Generic[J]):
         held_back = 0  # consecutive shared failures of this batch
         waiting: list[list[Pending[J]]] = []  # held pieces, sent after a probe answers
         while True:
-            distinct, mapping = unique_texts([p.payload.input for p in batch])
+            inputs = [j.text if j.token_ids is None else j.token_ids for j in map(_job, batch)]
+            distinct, mapping = unique_texts(inputs)  # (inputs: Job.input, without its calls)
             call = BatchCall.for_bucket(key, distinct, user=_shared_user(batch))
             # (The attempt is the tracer's only: a pass over the batch, not made untraced.)
             attempt = max(p.payload.attempts for p in batch) if self._traced else 0

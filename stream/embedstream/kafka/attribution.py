@@ -99,7 +99,8 @@ class AttributedAdmission(Admission):
         """Its source and its process span, on the work a record became."""
         if isinstance(verdict, Failure | DocumentTombstone):
             return verdict
-        source = self._sources.of(record)
+        topic = record.topic  # (Sources.of, without its call for a request's own topic)
+        source = topic if topic != self._retry_topic else self._sources.of(record)
         if record.topic != self._retry_topic:
             self._counted[source] = self._counted.get(source, 0) + 1
         if isinstance(verdict, DocumentStart):

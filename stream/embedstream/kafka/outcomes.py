@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 from typing import Protocol
 
 import orjson
@@ -21,7 +22,7 @@ from embedstream.core.generations import GenerationIds
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.observer import EngineObserver
 from embedstream.core.offsets import PartitionOffsets
-from embedstream.core.tracing import TRACEPARENT
+from embedstream.core.tracing import NULL_SPAN, TRACEPARENT
 from embedstream.engine.cache import Hit
 from embedstream.engine.jobs import Embedded, Outcomes
 from embedstream.errors import EmbedStreamError
@@ -195,11 +196,12 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         """One call's usage per source (usually one source a call: one counter update each)
         and its tokens by index generation (its items share a lane and model; a chunk's
         generation is its document run's)."""
-        reported = sum(used for _, used in finished)
-        source = finished[0][0].source if finished else ""
-        if all(job.source == source and job.chunk is None for job, _ in finished):
-            # Usually: one source, no document chunks, so one total of each.
-            spent = reported or sum(job.tokens for job, _ in finished)
+        reported = sum(map(_used, finished))
+        jobs = list(map(_job, finished))
+        if len(set(map(_source, jobs))) == 1 and set(map(_chunk, jobs)) == {None}:
+            # Usually: one source, no document chunks, so one total of each (passes in C).
+            source = jobs[0].source
+            spent = reported or sum(map(_estimate, jobs))
             self._observer.count_source_usage(
                 source, tokens=spent, estimated=not reported, call_share=1.0
             )
@@ -312,12 +314,17 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         state.complete(record.offset)
 
 
+_job, _used = itemgetter(0), itemgetter(1)  # of (job, tokens used) pairs
+_source, _chunk, _estimate = attrgetter("source"), attrgetter("chunk"), attrgetter("tokens")
+
+
 def _finish(jobs: list[WorkItem], outcome: str) -> None:
     """Their outcomes are written: each one's span ends, and the offsets complete, a
     partition's all at once (a chunk's document takes its own)."""
     offsets: dict[PartitionState, list[int]] = {}
     for job in jobs:
-        job.span.end(outcome)
+        if job.span is not NULL_SPAN:  # (tracing off: no call a result)
+            job.span.end(outcome)
         if job.chunk is None:
             done = offsets.get(job.partition)
             if done is None:

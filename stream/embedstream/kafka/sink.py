@@ -18,9 +18,9 @@ from aiokafka.errors import KafkaError
 
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import Priority
-from embedstream.core.tracing import TRACEPARENT
+from embedstream.core.tracing import NULL_SPAN, TRACEPARENT
 from embedstream.kafka.gathered import GatheredWrites, NotAllWritten
-from embedstream.kafka.partitioning import partition_for
+from embedstream.kafka.partitioning import murmur2, partition_for
 from embedstream.kafka.protocols import Producer
 from embedstream.kafka.topics import TopicNames
 from embedstream.kafka.work import Origin, WorkItem
@@ -133,7 +133,11 @@ class DirectWriter:
                 )
             partition = output.partition
             if partition is None:
-                partition = partition_for(output.key, partitions)
+                key = output.key  # (partition_for, without its call for a keyed output)
+                if key is None:
+                    partition = partition_for(key, partitions)
+                else:
+                    partition = partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
             positions = by_partition.get((topic, partition))
             if positions is None:
                 by_partition[topic, partition] = [position]
@@ -284,7 +288,8 @@ class Sink:
             headers.append(source)
         if item.truncated_from is not None:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
-        if (traceparent := item.span.traceparent()) is not None:
+        span = item.span  # (tracing off: no call a result)
+        if span is not NULL_SPAN and (traceparent := span.traceparent()) is not None:
             headers.append((TRACEPARENT, traceparent))
         if item.priority is Priority.BACKFILL:  # the store lets the live stream's win
             headers.append((BACKFILL_HEADER, b"1"))

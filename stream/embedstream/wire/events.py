@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 import orjson
 
 from embedstream.errors import InvalidEvent, Reason
-from embedstream.wire.json_bytes import record_json
 from embedstream.wire.vectors import Vector
 
 MAX_ID_CHARS = 512
@@ -254,7 +253,7 @@ def result_json(
     }
     if index_generation is not None:
         doc[INDEX_GENERATION] = index_generation
-    return record_json(doc)
+    return memoryview(orjson.dumps(doc)).tobytes()  # record_json(doc), without its call
 
 
 def decode_result(raw: bytes) -> dict[str, Any]:
