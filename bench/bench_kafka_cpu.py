@@ -198,8 +198,8 @@ async def drain_on_kafka(
             OpenAIEmbedder.from_settings(settings) if simulator
             else ParsedInstantBackend(DIMENSIONS)
         )  # fmt: skip
-        sampler.start()
         async with running_processor(settings, TimedBackend(provider_backend), metrics):
+            sampler.start()  # from the assignment on, as the CPU is counted (and kafka-floor's)
             cpu = await _until_done(metrics, items)
             sampler.stop()
             return cpu
