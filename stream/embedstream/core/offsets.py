@@ -18,16 +18,17 @@ class PartitionOffsets:
         self._sizes: dict[int, int] = {}
         self.pending_bytes = 0  # bytes of the records not yet finished (backpressure)
         self._completed: set[int] = set()
-        self._next_after_tracked: int | None = None
+        # One past the highest offset tracked (None: none yet): a lower one was seen.
+        self.next_untracked: int | None = None
         self._committed: int | None = None
 
     def seen(self, offset: int) -> bool:
         """The offset was already tracked under this assignment (a record delivered again,
         e.g. when the consumer's position went back to the committed offset)."""
-        return self._next_after_tracked is not None and offset < self._next_after_tracked
+        return self.next_untracked is not None and offset < self.next_untracked
 
     def track(self, offset: int, timestamp_ms: int | None = None, size: int = 0) -> None:
-        if self._next_after_tracked is not None and offset < self._next_after_tracked:
+        if self.next_untracked is not None and offset < self.next_untracked:
             raise ValueError(f"offset {offset} tracked out of order")
         self._outstanding.append(offset)
         if timestamp_ms is not None:
@@ -35,7 +36,7 @@ class PartitionOffsets:
         if size:
             self._sizes[offset] = size
             self.pending_bytes += size
-        self._next_after_tracked = offset + 1
+        self.next_untracked = offset + 1
 
     def hold_bytes(self, offset: int, size: int) -> None:
         """Count `size` more bytes (less, if negative) against the unfinished record at
@@ -90,7 +91,7 @@ class PartitionOffsets:
         """The offset to commit (Kafka's "next record to read"), or None if nothing tracked."""
         if self._outstanding:
             return self._outstanding[0]
-        return self._next_after_tracked
+        return self.next_untracked
 
     def to_commit(self) -> int | None:
         """The safe offset if it moved since the last `mark_committed`, else None."""

@@ -283,10 +283,15 @@ class Processor:
         """Track a partition's JSON records, adding the work they make now to ``admitted``
         (the hot path: a request is admitted with no await)."""
         p = self.parts
-        admit, observe, track = p.admission.admit, p.fetcher.observe, state.offsets.track
+        offsets = state.offsets
+        admit, observe, track = p.admission.admit, p.fetcher.observe, offsets.track
         now_ms = p.clock.wall_ms()
         for record in records:
-            if not self._fresh(state, record):
+            offset, floor, seen_below = record.offset, state.floor, offsets.next_untracked
+            if (floor is not None and offset < floor) or (
+                seen_below is not None and offset < seen_below
+            ):  # (what _fresh looks at, without its calls for a record that is new)
+                self._fresh(state, record)  # not ours, or delivered again (that is logged)
                 continue
             verdict = admit(record, state, now_ms)
             observe(record)  # (what _track does, without a call of its own a record)
