@@ -268,7 +268,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the bench's instant provider (not embedstream)", ("bench_kafka_cpu",)),
     ("writes, offsets, commits (sink, partitions)",
      ("kafka/sink", "kafka/partitions", "core/offsets", "kafka/commits", "kafka/work",
-      "kafka/handoff")),
+      "kafka/handoff", "kafka/partitioning")),
     ("fetching, processor loop", ("kafka/fetcher", "kafka/processor", "kafka/reader")),
     ("metrics, tracing, logs", ("ops/", "prometheus_client", "core/tracing", "core/observer")),
     ("aiokafka (and its protocol, compression)", ("aiokafka", "kafka/protocol")),
