@@ -4,6 +4,7 @@
     python bench/bench_kafka_cpu.py                                     # the in-memory cluster
     python bench/bench_kafka_cpu.py --bootstrap ... --baseline ../main --rounds 3
     python bench/bench_kafka_cpu.py --bootstrap ... --profile-only --top 25
+    python bench/bench_kafka_cpu.py --bootstrap ... --cache off --results base64   # as kafka-floor
 
 One processor (`embedstream bench`'s settings: batches up to 2048, 8 call slots) drains
 ``--items`` requests of 30-token texts from its low topic, on Apache Kafka through aiokafka or
@@ -25,14 +26,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
+import dataclasses
 import os
 import re
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +44,13 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 import orjson
 from embedstream.app.processor import build_service
 from embedstream.engine.answers import parse_body
-from embedstream.engine.backend import BatchCall, BatchOutcome
-from embedstream.kafka.admin import topic_names
+from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
+from embedstream.engine.embedder import OpenAIEmbedder
+from embedstream.kafka.client.admin import topic_names
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, load_settings
 from embedstream.testing.kafka import FakeCluster, FakeConsumer, FakeProducer
+from embedstream.tools.bench.figures import PROVIDER_MAX_INPUTS, PROVIDER_MAX_TOKENS, LatencyModel
 from embedstream.tools.bench.kafka_scenarios import (
     KafkaBroker,
     publish,
@@ -52,7 +58,7 @@ from embedstream.tools.bench.kafka_scenarios import (
     scenario_topics,
     unique_prefix,
 )
-from embedstream.tools.bench.model import PROVIDER_MAX_INPUTS, PROVIDER_MAX_TOKENS
+from embedstream.tools.bench.processes import SimulatorProcess
 from embedstream.tools.bench.recorder import TimedBackend
 from embedstream.tools.bench.workload import make_texts
 
@@ -105,15 +111,16 @@ class Sampler:
 
     RATE_PER_S = 250
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, rate_per_s: int = RATE_PER_S) -> None:
         self._path = path
+        self._rate_per_s = rate_per_s
         self._spy: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         if self._path is None:
             return
         command = ["py-spy", "record", "--pid", str(os.getpid()), "--format", "raw", "--rate",
-                   str(self.RATE_PER_S), "--nonblocking", "-o", str(self._path)]  # fmt: skip
+                   str(self._rate_per_s), "--nonblocking", "-o", str(self._path)]  # fmt: skip
         self._spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # attached before the drain starts (nothing runs meanwhile)
 
@@ -129,6 +136,16 @@ async def _until_done(metrics: Metrics, items: int) -> float:
     while results(metrics) < items:  # noqa: ASYNC110  # the metrics have no event
         await asyncio.sleep(POLL_S)
     return time.process_time() - started
+
+
+def _collector() -> contextlib.AbstractContextManager[None]:
+    """The collector as `embedstream run` sets it; as CPython has it in a checkout from before
+    `ops/collector.py` (a --baseline)."""
+    try:
+        from embedstream.ops.collector import collector_for_throughput
+    except ImportError:
+        return contextlib.nullcontext()
+    return collector_for_throughput()
 
 
 async def drain_in_memory(
@@ -147,39 +164,69 @@ async def drain_in_memory(
     service = build_service(
         settings, backend, metrics=metrics, consumer=consumer, producer=producer
     )
-    sampler.start()
-    task = asyncio.create_task(service.run())
-    cpu = await _until_done(metrics, items)
-    sampler.stop()
-    service.stop()
-    await task
+    with _collector():  # as `embedstream run` has it (app.run_service)
+        sampler.start()
+        task = asyncio.create_task(service.run())
+        cpu = await _until_done(metrics, items)
+        sampler.stop()
+        service.stop()
+        await task
     return cpu
 
 
 async def drain_on_kafka(
-    bootstrap: str, items: int, sampler: Sampler, encoding: str = "float", cache: str = "memory"
+    bootstrap: str,
+    items: int,
+    sampler: Sampler,
+    encoding: str = "float",
+    cache: str = "memory",
+    simulator: bool = False,
 ) -> float:
+    """``simulator``: the provider is `embedstream simulate` at the bench's reference model in
+    a process of its own, called through the embedder (kafka-floor's arm, HTTP included)."""
     settings = KafkaBroker(bootstrap, embedded=False).settings(
         bench_settings(encoding_format=encoding, cache=cache), unique_prefix("cpu")
     )
-    async with scenario_topics(settings) as names:
+    async with contextlib.AsyncExitStack() as stack:
+        if simulator:
+            provider = await stack.enter_async_context(_simulator())
+            settings = dataclasses.replace(settings, base_url=provider.base_url, api_key=None)
+        names = await stack.enter_async_context(scenario_topics(settings))
         await publish(settings, names.requests_low, make_texts(items), "cpu-")
         metrics = Metrics()
-        backend = TimedBackend(ParsedInstantBackend(DIMENSIONS))
-        sampler.start()
-        async with running_processor(settings, backend, metrics):
+        provider_backend: EmbeddingBackend = (
+            OpenAIEmbedder.from_settings(settings) if simulator
+            else ParsedInstantBackend(DIMENSIONS)
+        )  # fmt: skip
+        async with running_processor(settings, TimedBackend(provider_backend), metrics):
+            sampler.start()  # from the assignment on, as the CPU is counted (and kafka-floor's)
             cpu = await _until_done(metrics, items)
             sampler.stop()
             return cpu
 
 
+@contextlib.asynccontextmanager
+async def _simulator() -> AsyncIterator[SimulatorProcess]:
+    with tempfile.TemporaryDirectory() as log_dir:
+        process = SimulatorProcess(
+            LatencyModel(), dimensions=DIMENSIONS, burst_s=1.0, log_dir=Path(log_dir)
+        )
+        await process.start()
+        try:
+            yield process
+        finally:
+            process.stop()
+
+
 def child(args: argparse.Namespace) -> None:
     """One measurement in this fresh process: CPU per item (and a profile if asked)."""
     asyncio.run(drain_in_memory(2_000, Sampler(None)))  # warm-up: imports, first allocations
-    sampler = Sampler(args.profile)
+    sampler = Sampler(args.profile, args.rate)
     if args.bootstrap:
         cpu = asyncio.run(
-            drain_on_kafka(args.bootstrap, args.items, sampler, args.encoding, args.cache)
+            drain_on_kafka(
+                args.bootstrap, args.items, sampler, args.encoding, args.cache, args.simulator
+            )
         )
     else:
         cpu = asyncio.run(drain_in_memory(args.items, sampler, args.encoding, args.cache))
@@ -191,8 +238,9 @@ def measure(
 ) -> float:
     env = {**os.environ, "PYTHONPATH": f"{source / 'stream'}:{source}"}
     command = [sys.executable, __file__, "--child", "--items", str(args.items)]
-    command += ["--encoding", encoding, "--cache", args.cache]
+    command += ["--encoding", encoding, "--cache", args.cache, "--rate", str(args.rate)]
     command += ["--bootstrap", args.bootstrap] if args.bootstrap else []
+    command += ["--simulator"] if args.simulator else []
     command += ["--profile", str(profile)] if profile else []
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -207,10 +255,13 @@ def measure(
 # fmt: off
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("outcomes, result encode",
-     ("wire/events.py:encode", "wire/formats/results", "wire/documents", "kafka/outcomes")),
+     ("wire/events.py:encode", "wire/formats/results", "wire/result_records",
+      "kafka/outputs/outcomes")),
     ("intake, validation (request decode, admission, tokens)",
-     ("kafka/admission", "kafka/attribution", "core/intake", "wire/requests", "core/tokens",
-      "wire/events", "wire/formats", "core/limits", "kafka/waiting", "core/flow")),
+     ("kafka/consumption/admission", "kafka/consumption/attribution",
+      "kafka/consumption/records_to_work", "core/intake", "wire/requests", "core/tokens",
+      "wire/events", "wire/formats", "core/limits", "kafka/consumption/early_retries",
+      "core/flow")),
     ("batcher (buckets, policy, shares, governor, cost model)",
      ("engine/batcher", "core/policy", "core/lanes", "core/shares", "core/governor",
       "core/costmodel", "core/concurrency", "core/scheduler", "core/highguard", "core/dedup")),
@@ -218,10 +269,12 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("engine/calls", "engine/jobs", "engine/client", "engine/cache", "core/cachekeys")),
     ("vector decode (answer parse)", ("engine/answers", "wire/vectors")),
     ("the bench's instant provider (not embedstream)", ("bench_kafka_cpu",)),
-    ("writes, offsets, commits (sink, partitions)",
-     ("kafka/sink", "kafka/partitions", "core/offsets", "kafka/commits", "kafka/work",
-      "kafka/handoff")),
-    ("fetching, processor loop", ("kafka/fetcher", "kafka/processor", "kafka/reader")),
+    ("writes, offsets, commits (the results writer, partitions)",
+     ("kafka/outputs/result_writer", "kafka/outputs/partitions", "core/offsets",
+      "kafka/consumption/commits", "kafka/outputs/work", "kafka/consumption/handoff",
+      "kafka/client/partitioning")),
+    ("fetching, processor loop",
+     ("kafka/consumption/fetcher", "kafka/consumption/processor_loop", "kafka/client/reader")),
     ("metrics, tracing, logs", ("ops/", "prometheus_client", "core/tracing", "core/observer")),
     ("aiokafka (and its protocol, compression)", ("aiokafka", "kafka/protocol")),
     ("HTTP client (aiohttp, the openai SDK, httpx)",
@@ -257,7 +310,10 @@ def _frame(text: str) -> tuple[str, str]:
 def profile_table(path: Path, items: int, cpu_per_item: float, top: int) -> str:
     """µs per item by function group: each sample goes to its innermost frame's group (C
     functions have no frame: their time is their Python caller's), scaled to the profiled
-    run's own CPU per item."""
+    run's own CPU per item. Samples in the event loop's selector are left out: py-spy takes
+    a thread waiting in epoll_wait for a running one often enough to skew every share (behind
+    the simulator's 40 ms calls: 2.6 µs an item there, where process_time around each
+    select() counted 0.8 µs)."""
     by_group: dict[str, int] = {}
     own: dict[tuple[str, str], int] = {}
     inclusive: dict[tuple[str, str], int] = {}
@@ -269,6 +325,8 @@ def profile_table(path: Path, items: int, cpu_per_item: float, top: int) -> str:
         count = int(count_text)
         frames = [_frame(f) for f in stack.split(";")]
         leaf = frames[-1]
+        if leaf[0].endswith("Selector.select") and leaf[1].endswith("selectors.py"):
+            continue  # waiting for the loop's next event (see above)
         group = group_of(leaf[1], leaf[0])
         by_group[group] = by_group.get(group, 0) + count
         own[leaf] = own.get(leaf, 0) + count
@@ -302,6 +360,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=20, help="functions listed in the profile")
     parser.add_argument("--base64-arm", action="store_true",
                         help="also this checkout, requests asking base64 (no decode)")  # fmt: skip
+    parser.add_argument("--results", choices=("float", "base64"), default="float",
+                        help="the requests' encoding_format (kafka-floor's: base64, the "
+                        "provider's vectors written as they come)")  # fmt: skip
+    parser.add_argument("--simulator", action="store_true",
+                        help="with --bootstrap: the provider is `embedstream simulate` at "
+                        "the bench's reference model, called over HTTP "
+                        "(kafka-floor's arm)")  # fmt: skip
+    parser.add_argument("--rate", type=int, default=Sampler.RATE_PER_S,
+                        help="py-spy's samples a second in the profile")  # fmt: skip
     parser.add_argument("--encoding", default="float", help=argparse.SUPPRESS)
     parser.add_argument("--cache", choices=("memory", "off"), default="memory",
                         help="the embedding cache (default: the library's, memory)")  # fmt: skip
@@ -312,14 +379,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         child(args)
         return
     here = Path(__file__).resolve().parent.parent
-    variants = [("this checkout", here, "float")]
+    variants = [("this checkout", here, args.results)]
     if args.baseline is not None:
-        variants.insert(0, (f"baseline ({args.baseline.name})", args.baseline.resolve(), "float"))
+        baseline = args.baseline.resolve()
+        variants.insert(0, (f"baseline ({args.baseline.name})", baseline, args.results))
     if args.base64_arm:
         variants.append(("this checkout, results in base64", here, "base64"))
+    if args.simulator and not args.bootstrap:
+        parser.error("--simulator needs --bootstrap (the in-memory cluster's provider is instant)")
     where = f"Apache Kafka at {args.bootstrap}" if args.bootstrap else "the in-memory cluster"
-    print(f"{args.items:,} requests through one processor on {where}; load average "
-          f"{os.getloadavg()[0]:.1f} at the start")  # fmt: skip
+    if args.simulator:
+        where += ", the simulator over HTTP"
+    print(f"{args.items:,} requests through one processor on {where} ({args.results} results, "
+          f"cache {args.cache}); load average {os.getloadavg()[0]:.1f} at the start")  # fmt: skip
     if not args.profile_only:
         cpu: dict[str, list[float]] = {label: [] for label, _, _ in variants}
         for _ in range(args.rounds):  # interleaved: the machine's load falls on every variant
@@ -336,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   f"| {statistics.median(runs) / statistics.median(first):.2f}x, "
                   f"{min(runs) / min(first):.2f}x |")  # fmt: skip
     profile = Path(os.environ.get("TMPDIR", "/tmp")) / f"kafka_cpu_{os.getpid()}.txt"
-    cpu_per_item = measure(args, here, "float", profile)
+    cpu_per_item = measure(args, here, args.results, profile)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end; profile in {profile}\n")
     print(profile_table(profile, args.items, cpu_per_item, args.top))
 

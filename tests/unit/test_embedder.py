@@ -128,6 +128,37 @@ def test_malformed_responses_are_transient_and_splittable(
 
 
 @pytest.mark.parametrize(
+    ("entries", "dimensions", "why"),
+    [
+        ([(0, B64_2), (0, B64_2)], None, "repeated index"),
+        ([(0, B64_2), (True, B64_2)], None, "index a bool"),
+        ([(0, B64_2), (1, encode_base64([1.0, 0.0, 0.0]))], None, "vectors of different lengths"),
+        ([(0, B64_2), (1, encode_base64([1.0, 0.0, 0.0]))], 2, "wrong dimensions"),
+        ([(0, B64_2), (1, B64_2[:-4])], None, "cut short"),
+        ([(0, "AAAAAA=="), (1, "AAAAAAA=")], None, "the same length, a size no float32 has"),
+        ([(0, B64_2), (1, "AAA=")], None, "not whole float32"),
+        ([(0, B64_2), (1, "")], None, "empty"),
+        ([(0, B64_2), (1, None)], None, "no embedding"),
+    ],
+)
+def test_malformed_base64_answers_to_a_base64_request_are_transient(
+    entries: list[tuple[object, object]], dimensions: int | None, why: str
+) -> None:
+    """The base64 a request asked for is passed through untouched, its length checked."""
+    call = BatchCall("m", ["a", "b"], "base64", dimensions)
+    with pytest.raises(TransientError) as info:
+        _outcome(call, _response(entries), 0.01, {})
+    assert info.value.reason == "malformed_response", why
+
+
+def test_base64_vectors_of_one_size_are_passed_through() -> None:
+    entries: list[tuple[object, object]] = [(i, encode_base64([float(i), 1.0])) for i in range(5)]
+    outcome = _outcome(BatchCall("m", list("abcde"), "base64", None), _response(entries), 0.0, {})
+    assert outcome.vectors == [vector for _, vector in entries]
+    assert outcome.dimensions == 2
+
+
+@pytest.mark.parametrize(
     ("document", "why"),
     [
         ({"data": "nope"}, "data not a list"),

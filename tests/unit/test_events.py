@@ -68,11 +68,55 @@ def test_malformed_input_is_rejected_with_a_reason(raw: bytes | None, reason: st
     assert info.value.message
 
 
+@pytest.mark.parametrize(
+    ("raw", "byte"),
+    [
+        (b'{"id":"a","text":"\xff"}', 18),  # inside a string
+        (b'{"id":"a","text":"x"}\xff', 21),  # after a whole object: UTF-8 is checked first
+        (b'{"id":"a","text":"\xed\xa0\x80"}', 18),  # a surrogate, as UTF-8 never has it
+        (b'{"id":"a","text":"x"} \xe2\x80', 22),  # cut short
+    ],
+)
+def test_invalid_utf8_anywhere_is_named_so_with_its_byte(raw: bytes, byte: int) -> None:
+    with pytest.raises(InvalidEvent) as info:
+        decode_request(raw)
+    assert info.value.reason == "invalid_utf8"
+    assert info.value.message.endswith(f"at byte {byte}")
+
+
+def test_valid_utf8_that_is_not_json_is_invalid_json() -> None:
+    with pytest.raises(InvalidEvent) as info:
+        decode_request('{"id":"a","text":"é"'.encode())
+    assert info.value.reason == "invalid_json"
+
+
+@pytest.mark.parametrize("text", ["", " ", "\t\n", "\u3000\u2003", "\x1c\x1d\x1e\x1f"])
+def test_a_text_of_whitespace_only_is_empty_text(text: str) -> None:
+    assert not text.strip()  # what the rule says: nothing left once stripped
+    with pytest.raises(InvalidEvent) as info:
+        decode_request(orjson.dumps({"id": "a", "text": text}))
+    assert info.value.reason == "empty_text"
+
+
+def test_a_text_with_anything_but_whitespace_is_a_request() -> None:
+    assert decode_request(orjson.dumps({"id": "a", "text": "\u3000x\t"})).text == "\u3000x\t"
+
+
 def test_oversized_value() -> None:
     raw = orjson.dumps({"id": "a", "text": "x" * 100})
     with pytest.raises(InvalidEvent) as info:
         decode_request(raw, max_bytes=50)
     assert info.value.reason == "oversized"
+
+
+@pytest.mark.parametrize(
+    ("latency_ms", "written"),
+    [(41.0, 41.0), (12.3456, 12.346), (0.0004, 0.0), (41, 41), (1e300, 1e300)],
+)
+def test_a_results_latency_is_written_to_the_microsecond(latency_ms: float, written: float) -> None:
+    result = EmbedResult("a", "m", "AAAAPw==", 1, 3, None, 1, latency_ms)
+    value = orjson.loads(result.encode())["latency_ms"]
+    assert value == written and type(value) is type(written)
 
 
 def test_result_encoding() -> None:

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import TopicPartition
 from embedstream.core import configured
 from embedstream.core.intake import Intake
@@ -182,6 +183,45 @@ def _assert_every_outcome_writable(item: WorkItem) -> None:
     assert dead_letter_headers(failure)
 
 
+INTAKES = [
+    Intake(variant, configured.provider_limits(variant), estimate_tokens)
+    for variant in (
+        SETTINGS,
+        load_settings(env={}, overrides={"max_input_tokens": 6, "oversize_policy": "truncate",
+                                         "max_event_bytes": 60}),
+        load_settings(env={}, overrides={"dimensions": 64, "encoding_format": "base64"}),
+        load_settings(env={}, overrides={"allowed_models": "m1,m2", "model": "m2"}),
+    )
+]  # fmt: skip
+# Texts about max_input_tokens long (6 in the second settings: up to 15 bytes fit).
+long_texts = st.text(st.sampled_from("ab é"), min_size=10, max_size=25)
+plain_docs = st.fixed_dictionaries(
+    {"id": st.sampled_from(["r-1", "x" * 512, "x" * 513]) | json_values | texts,
+     "text": json_values | texts | long_texts}
+)  # fmt: skip
+
+
+@_fuzz(1500)
+@given(doc=request_docs | plain_docs, size=st.integers(0, 100), which=st.integers(0, 3))
+def test_the_short_path_of_a_plain_request_gives_the_general_paths_verdict(
+    doc: dict[str, Any], size: int, which: int
+) -> None:
+    """admit_object's short path (an id and a text, nothing else) against the general rule,
+    for any object, size and settings (the verdicts compare field by field)."""
+    intake = INTAKES[which]
+    assert intake.admit_object(doc, size) == intake._admit_general(doc, size)
+
+
+@pytest.mark.parametrize("which", range(len(INTAKES)))
+@pytest.mark.parametrize("length", [*range(12, 20), 24_000])
+@pytest.mark.parametrize("size", [59, 60, 61, 4096, 4097])
+def test_the_short_path_at_the_limits(which: int, length: int, size: int) -> None:
+    """Around max_input_tokens (6 and 500: 15 and 1,497 bytes) and max_event_bytes."""
+    doc = {"id": "r-1", "text": "a" * length}
+    intake = INTAKES[which]
+    assert intake.admit_object(doc, size) == intake._admit_general(doc, size)
+
+
 @_fuzz(1500)
 @given(record_headers=headers)
 def test_the_retry_header_reader_returns_a_state_or_refuses_with_invalid_headers(
@@ -194,6 +234,13 @@ def test_the_retry_header_reader_returns_a_state_or_refuses_with_invalid_headers
         return
     assert state.attempts >= 0 and state.not_before_ms >= 0
     assert read_retry_state(state.headers()) == state  # what it writes, it reads back
+
+
+@pytest.mark.parametrize("record_headers", [None, [], [("traceparent", b"00-ab-cd-01")]])
+def test_a_record_with_no_header_of_ours_is_a_fresh_request(
+    record_headers: list[tuple[str, bytes | None]] | None,
+) -> None:
+    assert read_retry_state(record_headers) == RetryState()
 
 
 # ------------------------------------------------------------------------------ found by it

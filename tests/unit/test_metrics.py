@@ -116,12 +116,18 @@ def test_a_calls_results_are_counted_and_observed_at_once(
     assert sample(registry, "embedstream_results_total", lane="high") in (None, 0)
 
 
-def test_results_counted_reads_the_lanes_asked_for(metrics: Metrics) -> None:
+def test_results_counted_reads_the_lanes_asked_for(
+    registry: CollectorRegistry, metrics: Metrics
+) -> None:
     metrics.observe_results("low", [0.1, 0.2, 0.3])
     metrics.observe_results("high", [0.1])
-    assert metrics.results_counted("low") == 3
-    assert metrics.results_counted("high", "low") == 4
+    metrics.observe_result("low", 0.4)  # a cache hit's
+    assert metrics.results_counted("low") == 4
+    assert metrics.results_counted("high", "low") == 5
     assert metrics.results_counted("online") == 0
+    for lane in ("low", "high"):  # what the counter says
+        counted = sample(registry, "embedstream_results_total", lane=lane)
+        assert metrics.results_counted(lane) == counted
 
 
 def test_lag_and_forget_partition(registry: CollectorRegistry, metrics: Metrics) -> None:

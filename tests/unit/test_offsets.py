@@ -96,3 +96,45 @@ def test_held_bytes_count_against_an_unfinished_record_until_released() -> None:
     assert tracker.pending_bytes == 0
     tracker.complete(1)
     assert tracker.pending_bytes == 0
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=500), min_size=1, max_size=30),
+    completed_first=st.sets(st.integers(min_value=0, max_value=29), max_size=10),
+    seed=st.integers(min_value=0, max_value=1000),
+)
+def test_completing_a_batch_is_the_same_as_one_by_one(
+    sizes: list[int], completed_first: set[int], seed: int
+) -> None:
+    """`complete_all` (a call's results at once) leaves every figure as `complete` for each
+    would, finished records and repeats included."""
+    one, batch = PartitionOffsets(), PartitionOffsets()
+    for tracker in (one, batch):
+        for offset, size in enumerate(sizes):
+            tracker.track(offset, size=size)
+        for offset in sorted(completed_first):
+            tracker.complete(offset)
+    order = list(range(len(sizes))) * 2  # each one twice: a repeat changes nothing
+    random.Random(seed).shuffle(order)
+    half = len(order) // 2
+    for offset in order[:half]:
+        one.complete(offset)
+    batch.complete_all(order[:half])
+    assert (batch.pending, batch.pending_bytes, batch.safe_offset()) == (
+        one.pending, one.pending_bytes, one.safe_offset()
+    )  # fmt: skip
+    for offset in order[half:]:
+        one.complete(offset)
+    batch.complete_all(order[half:])
+    assert (batch.pending, batch.pending_bytes, batch.safe_offset()) == (0, 0, len(sizes))
+    assert (one.pending, one.pending_bytes) == (0, 0)
+
+
+def test_bytes_held_for_outputs_count_until_released() -> None:
+    tracker = PartitionOffsets()
+    tracker.track(0, size=100)
+    tracker.hold_written(5_000)  # results waiting for the broker's ack
+    assert tracker.pending_bytes == 5_100
+    tracker.hold_written(-5_000)
+    tracker.complete(0)
+    assert tracker.pending_bytes == 0

@@ -13,6 +13,7 @@ import asyncio
 import gc
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 import pytest
@@ -30,7 +31,7 @@ from embedstream.kafka.outputs.work import Origin, WorkItem
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
 from embedstream.testing.clock import FakeClock
-from embedstream.wire import EmbedRequest
+from embedstream.wire import EmbedRequest, EmbedResult
 
 KEY = BucketKey(Priority.LOW, "m", "float", None)
 
@@ -129,15 +130,15 @@ async def test_a_big_low_call_is_encoded_in_slices_with_the_loop_turning_between
     slices, not after the last one; a high call's results go in one stretch."""
     writer = AckLater()
     writer.ack.set()
-    sink, outcomes, state = wired(writer)
+    _, outcomes, state = wired(writer)
     order: list[object] = []
-    encode = sink.result_outputs
+    encode = outcomes._encoded  # a slice's records
 
-    def noting(done: Sequence[tuple[WorkItem, object]]) -> list[Output]:
-        order.append(len(done))
-        return encode(done)  # type: ignore[arg-type]
+    def noting(rows: list[Any], now: int) -> list[Output]:
+        order.append(len(rows))
+        return encode(rows, now)
 
-    sink.result_outputs = noting  # type: ignore[method-assign]
+    outcomes._encoded = noting  # type: ignore[method-assign]
     items = [work_item(state, offset) for offset in range(600)]
     for item in items:
         state.offsets.track(item.origin.offset)
@@ -180,3 +181,77 @@ async def test_cache_hits_waiting_for_the_ack_count_and_keep_no_vectors() -> Non
     writer.ack.set()
     await outcomes.flush()
     assert state.offsets.pending_bytes == 0 and state.offsets.pending == 0
+
+
+@pytest.mark.parametrize("truncated_from", [None, 9000])
+def test_a_result_record_is_its_embed_results_json(truncated_from: int | None) -> None:
+    """The record written from a result's fields is what `EmbedResult.encode` gives, keyed by
+    the request id, with the source header (and the truncation's)."""
+    sink, _, state = wired(AckLater())
+    item = work_item(state, 7)
+    item.attempts, item.source, item.truncated_from = 2, "embed.requests.low", truncated_from
+    output = sink.result_output(item, "m", "AAAAPw==", 1, 5, 41.23456, False, "g1")
+    expected = EmbedResult("r7", "m", "AAAAPw==", 1, 5, None, 2, 41.23456, False, "g1")
+    assert output.value == expected.encode()
+    assert (output.key, output.topic, output.origin.offset) == (b"r7", "embed.results", 7)
+    headers = [("embedstream.source.topic", b"embed.requests.low")]
+    if truncated_from is not None:
+        headers.append(("embedstream.truncated_from_tokens", b"9000"))
+    assert output.headers == headers
+
+
+def test_a_registry_format_encodes_the_embed_result() -> None:
+    sink, _, state = wired(AckLater())
+    seen: list[EmbedResult] = []
+
+    class Values:
+        def encode(self, result: EmbedResult) -> bytes:
+            seen.append(result)
+            return b"framed"
+
+        def encode_chunk(self, chunk: object) -> bytes:
+            raise AssertionError("no chunk here")
+
+        def encode_end(self, end: object) -> bytes:
+            raise AssertionError("no document here")
+
+    sink.result_values = Values()
+    output = sink.result_output(work_item(state, 3), "m", [0.5], 1, 5, 2.0, True, "g1")
+    assert output.value == b"framed"
+    assert seen == [EmbedResult("r3", "m", [0.5], 1, 5, None, 0, 2.0, True, "g1")]
+
+
+@pytest.mark.parametrize(
+    ("sources", "reported", "expected"),
+    [
+        # one source (the usual call): everything to it, the whole call's share
+        (["a", "a", "a"], 2, {"a": (6, 1.0)}),
+        (["a", "a", "a"], 0, {"a": (6, 1.0)}),  # no usage reported: the estimates (2 each)
+        # two sources sharing a call: each its tokens and its share of the inputs
+        (["a", "b", "a"], 2, {"a": (4, 2 / 3), "b": (2, 1 / 3)}),
+    ],
+)
+async def test_a_calls_usage_is_accounted_by_source_and_generation(
+    sources: list[str], reported: int, expected: dict[str, tuple[int, float]]
+) -> None:
+    writer = AckLater()
+    writer.ack.set()
+    _, outcomes, state = wired(writer)
+    metrics = outcomes._observer
+    assert isinstance(metrics, Metrics)
+    items = [work_item(state, offset) for offset in range(len(sources))]
+    for item, source in zip(items, sources, strict=True):
+        item.source = source
+        state.offsets.track(item.origin.offset)
+    await outcomes.succeeded(KEY, [Embedded(item, [0.5], reported) for item in items], 1)
+    await outcomes.flush()
+    basis = "reported" if reported else "estimated"
+    sample = metrics.registry.get_sample_value
+    for source, (tokens, share) in expected.items():
+        labels = {"source": source, "basis": basis}
+        assert sample("embedstream_source_tokens_total", labels) == tokens
+        calls = sample("embedstream_source_calls_total", {"source": source})
+        assert calls == pytest.approx(share)
+    generation = outcomes.documents.generations.id_of("m", None)
+    labels = {"index_generation": generation, "lane": "low"}
+    assert sample("embedstream_generation_tokens_total", labels) == 6

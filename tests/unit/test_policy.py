@@ -87,6 +87,28 @@ def test_cut_batches_respect_limits(tokens: list[int], max_items: int, max_token
         assert n == 1 or sum(batch) <= max_tokens
 
 
+def _longest_prefix(tokens: list[int], limits: BatchLimits) -> int:
+    """The rule item by item: the leading items within both limits, at least one."""
+    total = 0
+    for count, item in enumerate(tokens):
+        if count == limits.max_items or (count > 0 and total + item > limits.max_tokens):
+            return count
+        total += item
+    return len(tokens)
+
+
+@given(
+    st.lists(st.integers(min_value=0, max_value=150), max_size=60),
+    st.integers(min_value=1, max_value=20),
+    st.integers(min_value=1, max_value=400),
+)
+def test_batch_length_is_the_longest_prefix_within_both_limits(
+    tokens: list[int], max_items: int, max_tokens: int
+) -> None:
+    limits = BatchLimits(max_items=max_items, max_tokens=max_tokens, max_wait_s=1, scale_factor=1)
+    assert batch_length(tokens, limits) == _longest_prefix(tokens, limits)
+
+
 @given(st.integers(min_value=0, max_value=10**9), st.floats(min_value=0.001, max_value=10**6))
 def test_wait_never_exceeds_max_wait(depth: int, scale: float) -> None:
     limits = BatchLimits(max_items=1, max_tokens=1, max_wait_s=0.25, scale_factor=scale)

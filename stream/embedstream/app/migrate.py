@@ -192,7 +192,9 @@ async def source_lines(
         on_topic = await documents_on_topic(settings, topic)
     except EmbedStreamError as exc:
         return source_said(new.lacking, topic, str(exc))
-    return source_said(new.lacking, topic, unsourced(await migrations.lacking_documents(), on_topic))
+    return source_said(
+        new.lacking, topic, unsourced(await migrations.lacking_documents(), on_topic)
+    )
 
 
 def source_said(lacking: int, topic: str | None, found: Unsourced | str | None) -> list[str]:

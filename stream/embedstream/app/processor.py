@@ -72,6 +72,7 @@ from embedstream.kafka.outputs.partitions import Assignment
 from embedstream.kafka.outputs.result_writer import DirectWriter, ResultWriter, Writer
 from embedstream.kafka.outputs.transactions import PartitionTransactions
 from embedstream.kafka.outputs.work import WorkItem
+from embedstream.ops.collector import collector_for_throughput
 from embedstream.ops.health import Health
 from embedstream.ops.metrics import Metrics
 from embedstream.ops.server import OpsServer
@@ -344,7 +345,8 @@ async def run_service(
     if started is not None:
         started.set()
     try:
-        await service.run()
+        with collector_for_throughput():  # the process is the processor's (ops/collector.py)
+            await service.run()
     finally:
         closing_s = service.processor.closing.step_s()
         await bounded(backend.close(), closing_s, "the provider client's close")

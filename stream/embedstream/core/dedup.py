@@ -12,13 +12,10 @@ from embedstream.wire.openai import Input
 
 def unique_texts(texts: Sequence[Input]) -> tuple[list[Input], list[int]]:
     """(distinct inputs in first-seen order, for each input the index of its distinct one)."""
-    position: dict[Input, int] = {}
-    distinct: list[Input] = []
-    mapping: list[int] = []
-    for text in texts:
-        index = position.get(text)
-        if index is None:
-            index = position[text] = len(distinct)
-            distinct.append(text)
-        mapping.append(index)
-    return distinct, mapping
+    position: dict[Input, int] = dict.fromkeys(texts, 0)  # first-seen order, built in C
+    if len(position) == len(texts):  # the usual batch: nothing repeated
+        return list(texts), list(range(len(texts)))
+    distinct = list(position)
+    for index, text in enumerate(distinct):
+        position[text] = index
+    return distinct, list(map(position.__getitem__, texts))

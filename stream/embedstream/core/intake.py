@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from embedstream.core import configured
 from embedstream.core.chunker import Chunk, ChunkingRules, chunk_document
@@ -24,7 +24,7 @@ from embedstream.core.limits import ProviderLimits, check_item
 from embedstream.core.tokens import TokenCounter
 from embedstream.errors import ConfigError, InvalidEvent, Reason
 from embedstream.settings import Settings
-from embedstream.wire import EmbedRequest, event_object, request_from_doc
+from embedstream.wire import MAX_ID_CHARS, EmbedRequest, event_object, request_from_doc
 from embedstream.wire.document_events import (
     DocumentEvent,
     DocumentTombstone,
@@ -34,8 +34,9 @@ from embedstream.wire.document_events import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Admitted:
+class Admitted(NamedTuple):
+    """A request admitted (a NamedTuple rather than a frozen dataclass: one per record)."""
+
     request: EmbedRequest
     model: str
     encoding_format: str
@@ -68,6 +69,18 @@ class Intake:
         self._profile = configured.profile_label(settings)
         self._chunking = chunking_rules(settings, limits)
         self._dimensions = settings.dimensions
+        self._max_value_bytes = max(settings.max_event_bytes, settings.max_document_bytes)
+        self._max_event_bytes = settings.max_event_bytes
+        self._model = settings.model
+        self._encoding_format = settings.encoding_format
+        self._max_tokens = limits.max_tokens_per_input
+        # Whether a request of only an id and a text may take the short path of admit_object:
+        # nothing of the settings changes it (a default dimensions would) or refuses it.
+        self._plain_ok = (
+            self._dimensions is None
+            and (not self._allowed_models or self._model in self._allowed_models)
+            and self._encoding_format in limits.encoding_formats
+        )
         if self._dimensions is not None and not limits.dimensions:
             raise ConfigError(
                 "dimensions", f"provider_profile {self._profile} takes no dimensions; unset it"
@@ -76,11 +89,10 @@ class Intake:
     def admit(
         self, value: bytes | None, key: bytes | None = None
     ) -> Admitted | AdmittedDocument | DocumentTombstone | Rejected:
-        s = self._settings
         try:
             if value is None:
                 return tombstone_for(key)
-            doc = event_object(value, max_bytes=max(s.max_event_bytes, s.max_document_bytes))
+            doc = event_object(value, max_bytes=self._max_value_bytes)
         except InvalidEvent as exc:
             return Rejected("InvalidEvent", exc.reason, exc.message)
         return self.admit_object(doc, len(value))
@@ -90,6 +102,24 @@ class Intake:
     ) -> Admitted | AdmittedDocument | Rejected:
         """One event already decoded into its JSON-equivalent dict (a JSON event, or a registry
         record after field mapping); ``size`` is the record value's length in bytes."""
+        if len(doc) == 2 and self._plain_ok and size <= self._max_event_bytes:
+            # The usual request, an id and a text within every limit, checked here without
+            # the general path's calls (test_fuzz_intake holds both to the same verdicts).
+            rid, text = doc.get("id"), doc.get("text")
+            if (
+                type(rid) is str and 0 < len(rid) <= MAX_ID_CHARS
+                and type(text) is str and text and not text.isspace()
+            ):  # fmt: skip
+                tokens = self._count(text)
+                if tokens <= self._max_tokens:  # (Admitted, EmbedRequest without their __new__)
+                    request = _tuple_new(EmbedRequest, (rid, text, *_NO_OPTIONAL_FIELDS))
+                    admitted = (request, self._model, self._encoding_format, tokens, None)
+                    return _tuple_new(Admitted, admitted)
+        return self._admit_general(doc, size)
+
+    def _admit_general(
+        self, doc: dict[str, Any], size: int
+    ) -> Admitted | AdmittedDocument | Rejected:
         s = self._settings
         try:
             if is_document(doc):
@@ -97,7 +127,7 @@ class Intake:
                     limit = f"limit {s.max_document_bytes} (max_document_bytes)"
                     raise InvalidEvent(Reason.OVERSIZED, f"document is {size} bytes, {limit}")
                 return self._admit_document(document_from_doc(doc))
-            if size > s.max_event_bytes:
+            if size > self._max_event_bytes:
                 raise InvalidEvent(
                     Reason.OVERSIZED, f"value is {size} bytes, limit {s.max_event_bytes}"
                 )
@@ -105,16 +135,29 @@ class Intake:
         except InvalidEvent as exc:
             return Rejected("InvalidEvent", exc.reason, exc.message)
         if request.dimensions is None and self._dimensions is not None:
-            request = dataclasses.replace(request, dimensions=self._dimensions)
-        model = request.model or self._settings.model
+            request = request._replace(dimensions=self._dimensions)
+        model = request.model or self._model
         if self._allowed_models and model not in self._allowed_models:
             return Rejected(
                 "PermanentItemError", Reason.UNKNOWN_MODEL, f"model {model!r} not allowed"
             )
-        encoding_format = request.encoding_format or self._settings.encoding_format
+        encoding_format = request.encoding_format or self._encoding_format
         tokens = self._count(request.text)
+        limits = self._limits
+        if (
+            tokens <= limits.max_tokens_per_input
+            and encoding_format in limits.encoding_formats
+            and request.dimensions is None
+            and request.user is None
+            and request.input_type is None
+            and request.task is None
+        ):  # fmt: skip
+            # Most requests: check_item has nothing to refuse (a blank text was refused as
+            # invalid above), so it is not asked. (Admitted(request, model, encoding_format,
+            # tokens), without the call of its generated __new__.)
+            return _tuple_new(Admitted, (request, model, encoding_format, tokens, None))
         problem = check_item(
-            self._limits,
+            limits,
             text=request.text,
             tokens=tokens,
             encoding_format=encoding_format,
@@ -126,7 +169,7 @@ class Intake:
             return Admitted(request, model, encoding_format, tokens)
         if problem.reason == "too_long" and self._settings.oversize_policy == "truncate":
             text = truncate(request.text, self._limits.max_tokens_per_input, self._count)
-            shorter = dataclasses.replace(request, text=text)
+            shorter = request._replace(text=text)
             return Admitted(shorter, model, encoding_format, self._count(text), tokens)
         return Rejected("PermanentItemError", problem.reason, problem.message)
 
@@ -164,6 +207,10 @@ class Intake:
                 return Rejected("PermanentItemError", problem.reason, problem.message)
         version = event.version or default_version(event.text)
         return AdmittedDocument(event, version, model, encoding_format, chunks)
+
+
+_tuple_new = tuple.__new__
+_NO_OPTIONAL_FIELDS = (None,) * 8  # EmbedRequest's fields after id and text
 
 
 def settings_of(settings: Settings, generation: IndexGeneration) -> Settings:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from enum import IntEnum, StrEnum
+from itertools import islice
+from operator import itemgetter
 from typing import Generic, NamedTuple, TypeVar
 
 from embedstream.core.shares import joining_level, levels_after, share_order, trickle_sources
@@ -133,6 +135,15 @@ class Bucket(Generic[T]):
         queue.append(item)
         self._count += 1
 
+    def add_all(self, items: list[Pending[T]], source: Source = None) -> None:
+        """`add` for each of ``items``, in order (one source's)."""
+        if self._queues is None and (source == self._source or not self._items):
+            self._source = source
+            self._items.extend(items)  # the fast path, all at once
+            return
+        for item in items:
+            self.add(item, source)
+
     @property
     def oldest_arrival(self) -> float:
         if self._queues is None:
@@ -142,12 +153,7 @@ class Bucket(Generic[T]):
     def token_counts(self, limit: int) -> list[int]:
         """Token estimates of the first ``limit`` items (enough to size one batch)."""
         if self._queues is None:
-            out: list[int] = []
-            for item in self._items:
-                if len(out) == limit:
-                    break
-                out.append(item.tokens)
-            return out
+            return list(map(_tokens, islice(self._items, limit)))
         heads = {s: iter(q) for s, q in self._queues.items()}
         return [next(heads[s]).tokens for s in self._order(limit)]
 
@@ -227,6 +233,9 @@ class Bucket(Generic[T]):
             self._source, self._items = next(iter(self._queues.items()), (None, deque()))
             self._queues = None
             self._levels = {}
+
+
+_tokens = itemgetter(0)  # a Pending's `tokens`, read in C over a whole bucket
 
 
 def _head_arrival(entry: tuple[Source, deque[Pending[T]]]) -> float:

@@ -193,7 +193,7 @@ def check_item(
     sends " " for a blank chunk, and OpenAI embeds it)."""
     if limits.reject_empty and not text:
         return ItemProblem(Reason.EMPTY_TEXT, "input text is empty")
-    if limits.reject_empty and not blank_ok and not text.strip():
+    if limits.reject_empty and not blank_ok and text.isspace():  # (empty: refused above)
         return ItemProblem(Reason.EMPTY_TEXT, "input text is empty or whitespace only")
     if tokens > limits.max_tokens_per_input:
         return ItemProblem(

@@ -8,6 +8,7 @@ everything is done, so a commit never moves past unfinished work.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 
 class PartitionOffsets:
@@ -17,16 +18,17 @@ class PartitionOffsets:
         self._sizes: dict[int, int] = {}
         self.pending_bytes = 0  # bytes of the records not yet finished (backpressure)
         self._completed: set[int] = set()
-        self._next_after_tracked: int | None = None
+        # One past the highest offset tracked (None: none yet): a lower one was seen.
+        self.next_untracked: int | None = None
         self._committed: int | None = None
 
     def seen(self, offset: int) -> bool:
         """The offset was already tracked under this assignment (a record delivered again,
         e.g. when the consumer's position went back to the committed offset)."""
-        return self._next_after_tracked is not None and offset < self._next_after_tracked
+        return self.next_untracked is not None and offset < self.next_untracked
 
     def track(self, offset: int, timestamp_ms: int | None = None, size: int = 0) -> None:
-        if self._next_after_tracked is not None and offset < self._next_after_tracked:
+        if self.next_untracked is not None and offset < self.next_untracked:
             raise ValueError(f"offset {offset} tracked out of order")
         self._outstanding.append(offset)
         if timestamp_ms is not None:
@@ -34,7 +36,7 @@ class PartitionOffsets:
         if size:
             self._sizes[offset] = size
             self.pending_bytes += size
-        self._next_after_tracked = offset + 1
+        self.next_untracked = offset + 1
 
     def hold_bytes(self, offset: int, size: int) -> None:
         """Count `size` more bytes (less, if negative) against the unfinished record at
@@ -50,13 +52,29 @@ class PartitionOffsets:
             self._sizes.pop(offset, None)
         self.pending_bytes += after - before
 
+    def hold_written(self, size: int) -> None:
+        """Count `size` more bytes (less, if negative) against the partition's unfinished
+        records: outputs waiting for the broker's ack, held and released around their write
+        by a writer that finishes their records only after it (a call's results), so no
+        record of them finishes while they are held."""
+        self.pending_bytes += size
+
     def complete(self, offset: int) -> None:
-        if offset not in self._completed:
-            self.pending_bytes -= self._sizes.pop(offset, 0)
-        self._completed.add(offset)
-        while self._outstanding and self._outstanding[0] in self._completed:
-            done = self._outstanding.popleft()
-            self._completed.discard(done)
+        self.complete_all((offset,))
+
+    def complete_all(self, offsets: Iterable[int]) -> None:
+        """`complete` each of ``offsets``, then move the commit position once."""
+        completed, held = self._completed, self._sizes
+        freed = 0
+        for offset in offsets:
+            if offset not in completed:
+                freed += held.pop(offset, 0)
+                completed.add(offset)
+        self.pending_bytes -= freed
+        outstanding = self._outstanding
+        while outstanding and outstanding[0] in completed:
+            done = outstanding.popleft()
+            completed.discard(done)
             self._timestamps.pop(done, None)
 
     @property
@@ -73,7 +91,7 @@ class PartitionOffsets:
         """The offset to commit (Kafka's "next record to read"), or None if nothing tracked."""
         if self._outstanding:
             return self._outstanding[0]
-        return self._next_after_tracked
+        return self.next_untracked
 
     def to_commit(self) -> int | None:
         """The safe offset if it moved since the last `mark_committed`, else None."""

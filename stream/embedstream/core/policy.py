@@ -16,9 +16,11 @@ backlog grows the wait approaches ``max_wait`` and batches fill up.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import accumulate
 
 from embedstream.core.costmodel import CallCost
 
@@ -69,12 +71,11 @@ def batch_length(token_counts: Sequence[int], limits: BatchLimits) -> int:
     A single item over ``max_tokens`` still forms a batch of one; rejecting it is the job of the
     per-input limit check, not of the batch policy.
     """
-    total = 0
-    for count, tokens in enumerate(token_counts):
-        if count == limits.max_items or (count > 0 and total + tokens > limits.max_tokens):
-            return count
-        total += tokens
-    return len(token_counts)
+    leading = token_counts[: limits.max_items]
+    # Running totals (estimates are never negative, so they only grow): the items whose
+    # total stays within max_tokens, found by bisection rather than a loop an item.
+    fits = bisect_right(list(accumulate(leading)), limits.max_tokens)
+    return max(fits, 1) if leading else 0
 
 
 def decide(

@@ -15,7 +15,9 @@ TokenCounter = Callable[[str], int]
 
 
 def estimate_tokens(text: str) -> int:
-    return tokens_of_bytes(len(text.encode("utf-8")))
+    # An ASCII text's UTF-8 is as long as the text (isascii() is a flag CPython keeps): no copy.
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    return -(-size // 3) + 1  # tokens_of_bytes(size), without its call
 
 
 def apportion(total: int, estimates: Sequence[int]) -> list[int]:
@@ -28,8 +30,12 @@ def apportion(total: int, estimates: Sequence[int]) -> list[int]:
         estimates, weight = [1] * len(estimates), len(estimates)
     exact = [total * e / weight for e in estimates]
     shares = [int(x) for x in exact]
-    by_remainder = sorted(range(len(exact)), key=lambda i: shares[i] - exact[i])
-    for i in by_remainder[: total - sum(shares)]:
+    left = total - sum(shares)
+    if not left:
+        return shares
+    # Largest remainders first (ties: the earlier item); the keys in a list, read in C.
+    behind = [share - x for share, x in zip(shares, exact, strict=True)]
+    for i in sorted(range(len(exact)), key=behind.__getitem__)[:left]:
         shares[i] += 1
     return shares
 

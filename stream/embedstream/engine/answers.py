@@ -52,16 +52,27 @@ def _outcome(
     as_base64 = call.encoding_format == "base64"
     vectors: list[list[float] | str | None] = [None] * len(call.texts)
     dims = call.dimensions
+    # Base64 strings kept as they are, by (length, padding): their float count, found once.
+    counted: dict[tuple[int, int], int] = {}
     for entry in data:
         index = entry.get("index") if isinstance(entry, dict) else None
         if (
-            not isinstance(index, int)
-            or isinstance(index, bool)
+            (type(index) is not int and (not isinstance(index, int) or isinstance(index, bool)))
             or not 0 <= index < len(vectors)
             or vectors[index] is not None
         ):
             raise TransientError(Reason.MALFORMED_RESPONSE, f"bad or repeated index {index!r}")
-        vector, length = _vector(entry.get("embedding"), as_base64)
+        embedding = entry.get("embedding")
+        if as_base64 and type(embedding) is str:
+            # (its length, and its padding as base64_float_count counts it)
+            padding = 2 if embedding.endswith("==") else 1 if embedding.endswith("=") else 0
+            shape = (len(embedding), padding)
+            length = counted.get(shape)
+            if length is None:
+                length = counted[shape] = _base64_floats(embedding)
+            vector: list[float] | str = embedding  # untouched
+        else:
+            vector, length = _vector(embedding, as_base64)
         if dims is None:
             dims = length  # no dimensions asked: the first vector sets them for the rest
         elif length != dims:

@@ -12,7 +12,8 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from embedstream.core.arrivals import ArrivalRate
@@ -119,6 +120,24 @@ class Batcher(Generic[T]):
         self._buffered += 1
         self._buffered_by_priority[key.priority] += 1
         self._arrivals[key.priority].add(self._clock())
+        self._wake.set()
+
+    def add_all(self, key: BucketKey, source: Source, entries: Sequence[tuple[int, T]]) -> None:
+        """Buffer items of one bucket and source, in order, arriving now: `add` for each of
+        (tokens, payload), with one clock reading and one update of the counts for all."""
+        if not entries:
+            return
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = Bucket(key, self._source_weights)
+        now = self._clock()
+        # Pending(tokens, now, payload), without the call of its generated __new__ (the
+        # largest part of building one, for every item buffered).
+        pending = [_tuple_new(Pending, (tokens, now, payload)) for tokens, payload in entries]
+        bucket.add_all(pending, source)
+        self._buffered += len(entries)
+        self._buffered_by_priority[key.priority] += len(entries)
+        self._arrivals[key.priority].add(now, len(entries))
         self._wake.set()
 
     def drop_where(self, predicate: Callable[[T], bool]) -> list[T]:
@@ -308,8 +327,8 @@ class Batcher(Generic[T]):
         self._buffered -= len(items)
         self._buffered_by_priority[bucket.key.priority] -= len(items)
         now = self._clock()
-        tokens = sum(p.tokens for p in items)
-        waits = [now - p.arrival for p in items]
+        tokens = sum(map(_tokens, items))
+        waits = [now - arrival for arrival in map(_arrival, items)]
         self._observer.observe_flush(lane.label, reason, len(items), tokens, waits)
         if self.on_flush is not None:
             self.on_flush(bucket.key, items, reason, now)
@@ -334,13 +353,12 @@ class Batcher(Generic[T]):
             await self._dispatch(key, items, reason)
             if self._observe_dispatch:
                 now = self._clock()
-                tokens = sum(p.tokens for p in items)
                 self.cost.observe(cost_key(key), tokens, len(items), now - started, now)
         except Exception:
             # The items stay unfinished, so their offsets are not committed: redone later.
             log.exception("dispatch of a batch of %d failed", len(items))
         finally:
-            oldest = self._clock() - min(p.arrival for p in items) if items else None
+            oldest = self._clock() - min(map(_arrival, items)) if items else None
             self.budget.release(key.priority, lease, oldest)
             task = asyncio.current_task()
             if task is not None:
@@ -353,6 +371,11 @@ class Batcher(Generic[T]):
             if not isinstance(answer, LeaseWait):
                 return answer
             await self.budget.woken(answer)
+
+
+_tokens = attrgetter("tokens")  # of a Pending, read in C over a whole batch
+_tuple_new = tuple.__new__
+_arrival = attrgetter("arrival")
 
 
 def _bucket_order(bucket: Bucket[T]) -> tuple[int, float]:

@@ -16,19 +16,17 @@ both send every batch through :class:`BatchCaller`, so they share every rule:
   `retry-after`, a refused key or unknown model holds it with backoff, and so does an
   outage-like failure (connection, timeout, 5xx) while no other call succeeds. Only failures
   the provider's other calls do not share count as attempts, so an outage dead-letters nothing.
-  Whether they share it is judged by the answers of the calls in flight, not by sending the
-  batch again: a batch is sent again without spending an attempt only as a hold's probe,
-  while nothing else can tell (after a 5xx, half of it: `engine/held_batches.py`). Such a hold
-  closes
-  the gate for everyone only once the provider looks down (`core/outage.py`); before that it
-  holds its own batch alone. A held batch sends again only the jobs still wanted (a caller
-  that left is never sent for); while the provider is down, `engine/probe.py` asks it too;
+  Whether they share it is judged by the answers of the calls in flight: a batch is sent
+  again without spending an attempt only as a hold's probe (after a 5xx, half of it:
+  `engine/held_batches.py`). A hold closes the gate for everyone only once the provider looks
+  down (`core/outage.py`); a held batch sends only the jobs still wanted (a caller that left
+  is never sent for); while the provider is down, `engine/probe.py` asks it too;
 - a refusal of the request rather than of an input (`RequestRefused`: a model the provider
   does not serve, a field it refuses) is never split: one call, every job the same answer.
   Callers hear it at once; Kafka work of a model the provider does not serve waits, with only
   that model's other items (`core/model_pauses.py`);
 - a transient failure is retried after a backoff, up to `max_attempts`; then, or for a
-  permanent failure, the job is dead-lettered;
+  permanent failure, the job is dead-lettered.
 """
 
 from __future__ import annotations
@@ -38,6 +36,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Generic
 
 from embedstream.core.backoff import Backoff
@@ -51,6 +50,7 @@ from embedstream.core.policy import FlushReason
 from embedstream.core.tokens import apportion
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.backend import BatchCall, BatchOutcome, EmbeddingBackend
+from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.engine.evidence import FailingInputs, ServiceEvidence
 from embedstream.engine.held_batches import Holds, joined, probe_piece, still_wanted
 from embedstream.engine.jobs import Embedded, J, Outcomes
@@ -81,8 +81,7 @@ def _shared_user(batch: Sequence[Pending[J]]) -> str | None:
     return first
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
+_tokens, _job, _tuple_new = attrgetter("tokens"), attrgetter("payload"), tuple.__new__
 
 
 class BatchCaller(Generic[J]):
@@ -95,7 +94,7 @@ class BatchCaller(Generic[J]):
         max_attempts: int,
         backoff: Backoff,
         rng: random.Random | None = None,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
         observer: EngineObserver | None = None,
         cost: CostModels | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -120,6 +119,7 @@ class BatchCaller(Generic[J]):
         self._monotonic = monotonic
         self._texts: TextSharing[J] = texts or NO_SHARING  # with a cache: each text paid once
         self._tracer = tracer  # one client span per call, linked to its requests' spans
+        self._traced = tracer is not NULL_TRACER
         self._evidence = ServiceEvidence(clock_ms)  # whether the provider serves others meanwhile
         self._failing = FailingInputs()  # inputs the provider failed alone (server errors)
         self.probe_key: BucketKey | None = None  # the last call's shape served: what probes send
@@ -184,11 +184,14 @@ class BatchCaller(Generic[J]):
         held_back = 0  # consecutive shared failures of this batch
         waiting: list[list[Pending[J]]] = []  # held pieces, sent after a probe answers
         while True:
-            distinct, mapping = unique_texts([p.payload.input for p in batch])
+            inputs = [j.text if j.token_ids is None else j.token_ids for j in map(_job, batch)]
+            distinct, mapping = unique_texts(inputs)  # (inputs: Job.input, without its calls)
             call = BatchCall.for_bucket(key, distinct, user=_shared_user(batch))
+            # (The attempt is the tracer's only: a pass over the batch, not made untraced.)
+            attempt = max(p.payload.attempts for p in batch) if self._traced else 0
             span = self._tracer.call(
                 key.model, (p.payload.span for p in batch), size=len(batch), reason=reason,
-                attempt=max(p.payload.attempts for p in batch),
+                attempt=attempt,
             )  # fmt: skip
             started = time.perf_counter()
             sent_ms = self._clock_ms()
@@ -233,7 +236,7 @@ class BatchCaller(Generic[J]):
                 continue
             span.end(input_tokens=outcome.total_tokens)
             if self._cost is not None:
-                tokens = sum(p.tokens for p in batch)
+                tokens = sum(map(_tokens, batch))
                 self._cost.observe(
                     cost_key(key), tokens, len(distinct), outcome.latency_s, self._monotonic()
                 )
@@ -386,11 +389,10 @@ class BatchCaller(Generic[J]):
     ) -> None:
         # The provider reports usage per call; each job gets its share by estimate, the
         # shares summing to the provider's count.
-        shares = apportion(outcome.total_tokens, [p.tokens for p in batch])
-        done = [
-            Embedded(p.payload, outcome.vectors[index], share)
-            for p, index, share in zip(batch, mapping, shares, strict=True)
-        ]
+        shares = apportion(outcome.total_tokens, list(map(_tokens, batch)))
+        vectors = outcome.vectors  # Embedded(...) built without its generated __new__'s call:
+        done = [_tuple_new(Embedded, (p.payload, vectors[i], share))
+                for p, i, share in zip(batch, mapping, shares, strict=True)]  # fmt: skip
         if self._failing:
             for p in batch:
                 self._failing.succeeded(p.payload.input)

@@ -86,12 +86,12 @@ class SourceAccounting:
         self._seen.add(source)
         return source
 
-    def count_source_request(self, source: str) -> None:
+    def count_source_requests(self, source: str, count: int) -> None:
         child = self._request_children.get(source)
         if child is None:
             child = self._requests.labels(source=self.label(source))
             self._request_children[source] = child
-        child.inc()
+        child.inc(count)
 
     def count_source_usage(
         self, source: str, *, tokens: int, estimated: bool, call_share: float

@@ -17,6 +17,7 @@ from embedstream.core.policy import FlushReason
 from embedstream.ops.accounting import SourceAccounting
 from embedstream.ops.batch_metrics import BatchMetrics
 from embedstream.ops.budget_metrics import BudgetMetrics
+from embedstream.ops.histograms import observe_all
 from embedstream.ops.metric_names import METRIC_NAMES as METRIC_NAMES
 from embedstream.ops.metric_names import PROCESSOR_METRIC_NAMES as PROCESSOR_METRIC_NAMES
 from embedstream.ops.migration_metrics import MigrationMetrics
@@ -116,6 +117,7 @@ class Metrics:
             ["error_class", "reason"],
             registry=r,
         )
+        self._counted: dict[str, int] = {}  # results by lane, as _results counts them
         self._results = Counter(
             "embedstream_results_total",
             "Results produced and acked, by lane.",
@@ -240,9 +242,7 @@ class Metrics:
         self._flushes.labels(reason=reason).inc()
         self._batch_size.observe(items)
         self._batch_tokens.observe(tokens)
-        wait = self._item_wait.labels(lane=lane)
-        for seconds in waits_s:
-            wait.observe(seconds)
+        observe_all(self._item_wait.labels(lane=lane), waits_s)
 
     # ----------------------------------------------------------------- provider calls
 
@@ -265,24 +265,19 @@ class Metrics:
         self.observe_results(lane, (end_to_end_s,))
 
     def observe_results(self, lane: str, end_to_end_s: Sequence[float]) -> None:
-        """A call's results: the lane's children looked up and the counter added to once (per
+        """A call's results: the lane's children looked up and each series added to once (per
         result, the look-ups and the counter's lock cost about 10 µs of CPU each in a profile)."""
         self._results.labels(lane=lane).inc(len(end_to_end_s))
-        observe = self._end_to_end.labels(lane=lane).observe
-        for seconds in end_to_end_s:
-            # Record timestamps come from producer clocks; skew must not yield negative latency.
-            observe(max(seconds, 0.0))
+        self._counted[lane] = self._counted.get(lane, 0) + len(end_to_end_s)
+        # Record timestamps come from producer clocks; skew must not yield negative latency.
+        observe_all(self._end_to_end.labels(lane=lane), end_to_end_s, floor=0.0)
 
     def results_counted(self, *lanes: str) -> float:
-        """Results produced so far in these lanes, from this one counter. For a benchmark
-        polling every few milliseconds: the registry's get_sample_value collects every metric
-        on each call, 13 µs of CPU per drained item in a profile, charged to the processor."""
-        return sum(
-            sample.value
-            for family in self._results.collect()
-            for sample in family.samples
-            if sample.name == "embedstream_results_total" and sample.labels["lane"] in lanes
-        )
+        """Results produced so far in these lanes (embedstream_results_total's), read from a
+        plain count kept beside the counter. For a benchmark polling every few milliseconds:
+        collecting the counter cost 17 µs a poll, about 1 µs a drained item charged to the
+        processor at 100 polls a second (the registry's get_sample_value: 13 µs an item)."""
+        return float(sum(self._counted.get(lane, 0) for lane in lanes))
 
     def count_retry(self, reason: str) -> None:
         self._retries.labels(reason=reason).inc()
@@ -326,8 +321,8 @@ class Metrics:
     def declare_sources(self, sources: Iterable[str]) -> None:
         self.sources.declare_sources(sources)
 
-    def count_source_request(self, source: str) -> None:
-        self.sources.count_source_request(source)
+    def count_source_requests(self, source: str, count: int) -> None:
+        self.sources.count_source_requests(source, count)
 
     def count_source_usage(
         self, source: str, *, tokens: int, estimated: bool, call_share: float

@@ -37,7 +37,9 @@ class GenerationHoldings:
                 self._made = found is not None and bool(found[0])
                 if not self._made:
                     return Held()
-            rows = await self._session.fetchall(sql.documents_in_generation(self._tables), (list(doc_ids),))
+            rows = await self._session.fetchall(
+                sql.documents_in_generation(self._tables), (list(doc_ids),)
+            )
         complete = {row[0]: row[1] for row in rows if row[1] is not None}
         return Held(complete, frozenset(row[0] for row in rows if row[2]))
 

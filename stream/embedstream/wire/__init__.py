@@ -23,6 +23,7 @@ from embedstream.wire.events import (
     encode_request,
     event_object,
     request_from_doc,
+    result_json,
 )
 from embedstream.wire.headers import (
     BACKFILL_HEADER,
@@ -40,6 +41,7 @@ from embedstream.wire.headers import (
     INDEX_GENERATION_HEADER,
     MAX_EPOCH_MS,
     MAX_MESSAGE_BYTES,
+    NO_RETRY,
     PRIORITY,
     RETRY_ATTEMPTS,
     RETRY_FIRST_ERROR,
@@ -98,6 +100,7 @@ __all__ = [
     "MAX_ID_CHARS",
     "MAX_MESSAGE_BYTES",
     "MAX_PARAMETER_CHARS",
+    "NO_RETRY",
     "PRIORITY",
     "REQUEST_PARAMETERS",
     "RETRY_ATTEMPTS",
@@ -137,6 +140,7 @@ __all__ = [
     "headers_dict",
     "read_retry_state",
     "request_from_doc",
+    "result_json",
     "rfc3339",
     "vector_from_float32",
 ]

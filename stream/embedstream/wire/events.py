@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from embedstream.errors import InvalidEvent, Reason
-from embedstream.wire.json_bytes import record_json
 from embedstream.wire.vectors import Vector
 
 MAX_ID_CHARS = 512
@@ -22,8 +21,9 @@ MAX_PARAMETER_CHARS = 512
 INDEX_GENERATION = "index_generation"
 
 
-@dataclass(frozen=True, slots=True)
-class EmbedRequest:
+class EmbedRequest(NamedTuple):
+    # A NamedTuple rather than a frozen dataclass (immutable all the same): one is built per
+    # record read, and a frozen dataclass's fields cost a call each to set.
     id: str
     text: str
     model: str | None = None
@@ -54,14 +54,16 @@ def event_object(raw: bytes | None, *, max_bytes: int) -> dict[str, Any]:
     if len(raw) > max_bytes:
         raise InvalidEvent(Reason.OVERSIZED, f"value is {len(raw)} bytes, limit {max_bytes}")
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidEvent(
-            Reason.INVALID_UTF8, f"value is not UTF-8: {exc.reason} at byte {exc.start}"
-        ) from None
-    try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        # orjson refuses any input that is not UTF-8 as a whole before parsing it, so the
+        # UTF-8 check costs a decode only here, on the error path, and still comes first.
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise InvalidEvent(
+                Reason.INVALID_UTF8, f"value is not UTF-8: {bad.reason} at byte {bad.start}"
+            ) from None
         raise InvalidEvent(Reason.INVALID_JSON, f"value is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InvalidEvent(
@@ -73,6 +75,9 @@ def event_object(raw: bytes | None, *, max_bytes: int) -> dict[str, Any]:
 def request_from_doc(doc: dict[str, Any]) -> EmbedRequest:
     """Validate one request given as a JSON-equivalent dict (a JSON event, or a registry
     record after field mapping, see ``wire/field_mapping.py``)."""
+    if len(doc) == 2:  # most requests: an id and a text, no optional field to look for
+        # (EmbedRequest(id, text), without the call of its generated __new__)
+        return _tuple_new(EmbedRequest, (_id(doc), _text(doc), *_NO_OPTIONAL_FIELDS))
     return EmbedRequest(
         id=_id(doc),
         text=_text(doc),
@@ -85,6 +90,10 @@ def request_from_doc(doc: dict[str, Any]) -> EmbedRequest:
         input_type=parameter_field(doc, "input_type"),
         task=parameter_field(doc, "task"),
     )
+
+
+_tuple_new = tuple.__new__
+_NO_OPTIONAL_FIELDS = (None,) * 8  # EmbedRequest's fields after id and text
 
 
 def _id(doc: dict[str, Any]) -> str:
@@ -106,7 +115,7 @@ def _text(doc: dict[str, Any]) -> str:
     value = doc["text"]
     if not isinstance(value, str):
         raise InvalidEvent(Reason.INVALID_TEXT, "field 'text' must be a string")
-    if not value.strip():
+    if not value or value.isspace():  # (`not value.strip()`, without a copy of the text)
         raise InvalidEvent(Reason.EMPTY_TEXT, "field 'text' is empty or only whitespace")
     return value
 
@@ -206,20 +215,45 @@ class EmbedResult:
     index_generation: str | None = None  # see embedstream.core.generations
 
     def encode(self) -> bytes:
-        doc: dict[str, Any] = {
-            "id": self.id,
-            "model": self.model,
-            "embedding": self.embedding,
-            "dimensions": self.dimensions,
-            "usage": {"tokens": self.tokens},
-            "metadata": self.metadata,
-            "attempts": self.attempts,
-            "latency_ms": round(self.latency_ms, 3),
-            "cached": self.cached,
-        }
-        if self.index_generation is not None:
-            doc[INDEX_GENERATION] = self.index_generation
-        return record_json(doc)
+        return result_json(
+            self.id, self.model, self.embedding, self.dimensions, self.tokens, self.metadata,
+            self.attempts, self.latency_ms, self.cached, self.index_generation,
+        )  # fmt: skip
+
+
+def result_json(
+    id: str,
+    model: str,
+    embedding: Vector,
+    dimensions: int,
+    tokens: int,
+    metadata: dict[str, Any] | None,
+    attempts: int,
+    latency_ms: float,
+    cached: bool = False,
+    index_generation: str | None = None,
+) -> bytes:
+    """The JSON of the :class:`EmbedResult` of these fields (written without building one)."""
+    doc: dict[str, Any] = {
+        "id": id,
+        "model": model,
+        "embedding": embedding,
+        "dimensions": dimensions,
+        "usage": {"tokens": tokens},
+        "metadata": metadata,
+        "attempts": attempts,
+        # (a whole number of ms, as the Kafka path's always is, needs no rounding: round()
+        # with digits costs more than the rest of the fields)
+        "latency_ms": (
+            latency_ms
+            if isinstance(latency_ms, float) and latency_ms.is_integer()
+            else round(latency_ms, 3)
+        ),
+        "cached": cached,
+    }
+    if index_generation is not None:
+        doc[INDEX_GENERATION] = index_generation
+    return memoryview(orjson.dumps(doc)).tobytes()  # record_json(doc), without its call
 
 
 def decode_result(raw: bytes) -> dict[str, Any]:

@@ -97,9 +97,11 @@ def read_retry_state(headers: Iterable[tuple[str, bytes | None]] | None) -> Retr
     Raises InvalidEvent (reason ``invalid_headers``) when one of them is present but not what
     embedstream writes, so the record is dead-lettered instead of crashing the fetch loop.
     """
+    if not headers:  # a fresh request: most records carry no header at all
+        return NO_RETRY
     found = headers_dict(headers)
     if not any(name.startswith(HEADER_PREFIX) for name in found):
-        return RetryState()
+        return NO_RETRY
     first_failure = _header_int(found, RETRY_FIRST_FAILURE)
     return RetryState(
         attempts=_header_int(found, RETRY_ATTEMPTS, MAX_ATTEMPTS_HEADER) or 0,
@@ -110,6 +112,9 @@ def read_retry_state(headers: Iterable[tuple[str, bytes | None]] | None) -> Retr
         enqueued_at_ms=_header_int(found, ENQUEUED_AT),
     )
 
+
+# The state of a request that was never retried (frozen: one shared by every fresh record).
+NO_RETRY = RetryState()
 
 # Epoch milliseconds up to the last one of the year 9999 (the latest `rfc3339` can write: a
 # dead letter of the item carries it), attempts up to a billion: anything larger is not

@@ -17,4 +17,4 @@ import orjson
 
 def record_json(doc: Any) -> bytes:
     """``orjson.dumps(doc)``, in a bytes object allocated for its length only."""
-    return bytes(memoryview(orjson.dumps(doc)))
+    return memoryview(orjson.dumps(doc)).tobytes()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from embedstream.core.intake import Admitted, AdmittedDocument, Intake
+from embedstream.core.intake import Admitted, AdmittedDocument, Intake, Rejected
 from embedstream.core.lanes import InputLane, Priority
 from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.errors import InvalidEvent, Reason, RegistryUnavailable
@@ -21,7 +21,7 @@ from embedstream.kafka.client.topics import TopicNames
 from embedstream.kafka.outputs.document_runs import DocumentStart
 from embedstream.kafka.outputs.partitions import PartitionState
 from embedstream.kafka.outputs.work import Origin, WorkItem
-from embedstream.wire import MAX_EPOCH_MS, Failure, RetryState, read_retry_state
+from embedstream.wire import MAX_EPOCH_MS, NO_RETRY, Failure, read_retry_state
 from embedstream.wire.document_events import DocumentTombstone
 from embedstream.wire.field_mapping import MappedEvent
 
@@ -59,6 +59,11 @@ class Admission:
         # No retry waits longer than the longest backoff (retry_backoff_cap_ms): a not-before
         # time in the year 9999 would hold the record, and its partition's commits, for ever.
         self._max_delay_ms = max_delay_ms
+        self._lanes: dict[str, InputLane] = {}  # each topic's, looked up once
+
+    def report_counts(self) -> None:
+        """Report what was counted while admitting a fetch's records (nothing here; the
+        sources' accounting: `kafka/consumption/attribution.py`)."""
 
     @property
     def framed(self) -> bool:
@@ -95,13 +100,16 @@ class Admission:
     def _admit(
         self, record: Record, state: PartitionState, now_ms: int, mapped: MappedEvent | None
     ) -> WorkItem | DocumentStart | DocumentTombstone | Failure:
-        try:
-            retry = read_retry_state(record.headers)
+        try:  # (most records carry no header at all: no call for them)
+            retry = read_retry_state(record.headers) if record.headers else NO_RETRY
         except InvalidEvent as exc:
             return _failure(record, "InvalidEvent", exc.reason, exc.message, 0, now_ms)
         value = record.value or b""
+        lane = self._lanes.get(record.topic)
+        if lane is None:
+            lane = self._lanes[record.topic] = self._topics.lane_of(record.topic)
         # A tombstone deletes a document; the retry topic (embedstream's own) carries none.
-        retry_topic = self._topics.lane_of(record.topic) is InputLane.RETRY
+        retry_topic = lane is _RETRY_INPUT
         if mapped is None:
             verdict = self._intake.admit(record.value, None if retry_topic else record.key)
         else:
@@ -109,32 +117,36 @@ class Admission:
             if mapped.doc_id is not None:
                 doc = {**doc, "doc_id": mapped.doc_id}
             verdict = self._intake.admit_object(doc, len(value))
-        if isinstance(verdict, DocumentTombstone):
-            return verdict
         # Kafka's -1 is "no timestamp", and a producer may set any: then the request
         # enters now (its retry record's enqueued_at must be a time embedstream reads back).
-        timestamp_ms = retry.enqueued_at_ms or _plausible(record.timestamp, now_ms)
-        priority = self._priority(record.topic, retry)
+        timestamp_ms = retry.enqueued_at_ms or record.timestamp  # (the header's is in range)
+        if not 0 <= timestamp_ms <= MAX_EPOCH_MS:
+            timestamp_ms = now_ms
+        if lane is _HIGH_INPUT or (lane is _RETRY_INPUT and retry.high_priority):
+            priority = Priority.HIGH
+        else:
+            priority = Priority.LOW
         if self._lane is not None:
             priority = self._lane.priority
         elif mapped is not None and mapped.high_priority is not None and not retry_topic:
             priority = Priority.HIGH if mapped.high_priority else Priority.LOW
-        if isinstance(verdict, AdmittedDocument):
-            origin = Origin(record.topic, record.partition, record.offset)
-            return DocumentStart(verdict, origin, priority, timestamp_ms)
-        if not isinstance(verdict, Admitted):
-            return _failure(record, verdict.error_class, verdict.reason, verdict.message,
-                            retry.attempts, now_ms)  # fmt: skip
-        return WorkItem(
-            id=verdict.request.id,
-            text=verdict.request.text,
+        if type(verdict) is not Admitted:  # (the usual verdict is looked for first)
+            if isinstance(verdict, DocumentTombstone):
+                return verdict
+            if isinstance(verdict, AdmittedDocument):
+                origin = Origin(record.topic, record.partition, record.offset)
+                return DocumentStart(verdict, origin, priority, timestamp_ms)
+            if isinstance(verdict, Rejected):
+                return _failure(record, verdict.error_class, verdict.reason, verdict.message,
+                                retry.attempts, now_ms)  # fmt: skip
+        request = verdict.request
+        item = WorkItem(
+            id=request.id,
+            text=request.text,
             tokens=verdict.tokens,
-            deadline_ms=verdict.request.deadline_ms,
-            attempts=retry.attempts,
-            first_failure_ms=retry.first_failure_ms,
-            first_error=retry.first_error,
-            request=verdict.request,
-            origin=Origin(record.topic, record.partition, record.offset),
+            deadline_ms=request.deadline_ms,
+            request=request,
+            origin=_tuple_new(Origin, (record.topic, record.partition, record.offset)),
             raw=value,
             priority=priority,
             partition=state,
@@ -142,14 +154,20 @@ class Admission:
             model=verdict.model,
             encoding_format=verdict.encoding_format,
             truncated_from=verdict.truncated_from,
-            not_before_ms=min(retry.not_before_ms, now_ms + self._max_delay_ms),
         )
+        if retry is not NO_RETRY:  # a retry record: what its headers carry (else the defaults)
+            item.attempts = retry.attempts
+            item.first_failure_ms = retry.first_failure_ms
+            item.first_error = retry.first_error
+            item.not_before_ms = min(retry.not_before_ms, now_ms + self._max_delay_ms)
+        return item
 
-    def _priority(self, topic: str, retry: RetryState) -> Priority:
-        lane = self._topics.lane_of(topic)
-        if lane is InputLane.HIGH or (lane is InputLane.RETRY and retry.high_priority):
-            return Priority.HIGH
-        return Priority.LOW
+
+_HIGH_INPUT, _RETRY_INPUT = InputLane.HIGH, InputLane.RETRY  # (module names: read per record)
+
+# Builds a NamedTuple from all its fields without the call of its generated __new__ (the
+# largest part of building one, per record).
+_tuple_new = tuple.__new__
 
 
 def _failure(
@@ -157,7 +175,3 @@ def _failure(
 ) -> Failure:
     return Failure(error_class, reason, message, attempts, record.topic, record.partition,
                    record.offset, now_ms, now_ms)  # fmt: skip
-
-
-def _plausible(timestamp_ms: int, now_ms: int) -> int:
-    return timestamp_ms if 0 <= timestamp_ms <= MAX_EPOCH_MS else now_ms

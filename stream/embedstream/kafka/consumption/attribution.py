@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from embedstream.core.intake import Intake
-from embedstream.core.lanes import InputLane
 from embedstream.core.tracing import NULL_TRACER, Tracer
 from embedstream.engine.schema_decoders import SchemaDecoders
 from embedstream.kafka.client.protocols import Record
@@ -33,19 +32,20 @@ class SourceObserver(Protocol):
     def declare_sources(self, sources: Iterable[str]) -> None:
         """The sources there will be (their series exist from the start)."""
 
-    def count_source_request(self, source: str) -> None:
-        """A request (or a document) came in on `source` (retries are not counted again)."""
+    def count_source_requests(self, source: str, count: int) -> None:
+        """``count`` requests (or documents) came in on `source` (retries are not counted
+        again)."""
 
 
 class Sources:
     """The bounded set of source labels: the configured input topics."""
 
     def __init__(self, topics: TopicNames, inputs: Iterable[str]) -> None:
-        self._topics = topics
+        self._retry = topics.retry  # the one topic whose lane is InputLane.RETRY
         self.known = frozenset(inputs)
 
     def of(self, record: Record) -> str:
-        if self._topics.lane_of(record.topic) is not InputLane.RETRY:
+        if record.topic != self._retry:
             return record.topic
         for name, value in record.headers or ():
             if name == SOURCE_TOPIC and value:
@@ -76,12 +76,15 @@ class AttributedAdmission(Admission):
         self._observer = observer
         observer.declare_sources(sorted(sources.known))
         self._tracer = tracer
+        self._traced = tracer is not NULL_TRACER  # else every work item keeps its NULL_SPAN
         self._retry_topic = topics.retry
+        self._counted: dict[str, int] = {}  # requests by source since the last report
 
     def admit(
         self, record: Record, state: PartitionState, now_ms: int
     ) -> WorkItem | DocumentStart | DocumentTombstone | Failure:
-        return self._attributed(record, super().admit(record, state, now_ms))
+        # (Admission.admit is this _admit: called straight, once a record)
+        return self._attributed(record, self._admit(record, state, now_ms, None))
 
     async def admit_framed(
         self, record: Record, state: PartitionState, now_ms: int
@@ -97,12 +100,25 @@ class AttributedAdmission(Admission):
         """Its source and its process span, on the work a record became."""
         if isinstance(verdict, Failure | DocumentTombstone):
             return verdict
-        source = self._sources.of(record)
+        topic = record.topic  # (Sources.of, without its call for a request's own topic)
+        source = topic if topic != self._retry_topic else self._sources.of(record)
         if record.topic != self._retry_topic:
-            self._observer.count_source_request(source)
-        span = self._tracer.request(record.headers, record.topic, record.partition, record.offset)
+            self._counted[source] = self._counted.get(source, 0) + 1
         if isinstance(verdict, DocumentStart):
+            span = self._tracer.request(
+                record.headers, record.topic, record.partition, record.offset
+            )
             return dataclasses.replace(verdict, source=source, span=span)
         verdict.source = source
-        verdict.span = span
+        if self._traced:
+            verdict.span = self._tracer.request(
+                record.headers, record.topic, record.partition, record.offset
+            )
         return verdict
+
+    def report_counts(self) -> None:
+        """The requests counted by source since the last report, to the observer: once a
+        fetch rather than once a record (a counter's lock each)."""
+        counted, self._counted = self._counted, {}
+        for source, count in counted.items():
+            self._observer.count_source_requests(source, count)

@@ -42,6 +42,24 @@ class WaitingRetries:
         else:
             self._submit(item)
 
+    def hold_or_submit_all(self, items: list[WorkItem]) -> None:
+        """`hold_or_submit` for each of ``items`` (a fetch's), in order: those due go to the
+        batcher a run of one bucket and source at a time."""
+        due = self.hold_later(items)
+        if not due:
+            return
+        add_all = self._batcher.add_all
+        first = due[0]
+        key, source = first.key, first.source
+        run: list[tuple[int, WorkItem]] = []
+        for item in due:
+            item_key = item.key
+            if item_key != key or item.source != source:
+                add_all(key, source, run)
+                key, source, run = item_key, item.source, []
+            run.append((item.tokens, item))
+        add_all(key, source, run)
+
     def hold_later(self, items: list[WorkItem]) -> list[WorkItem]:
         """Hold the items not yet due; return the others, in order, for the caller to submit."""
         now = self._clock_ms()

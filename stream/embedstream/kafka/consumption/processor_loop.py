@@ -27,23 +27,21 @@ from embedstream.engine.bounded import CANCEL_GRACE_S, Budget, bounded
 from embedstream.engine.cache import EmbeddingCache
 from embedstream.engine.calls import BatchCaller
 from embedstream.engine.clock import SYSTEM_CLOCK
-from embedstream.kafka.client.protocols import Consumer, Producer, Record
+from embedstream.kafka.client.protocols import Consumer, Producer
 from embedstream.kafka.client.user_errors import topics_must_exist
-from embedstream.kafka.consumption.admission import Admission, HeldBack
+from embedstream.kafka.consumption.admission import Admission
 from embedstream.kafka.consumption.batch_hooks import BatchRoute
 from embedstream.kafka.consumption.commits import OffsetCommitter
 from embedstream.kafka.consumption.early_retries import WaitingRetries
 from embedstream.kafka.consumption.fetcher import Fetcher
 from embedstream.kafka.consumption.handoff import Handoff
 from embedstream.kafka.consumption.member import consume
-from embedstream.kafka.outputs.document_runs import DocumentStart
+from embedstream.kafka.consumption.records_to_work import RecordsToWork
 from embedstream.kafka.outputs.outcomes import KafkaOutcomes
-from embedstream.kafka.outputs.partitions import Assignment, PartitionState
+from embedstream.kafka.outputs.partitions import Assignment
 from embedstream.kafka.outputs.transactions import PartitionTransactions
 from embedstream.kafka.outputs.work import WorkItem
 from embedstream.settings import Settings
-from embedstream.wire import Failure
-from embedstream.wire.document_events import DocumentTombstone
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +95,9 @@ class Processor:
         self.closing = Budget(CLOSE_BUDGET_S, CLOSE_STEP_MIN_S)
         # Set once the producer is connected: a broker probe through it means something.
         self.clients_started = asyncio.Event()
+        self._records = RecordsToWork(
+            parts.admission, parts.fetcher, parts.outcomes, parts.clock, parts.batch_lane
+        )
 
     # -- what callers and the health loop read ------------------------------------------
 
@@ -273,54 +274,12 @@ class Processor:
                 return
             admitted: list[WorkItem] = []
             for state, records in fetched:
-                for record in records:
-                    made = await self._admit(state, record)
-                    if made is None:
-                        break  # held back from this record on: read again after the hold
-                    admitted += made
+                await self._records.admit(state, records, admitted)
                 p.fetcher.update_lag(state, records[-1].offset + 1)
+            p.admission.report_counts()
             await self.submit(admitted)
             if p.batch_lane is not None:  # jobs recorded, then their records are done
                 await p.batch_lane.flush()
-
-    async def _admit(self, state: PartitionState, record: Record) -> list[WorkItem] | None:
-        """Track one record; the work it makes now (a request, a document's chunks, nothing);
-        dead-letter it now if it can never become work. None: held back, not tracked (the
-        schema registry is out; the partition reads it again after a hold)."""
-        p = self.parts
-        if state.floor is not None and record.offset < state.floor:
-            return []  # committed by the previous owner (exactly-once): not ours to redo
-        lane = p.batch_lane
-        if lane is not None and (hold_s := lane.warming(state)) is not None:
-            p.fetcher.wait_at(state, record.offset, hold_s)
-            return None  # read again once the adaptive rule has a pace (kafka/batchjobs)
-        if state.offsets.seen(record.offset):
-            # Delivered again under the same assignment (the consumer's position went back,
-            # e.g. to the committed offset in a rebalance): it is already in hand, once. This
-            # crashed the processor ("tracked out of order") in a churn test under load.
-            log.info("skipped %s-%d@%d, delivered again", record.topic, record.partition,
-                     record.offset)  # fmt: skip
-            return []
-        if p.admission.framed:
-            verdict = await p.admission.admit_framed(record, state, p.clock.wall_ms())
-            if isinstance(verdict, HeldBack):
-                p.fetcher.hold_back(state, record.offset, verdict.retry_after_s)
-                return None
-        else:
-            verdict = p.admission.admit(record, state, p.clock.wall_ms())
-        p.fetcher.observe(record)
-        state.offsets.track(record.offset, record.timestamp, len(record.value or b""))
-        if p.batch_lane is not None and p.batch_lane.claims(state, record, verdict):
-            return []  # a batch job's (kafka/batchjobs/lane.py)
-        if isinstance(verdict, Failure):
-            await p.outcomes.refused(record, state, verdict)
-            return []
-        if isinstance(verdict, DocumentStart):
-            return p.outcomes.documents.start(verdict, state)
-        if isinstance(verdict, DocumentTombstone):
-            p.outcomes.documents.delete(verdict, record, state)
-            return []
-        return [verdict]
 
     async def submit(self, items: list[WorkItem]) -> None:
         """Hand one fetch's work to the engine (the backfill's too, `kafka/backfill/feed.py`): cache
@@ -329,16 +288,15 @@ class Processor:
         p = self.parts
         lane = p.batch_lane
         if p.cache is None or not items:
-            for item in items:
-                if lane is None or not lane.diverts(item):
-                    p.waiting.hold_or_submit(item)
+            kept = items if lane is None else [item for item in items if not lane.diverts(item)]
+            p.waiting.hold_or_submit_all(kept)
             return
         due = p.waiting.hold_later(items)
         hits, misses = await p.cache.look_up(due, _bucket_key)
         # A rebalance may have revoked partitions during the look-up: their work is not ours.
-        for item in misses:
-            if item.current and (lane is None or not lane.diverts(item)):
-                p.waiting.hold_or_submit(item)
+        p.waiting.hold_or_submit_all(
+            [item for item in misses if item.current and (lane is None or not lane.diverts(item))]
+        )
         # Written in the background (still held, so backpressure bounds them; the drain
         # waits for them with the other results).
         p.outcomes.answered([hit for hit in hits if hit.job.current])

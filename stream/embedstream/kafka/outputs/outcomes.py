@@ -13,14 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 from typing import Protocol
 
 import orjson
 
 from embedstream.core.clock import Clock
+from embedstream.core.generations import GenerationIds
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.core.observer import EngineObserver
-from embedstream.core.tracing import TRACEPARENT
+from embedstream.core.offsets import PartitionOffsets
+from embedstream.core.tracing import NULL_SPAN, TRACEPARENT
 from embedstream.engine.jobs import Embedded, Hit, Outcomes
 from embedstream.errors import EmbedStreamError
 from embedstream.kafka.client.protocols import Record
@@ -28,7 +31,7 @@ from embedstream.kafka.outputs.document_runs import DocumentFlow
 from embedstream.kafka.outputs.partitions import PartitionState
 from embedstream.kafka.outputs.result_writer import Output, OutputUnwritable, ResultWriter
 from embedstream.kafka.outputs.work import ChunkOf, WorkItem
-from embedstream.wire import ChunkResult, EmbedResult, Failure, Vector, chunk_headers
+from embedstream.wire import ChunkResult, Failure, Vector, chunk_headers
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +41,9 @@ log = logging.getLogger(__name__)
 ENCODE_SLICE = 256
 
 
-# What a result record is made of: the item, model, vector, dimensions, tokens, and cached.
-_Row = tuple[WorkItem, str, Vector, int, int, bool]
+# What a result record is made of: the item, model, vector, dimensions, tokens, cached, and
+# the index generation of a request's result (a chunk's is its document run's).
+_Row = tuple[WorkItem, str, Vector, int, int, bool, str]
 
 
 class ResultObserver(EngineObserver, Protocol):
@@ -108,29 +112,23 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             task.cancel()
         self.documents.cancel_writes()
 
-    def _result(
+    def _chunk_result(
         self,
         item: WorkItem,
+        chunk: ChunkOf,
         model: str,
         vector: Vector,
         dimensions: int,
         tokens: int,
-        now: int,
-        *,
-        cached: bool = False,
-    ) -> EmbedResult | ChunkResult:
-        latency_ms = float(now - item.timestamp_ms)
-        request = item.request
-        if item.chunk is None:
-            generation = self.documents.generations.id_of(model, request.dimensions)
-            return EmbedResult(request.id, model, vector, dimensions, tokens, request.metadata,
-                               item.attempts, latency_ms, cached, generation)  # fmt: skip
-        run = item.chunk.document
+        latency_ms: float,
+        cached: bool,
+    ) -> ChunkResult:
+        run = chunk.document
         generation = run.index_generation  # (a dual-write's other chunking is its own)
         text = item.text if self.documents.include_text else None
         result = ChunkResult(
-            run.doc_id, run.version, item.chunk.seq, run.progress.chunk_count,
-            (item.chunk.start, item.chunk.end), vector, model, dimensions, tokens, cached,
+            run.doc_id, run.version, chunk.seq, run.progress.chunk_count,
+            (chunk.start, chunk.end), vector, model, dimensions, tokens, cached,
             run.metadata, item.attempts, latency_ms, text, generation,
         )  # fmt: skip
         if self.documents.changelog is not None and run.changelogged:
@@ -147,21 +145,20 @@ class KafkaOutcomes(Outcomes[WorkItem]):
     async def _write_results(
         self, key: BucketKey, done: list[Embedded[WorkItem]], dimensions: int, tier: str = "sync"
     ) -> None:
-        rows = [(e.job, key.model, e.vector, dimensions, e.tokens, False) for e in done]
+        # One index generation for a call's requests: its bucket's model and dimensions.
+        generation = self.documents.generations.id_of(key.model, key.dimensions)
+        rows = [(e.job, key.model, e.vector, dimensions, e.tokens, False, generation) for e in done]
         finished = [(e.job, e.tokens) for e in done]
         done.clear()  # this task's own list: `rows` holds the last references to the vectors
         now = self._clock_ms()
         await self._write_rows(key.priority, rows, now)
         latencies = [(now - job.timestamp_ms) / 1000.0 for job, _ in finished]
         self._observer.observe_results(key.priority.label, latencies)
-        for job, _ in finished:
-            job.span.end("result")
-            job.finish()
-        self._account(finished)
-        self._account_generations(key, finished)
-        billed = sum(used for _, used in finished)
+        _finish([job for job, _ in finished], "result")
+        self._account(key, generation, finished)
+        billed = sum(map(_used, finished))
         if not billed and tier == "sync":  # no usage reported: the estimates
-            billed = sum(job.tokens for job, _ in finished)
+            billed = sum(map(_estimate, map(_job, finished)))
         self._observer.count_tier_tokens(tier, key.model, billed)
 
     async def _write_rows(self, priority: Priority, rows: list[_Row], now: int) -> None:
@@ -175,51 +172,73 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         for start in range(0, len(rows), step):
             if start:
                 await asyncio.sleep(0)  # a turn for whatever became ready meanwhile
-            outputs += self.sink.result_outputs(
-                [(job, self._result(job, model, vector, dims, tokens, now, cached=cached))
-                 for job, model, vector, dims, tokens, cached in rows[start : start + step]]
-            )  # fmt: skip
+            outputs += self._encoded(rows[start : start + step], now)
         jobs = [row[0] for row in rows]
         rows.clear()  # the caller's list: the last reference to the vectors
         # Until acked, each record counts against max_buffered_bytes on its input's offset:
         # a 1,536-float result is 30 KB of JSON, thirty times what its request weighed.
-        held = [(job, len(o.value or b"")) for job, o in zip(jobs, outputs, strict=True)]
-        for job, size in held:
-            job.partition.offsets.hold_bytes(job.origin.offset, size)
+        # Their records finish only once this returns, so the bytes are held by partition.
+        held = _held_bytes(jobs, outputs)
+        for offsets, size in held.items():
+            offsets.hold_written(size)
         try:
             await self.sink.write_outputs(outputs)
         finally:
-            for job, size in held:
-                job.partition.offsets.hold_bytes(job.origin.offset, -size)
+            for offsets, size in held.items():
+                offsets.hold_written(-size)
 
-    def _account(self, finished: list[tuple[WorkItem, int]]) -> None:
-        """One call's usage per source (usually one source a call: one counter update each)."""
-        reported = sum(used for _, used in finished)
+    def _encoded(self, rows: list[_Row], now: int) -> list[Output]:
+        """The records of a slice of results."""
+        outputs: list[Output] = []
+        result_output = self.sink.result_output
+        for job, model, vector, dims, tokens, cached, generation in rows:
+            latency_ms = float(now - job.timestamp_ms)
+            chunk = job.chunk
+            if chunk is None:
+                output = result_output(job, model, vector, dims, tokens, latency_ms, cached,
+                                       generation)  # fmt: skip
+            else:
+                result = self._chunk_result(job, chunk, model, vector, dims, tokens,
+                                            latency_ms, cached)  # fmt: skip
+                output = self.sink.chunk_output(job, result)
+            outputs.append(output)
+        return outputs
+
+    def _account(
+        self, key: BucketKey, generation: str, finished: list[tuple[WorkItem, int]]
+    ) -> None:
+        """One call's usage per source (usually one source a call: one counter update each)
+        and its tokens by index generation (its items share a lane and model; a chunk's
+        generation is its document run's)."""
+        reported = sum(map(_used, finished))
+        jobs = list(map(_job, finished))
+        if len(set(map(_source, jobs))) == 1 and set(map(_chunk, jobs)) == {None}:
+            # Usually: one source, no document chunks, so one total of each (passes in C).
+            source = jobs[0].source
+            spent = reported or sum(map(_estimate, jobs))
+            self._observer.count_source_usage(
+                source, tokens=spent, estimated=not reported, call_share=1.0
+            )
+            self._observer.count_generation_tokens(generation, key.priority.label, spent)
+            return
         tokens: dict[str, int] = {}
         inputs: dict[str, int] = {}
+        by_generation: dict[str, int] = {}
         for job, used in finished:
+            spent = used if reported else job.tokens
             source = job.source
-            tokens[source] = tokens.get(source, 0) + (used if reported else job.tokens)
+            tokens[source] = tokens.get(source, 0) + spent
             inputs[source] = inputs.get(source, 0) + 1
+            chunk = job.chunk
+            of = generation if chunk is None else chunk.document.index_generation
+            by_generation[of] = by_generation.get(of, 0) + spent
         for source, count in inputs.items():
             self._observer.count_source_usage(
                 source, tokens=tokens[source], estimated=not reported,
                 call_share=count / len(finished),
             )  # fmt: skip
-
-    def _account_generations(self, key: BucketKey, finished: list[tuple[WorkItem, int]]) -> None:
-        """One call's tokens by index generation (its items share a lane and model)."""
-        reported = sum(used for _, used in finished)
-        tokens: dict[str, int] = {}
-        for job, used in finished:
-            chunk = job.chunk
-            if chunk is not None:
-                generation = chunk.document.index_generation
-            else:
-                generation = self.documents.generations.id_of(key.model, key.dimensions)
-            tokens[generation] = tokens.get(generation, 0) + (used if reported else job.tokens)
-        for generation, count in tokens.items():
-            self._observer.count_generation_tokens(generation, key.priority.label, count)
+        for of, count in by_generation.items():
+            self._observer.count_generation_tokens(of, key.priority.label, count)
 
     def answered(self, hits: Sequence[Hit[WorkItem]]) -> None:
         """Results served from the embedding cache, or from another call's vector for the
@@ -235,15 +254,16 @@ class KafkaOutcomes(Outcomes[WorkItem]):
 
     async def _write_all_cached(self, hits: list[Hit[WorkItem]], now: int) -> None:
         finished = [(h.job, h.key.priority) for h in hits]
-        by_lane = _rows_by_lane(hits)  # a look-up's hits may be of both lanes: high first
+        # A look-up's hits may be of both lanes: high first.
+        by_lane = _rows_by_lane(hits, self.documents.generations)
         hits.clear()  # this task's own list: `by_lane` holds the last references to the vectors
         for priority, rows in by_lane:
             await self._write_rows(priority, rows, now)
         saved: dict[str, tuple[int, int]] = {}
         for job, priority in finished:
             self._observer.observe_result(priority.label, (now - job.timestamp_ms) / 1000.0)
-            job.span.end("cached")
-            job.finish()
+        _finish([job for job, _ in finished], "cached")
+        for job, _ in finished:
             count, tokens = saved.get(job.source, (0, 0))
             saved[job.source] = (count + 1, tokens + job.tokens)
         for source, (count, tokens) in saved.items():
@@ -309,13 +329,48 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         state.complete(record.offset)
 
 
-def _rows_by_lane(hits: Sequence[Hit[WorkItem]]) -> list[tuple[Priority, list[_Row]]]:
+_job, _used = itemgetter(0), itemgetter(1)  # of (job, tokens used) pairs
+_source, _chunk, _estimate = attrgetter("source"), attrgetter("chunk"), attrgetter("tokens")
+
+
+def _finish(jobs: list[WorkItem], outcome: str) -> None:
+    """Their outcomes are written: each one's span ends, and the offsets complete, a
+    partition's all at once (a chunk's document takes its own)."""
+    offsets: dict[PartitionState, list[int]] = {}
+    for job in jobs:
+        if job.span is not NULL_SPAN:  # (tracing off: no call a result)
+            job.span.end(outcome)
+        if job.chunk is None:
+            done = offsets.get(job.partition)
+            if done is None:
+                offsets[job.partition] = [job.origin.offset]
+            else:
+                done.append(job.origin.offset)
+        else:
+            job.finish()
+    for state, done in offsets.items():
+        state.complete_all(done)
+
+
+def _held_bytes(jobs: list[WorkItem], outputs: list[Output]) -> dict[PartitionOffsets, int]:
+    """The outputs' bytes by the partition that tracks their inputs."""
+    held: dict[PartitionOffsets, int] = {}
+    for job, output in zip(jobs, outputs, strict=True):
+        offsets = job.partition.offsets
+        held[offsets] = held.get(offsets, 0) + len(output.value or b"")
+    return held
+
+
+def _rows_by_lane(
+    hits: Sequence[Hit[WorkItem]], generations: GenerationIds
+) -> list[tuple[Priority, list[_Row]]]:
     """Cache hits as result rows, by lane (high first; lanes without hits left out). A function
     of its own: no local of the caller's keeps the last vector alive while it waits."""
     rows: dict[Priority, list[_Row]] = {}
     for h in hits:
+        generation = generations.id_of(h.key.model, h.key.dimensions)
         rows.setdefault(h.key.priority, []).append(
-            (h.job, h.key.model, h.vector, h.dimensions, 0, True)
+            (h.job, h.key.model, h.vector, h.dimensions, 0, True, generation)
         )
     return sorted(rows.items())
 

@@ -57,6 +57,12 @@ class PartitionState:
             self.offsets.complete(offset)
             self.on_progress()
 
+    def complete_all(self, offsets: list[int]) -> None:
+        """`complete` for each of ``offsets`` (a call's results read here), at once."""
+        if self.live:
+            self.offsets.complete_all(offsets)
+            self.on_progress()
+
 
 class Assignment:
     """The partitions this member owns now."""

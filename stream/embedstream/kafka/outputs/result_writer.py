@@ -12,16 +12,15 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from aiokafka.errors import KafkaError
-from aiokafka.partitioner import DefaultPartitioner
 
 from embedstream.core.clock import Clock
 from embedstream.core.lanes import Priority
-from embedstream.core.tracing import TRACEPARENT
-from embedstream.kafka.client.protocols import Producer, RecordBatch
+from embedstream.core.tracing import NULL_SPAN, TRACEPARENT
+from embedstream.kafka.client.partitioning import murmur2, partition_for
+from embedstream.kafka.client.protocols import Producer
 from embedstream.kafka.client.topics import TopicNames
 from embedstream.kafka.outputs.gathered_writes import GatheredWrites, NotAllWritten
 from embedstream.kafka.outputs.work import Origin, WorkItem
@@ -36,16 +35,18 @@ from embedstream.wire import (
     Failure,
     Headers,
     RetryState,
+    Vector,
     dead_letter_headers,
+    result_json,
 )
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One record to write, and the input record it answers."""
+class Output(NamedTuple):
+    """One record to write, and the input record it answers (a NamedTuple rather than a
+    frozen dataclass: one is built per result)."""
 
     origin: Origin
     topic: str
@@ -76,6 +77,7 @@ class OutputsUnwritable(OutputUnwritable, NotAllWritten):
 
 
 WRITE_RETRY_S = 300.0
+_tuple_new = tuple.__new__
 
 
 # Writers of ours waiting at once to join one partition's producer queue (see DirectWriter).
@@ -106,7 +108,6 @@ class DirectWriter:
         self._monotonic = clock.monotonic
         self._retry_for_s = retry_for_s
         self._first_delay_s = first_delay_s
-        self._partitioner = DefaultPartitioner()
         # Two batches of ours at most wait to enter each partition's queue (one goes in at the
         # next drain, the other is ready for the one after). aiokafka's
         # add_batch subtracts the whole time waited so far on every wake-up, so dozens of
@@ -124,14 +125,24 @@ class DirectWriter:
         by_partition: dict[tuple[str, int], list[int]] = {}  # positions in `outputs`
         partitions_of: dict[str, list[int]] = {}  # a call's outputs share a topic or two
         for position, output in enumerate(outputs):
-            partitions = partitions_of.get(output.topic)
+            topic = output.topic
+            partitions = partitions_of.get(topic)
             if partitions is None:
-                found = await self._producer.partitions_for(output.topic)
-                partitions = partitions_of[output.topic] = sorted(found)
+                partitions = partitions_of[topic] = sorted(
+                    await self._producer.partitions_for(topic)
+                )
             partition = output.partition
             if partition is None:
-                partition = self._partitioner(output.key, partitions, partitions)
-            by_partition.setdefault((output.topic, partition), []).append(position)
+                key = output.key  # (partition_for, without its call for a keyed output)
+                if key is None:
+                    partition = partition_for(key, partitions)
+                else:
+                    partition = partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
+            positions = by_partition.get((topic, partition))
+            if positions is None:
+                by_partition[topic, partition] = [position]
+            else:
+                positions.append(position)
         failures: dict[int, BaseException] = {}
         for given_up in await asyncio.gather(
             *(self._write_partition(q, positions, outputs) for q, positions in by_partition.items())
@@ -161,9 +172,13 @@ class DirectWriter:
         topic, partition = queue
         producer = self._producer
         batch = producer.create_batch()
+        append = batch.append
         count = 0
-        for output in outputs[start:]:
-            if not _append(batch, output):
+        for index in range(start, len(outputs)):
+            output = outputs[index]
+            added = append(timestamp=None, key=output.key, value=output.value,
+                           headers=output.headers)  # fmt: skip
+            if added is None:  # the batch is full
                 break
             count += 1
         if count == 0:  # larger than a batch: on its own
@@ -196,11 +211,6 @@ class DirectWriter:
                 delay = min(delay * 2, 10.0)
 
 
-def _append(batch: RecordBatch, output: Output) -> bool:
-    added = batch.append(timestamp=None, key=output.key, value=output.value, headers=output.headers)
-    return added is not None
-
-
 class ResultValues(Protocol):
     """The results topic's records in a registry format (wire/formats/results.py)."""
 
@@ -222,38 +232,68 @@ class ResultWriter:
         # items), written together as record batches.
         self._gathered: GatheredWrites[Output] = GatheredWrites(writer.write_many)
         self._topics = topics
+        self._results_topic = topics.results
         self._clock_ms = clock.wall_ms
-        # None: records as JSON, each record's own encode() (the hot path, untouched). Set
+        # None: records as JSON (the hot path: a result's JSON written from its fields). Set
         # before consuming starts when output_format is a registry format (the schema ids come
         # from registering them): then results, chunks and final records all use it.
         self.result_values = result_values
-
-    def result_outputs(
-        self, done: Sequence[tuple[WorkItem, EmbedResult | ChunkResult]]
-    ) -> list[Output]:
-        """The records of many results, encoded: their vectors are not needed any more."""
-        return [self._result_output(i, r) for i, r in done]
+        self._source_headers: dict[str, tuple[str, bytes]] = {}  # each source's, encoded once
 
     async def write_outputs(self, outputs: Sequence[Output]) -> None:
-        """Records of `result_outputs`, written as one batch per partition."""
+        """Result records, written as one batch per partition."""
         await self._writer.write_many(outputs)
 
-    def _result_output(self, item: WorkItem, result: EmbedResult | ChunkResult) -> Output:
-        headers: Headers = [(SOURCE_TOPIC, item.source.encode())] if item.source else []
+    def result_output(
+        self,
+        item: WorkItem,
+        model: str,
+        vector: Vector,
+        dimensions: int,
+        tokens: int,
+        latency_ms: float,
+        cached: bool,
+        index_generation: str,
+    ) -> Output:
+        """The record of a request's result, encoded: its vector is not needed any more."""
+        request = item.request
+        values = self.result_values
+        if values is None:
+            value = result_json(
+                request.id, model, vector, dimensions, tokens, request.metadata, item.attempts,
+                latency_ms, cached, index_generation,
+            )  # fmt: skip
+        else:
+            value = values.encode(
+                EmbedResult(request.id, model, vector, dimensions, tokens, request.metadata,
+                            item.attempts, latency_ms, cached, index_generation)
+            )  # fmt: skip
+        # (Output(...), without the call of its generated __new__: one per result)
+        return _tuple_new(Output, (item.origin, self._results_topic, request.id.encode(), value,
+                                   self._result_headers(item), item.partition, None))  # fmt: skip
+
+    def chunk_output(self, item: WorkItem, result: ChunkResult) -> Output:
+        """The record of a document chunk's result, encoded."""
+        values = self.result_values
+        value = result.encode() if values is None else values.encode_chunk(result)
+        return Output(item.origin, self._results_topic, result.key, value,
+                      self._result_headers(item), item.partition)  # fmt: skip
+
+    def _result_headers(self, item: WorkItem) -> Headers:
+        headers: Headers = []
+        if item.source:
+            source = self._source_headers.get(item.source)
+            if source is None:
+                source = self._source_headers[item.source] = (SOURCE_TOPIC, item.source.encode())
+            headers.append(source)
         if item.truncated_from is not None:
             headers.append((TRUNCATED_FROM, str(item.truncated_from).encode()))
-        if (traceparent := item.span.traceparent()) is not None:
+        span = item.span  # (tracing off: no call a result)
+        if span is not NULL_SPAN and (traceparent := span.traceparent()) is not None:
             headers.append((TRACEPARENT, traceparent))
         if item.priority is Priority.BACKFILL:  # the store lets the live stream's win
             headers.append((BACKFILL_HEADER, b"1"))
-        values = self.result_values
-        if isinstance(result, ChunkResult):
-            key = result.key
-            value = result.encode() if values is None else values.encode_chunk(result)
-        else:
-            key = item.request.id.encode()
-            value = result.encode() if values is None else values.encode(result)
-        return Output(item.origin, self._topics.results, key, value, headers, item.partition)
+        return headers
 
     def end_value(self, end: DocumentComplete | DocumentIncomplete) -> bytes:
         """A document version's final record in the output format."""

@@ -4,7 +4,7 @@ it must be acked."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.engine.jobs import Job
@@ -15,11 +15,15 @@ if TYPE_CHECKING:
     from embedstream.kafka.outputs.document_runs import DocumentRun
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
+class Origin(NamedTuple):
+    """Where a record was read (a NamedTuple: one is built per record)."""
+
     topic: str
     partition: int
     offset: int
+
+
+_tuple_new = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +54,11 @@ class WorkItem(Job):
 
     @property
     def key(self) -> BucketKey:
-        r = self.request
-        return BucketKey(
+        r = self.request  # (BucketKey(...), without the call of its generated __new__)
+        return _tuple_new(BucketKey, (
             self.priority, self.model, self.encoding_format, r.dimensions,
             r.user, r.input_type, r.task,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     @property
     def current(self) -> bool:

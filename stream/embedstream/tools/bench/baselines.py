@@ -10,7 +10,7 @@ them (a switch nobody sets in production is a setting that carries no choice).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from embedstream.core.lanes import BucketKey, Source
@@ -20,14 +20,20 @@ from embedstream.engine.batcher import Batcher
 
 def calls_fifo(batcher: Batcher[Any]) -> None:
     """From now on, ``batcher`` buffers every item as if it had no source."""
-    add = batcher.add
+    add, add_all = batcher.add, batcher.add_all
 
     def add_without_source(
         key: BucketKey, tokens: int, payload: Any, source: Source = None
     ) -> None:
         add(key, tokens, payload, None)
 
+    def add_all_without_source(
+        key: BucketKey, source: Source, entries: Sequence[tuple[int, Any]]
+    ) -> None:
+        add_all(key, None, entries)
+
     batcher.add = add_without_source  # type: ignore[method-assign]
+    batcher.add_all = add_all_without_source  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

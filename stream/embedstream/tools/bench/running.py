@@ -13,6 +13,7 @@ from embedstream.app.service import Service
 from embedstream.core.tracing import Tracer
 from embedstream.engine.backend import EmbeddingBackend
 from embedstream.kafka.client.clients import make_consumer, make_producer
+from embedstream.ops.collector import collector_for_throughput
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings
 from embedstream.tools.bench import BenchError
@@ -53,18 +54,21 @@ async def running_processor(
     service = build_service(
         settings, engine, metrics=metrics, consumer=consumer, producer=producer, tracer=tracer
     )
-    task = asyncio.create_task(service.run())
-    try:
-        assigned = asyncio.create_task(service.wait_assigned())
-        await asyncio.wait([assigned, task], timeout=JOIN_TIMEOUT_S, return_when="FIRST_COMPLETED")
-        if task.done():
-            task.result()  # the processor failed: say why
-        if not assigned.done():
-            assigned.cancel()
-            raise BenchError(f"the processor got no partitions within {JOIN_TIMEOUT_S:g} s")
-        yield service
-    finally:
-        service.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 60)
-        await backend.close()
+    with collector_for_throughput():  # as `embedstream run` has it (app.run_service)
+        task = asyncio.create_task(service.run())
+        try:
+            assigned = asyncio.create_task(service.wait_assigned())
+            await asyncio.wait(
+                [assigned, task], timeout=JOIN_TIMEOUT_S, return_when="FIRST_COMPLETED"
+            )
+            if task.done():
+                task.result()  # the processor failed: say why
+            if not assigned.done():
+                assigned.cancel()
+                raise BenchError(f"the processor got no partitions within {JOIN_TIMEOUT_S:g} s")
+            yield service
+        finally:
+            service.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, 60)
+            await backend.close()
