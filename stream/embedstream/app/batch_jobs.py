@@ -103,7 +103,7 @@ class ProcessorParts:
 
     settings: Settings
     names: TopicNames
-    sink: ResultWriter
+    result_writer: ResultWriter
     outcomes: KafkaOutcomes
     batcher: Batcher[WorkItem]
     cache: EmbeddingCache | None
@@ -168,7 +168,9 @@ def build_batch_jobs(
     group = settings.group_id
     reader = JobsReader(kafka_state_reader(kafka, settings.client_id), topic, group)
     direct = DirectWriter(p.producer, clock)
-    former = JobFormer(p.sink, topic, group, batch_configured.job_limits(settings), clock, direct)
+    former = JobFormer(
+        p.result_writer, topic, group, batch_configured.job_limits(settings), clock, direct
+    )
     lane = None
     if routing.topics or routing.after_s is not None:
         waiting = lambda: p.batcher.buffered_in(Priority.LOW)  # noqa: E731
@@ -194,7 +196,7 @@ def build_batch_jobs(
         return plain[key]
 
     def documents_of(resubmit: Callable[[WorkItem], None]) -> DocumentFlow:
-        flow = DocumentFlow(p.sink, p.metrics, include_text=settings.include_chunk_text,
+        flow = DocumentFlow(p.result_writer, p.metrics, include_text=settings.include_chunk_text,
                             generations=p.outcomes.documents.generations)  # fmt: skip
         flow.bind(resubmit)
         return flow

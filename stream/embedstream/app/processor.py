@@ -113,7 +113,7 @@ class Outputs:
     the outcome writers every finished item goes through."""
 
     transactions: PartitionTransactions | None
-    sink: ResultWriter
+    result_writer: ResultWriter
     changelog: ChunkChangelog | None
     documents: DocumentFlow
     dual_writes: DualWrites | None
@@ -145,12 +145,12 @@ def build_outputs(
     if wants_batch:  # a batch job's outputs go to the job (kafka/batchjobs/writer.py)
         exactly_once = settings.delivery == "exactly_once"
         writer = JobOutputsRouter(writer, DirectWriter(producer, clock), exactly_once)
-    sink = ResultWriter(writer, names, clock)
+    result_writer = ResultWriter(writer, names, clock)
     changelog = None
     if names.changelog is not None and names.changelog_state is not None:
         read = state_reader or kafka_state_reader(connection_for(settings), settings.client_id)
         changelog = ChunkChangelog(
-            sink, names.changelog, ChunkCountsLoader(read, names.changelog_state)
+            result_writer, names.changelog, ChunkCountsLoader(read, names.changelog_state)
         )
     limits = configured.provider_limits(settings)
 
@@ -162,13 +162,20 @@ def build_outputs(
         DualWrites(intake_of) if settings.store_dsn and settings.input_lanes != "high" else None
     )
     documents = DocumentFlow(
-        sink, metrics, include_text=settings.include_chunk_text,
+        result_writer, metrics, include_text=settings.include_chunk_text,
         generations=GenerationIds(chunking_rules(settings, limits), settings.model),
         changelog=changelog, dual_writes=dual_writes,
     )  # fmt: skip
-    outcomes = KafkaOutcomes(sink, metrics, documents, clock)
+    outcomes = KafkaOutcomes(result_writer, metrics, documents, clock)
     return Outputs(
-        transactions, sink, changelog, documents, dual_writes, intake_of, outcomes, wants_batch
+        transactions,
+        result_writer,
+        changelog,
+        documents,
+        dual_writes,
+        intake_of,
+        outcomes,
+        wants_batch,
     )
 
 
@@ -227,13 +234,13 @@ def build_service(
     batch: BatchJobs | None = None
     if out.wants_batch:
         parts = ProcessorParts(
-            settings, names, out.sink, out.outcomes, batcher, cache, intake, out.intake_of,
+            settings, names, out.result_writer, out.outcomes, batcher, cache, intake, out.intake_of,
             decoders, producer, metrics, clock,
         )  # fmt: skip
         batch = build_batch_jobs(parts, lambda items: processor.submit(items))
     committer = OffsetCommitter(consumer, assignment.offsets(), out.transactions)
     handoff = Handoff(
-        assignment, batcher, waiting, out.sink, committer, out.transactions,
+        assignment, batcher, waiting, out.result_writer, committer, out.transactions,
         drain_timeout_s=settings.drain_timeout_s, consumer=consumer, clock=clock,
         chunk_counts=None if out.changelog is None else out.changelog.loader,
         batch_jobs=None if batch is None else batch.lane,
@@ -293,7 +300,7 @@ def _watch(
     assert out.dual_writes is not None
     store_watch = _store_watch_of(settings)
     shared = SharedEngine(
-        processor.batcher, waiting, out.sink, out.documents, processor.submit,
+        processor.batcher, waiting, out.result_writer, out.documents, processor.submit,
         live_held=lambda: processor.held, provider_usable=lambda: processor.provider_ok,
         clock=processor.parts.clock, items_limit=settings.buffered_items_limit,
         max_poll=settings.max_poll_records, drain_timeout_s=settings.drain_timeout_s,

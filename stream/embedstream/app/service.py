@@ -75,7 +75,7 @@ class Service:
                 if self.processor.stopping.is_set():  # while the registry was out
                     await self.processor.close_unstarted()
                     return
-                self.processor.parts.outcomes.sink.result_values = encoder
+                self.processor.parts.outcomes.result_writer.result_values = encoder
                 changelog = self.processor.parts.outcomes.documents.changelog
                 if changelog is not None and self.result_schema.changelog_values is not None:
                     changelog.values = self.result_schema.changelog_values

@@ -81,7 +81,7 @@ class SharedEngine:
 
     batcher: Batcher[WorkItem]
     waiting: WaitingRetries
-    sink: ResultWriter
+    result_writer: ResultWriter
     documents: DocumentFlow
     submit: Callable[[list[WorkItem]], Awaitable[None]]  # cache look-up, then the batcher
     live_held: Callable[[], int]  # what the live lanes hold (backpressure's count)
@@ -132,7 +132,8 @@ class BackfillFeed:
         self.assignment = Assignment(lambda _topic: InputLane.BACKFILL)
         self.committer = OffsetCommitter(consumer, self.assignment.offsets(), None)
         self.handoff = Handoff(
-            self.assignment, engine.batcher, engine.waiting, engine.sink, self.committer, None,
+            self.assignment, engine.batcher, engine.waiting, engine.result_writer, self.committer,
+            None,
             drain_timeout_s=engine.drain_timeout_s, consumer=consumer, clock=engine.clock,
             batch_jobs=batch,
         )  # fmt: skip

@@ -56,7 +56,7 @@ class Stream:
 class JobFormer:
     def __init__(
         self,
-        sink: ResultWriter,
+        result_writer: ResultWriter,
         topic: str,
         group: str,
         limits: JobLimits,
@@ -65,7 +65,7 @@ class JobFormer:
     ) -> None:
         """``direct``: writes a job the last owner left forming, closed (at once, outside any
         transaction: the partition may read nothing more to commit it with)."""
-        self._sink = sink
+        self._result_writer = result_writer
         self._direct = direct
         self.topic = topic
         self._group = group
@@ -213,7 +213,7 @@ class JobFormer:
             if direct and self._direct is not None:
                 await self._direct.write(output)
             else:
-                await self._sink.write_outputs([output])
+                await self._result_writer.write_outputs([output])
         except OutputUnwritable as exc:
             log.error("batch job %s not recorded (%s); its records stay unfinished", record.id,
                       exc)  # fmt: skip

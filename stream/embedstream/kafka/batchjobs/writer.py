@@ -1,8 +1,8 @@
 """Where a batch job's outputs go, and how its progress is recorded with them.
 
 A job's records, read again to write their outcomes, are tracked by a :class:`JobPartition`: a
-partition state of the job's own, so the one engine path (outcomes, documents, the sink) writes
-them as it writes any record's, and each output names the job as its owner.
+partition state of the job's own, so the one engine path (outcomes, documents, the results
+writer) writes them as it writes any record's, and each output names the job as its owner.
 :class:`JobOutputsRouter` (around the processor's writer) sends those outputs to the job:
 
 - at-least-once: written at once; the job's record notes its progress after them (a crash

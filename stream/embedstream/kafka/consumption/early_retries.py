@@ -89,7 +89,7 @@ class WaitingRetries:
         """Drop items of partitions no longer assigned as they were read."""
         self._queue.keep_where(lambda item: item.current)
 
-    async def hand_back(self, partitions: set[TopicPartition], sink: ResultWriter) -> None:
+    async def hand_back(self, partitions: set[TopicPartition], result_writer: ResultWriter) -> None:
         """Write the items read from `partitions` back to the retry topic, and finish those
         written."""
 
@@ -105,7 +105,7 @@ class WaitingRetries:
         if not items:
             return
         written = await asyncio.gather(
-            *(sink.retry(i, i.not_before_ms, i.first_error or "requeued") for i in items),
+            *(result_writer.retry(i, i.not_before_ms, i.first_error or "requeued") for i in items),
             return_exceptions=True,
         )
         # Those written are finished, so the revoke commits past them; a record the broker did

@@ -52,7 +52,7 @@ class Handoff:
         assignment: Assignment,
         batcher: Batcher[WorkItem],
         waiting: WaitingRetries,
-        sink: ResultWriter,
+        result_writer: ResultWriter,
         committer: OffsetCommitter,
         transactions: PartitionTransactions | None,
         *,
@@ -66,7 +66,7 @@ class Handoff:
         self._assignment = assignment
         self._batcher = batcher
         self._waiting = waiting
-        self._sink = sink
+        self._result_writer = result_writer
         self._committer = committer
         self._transactions = transactions
         self._drain_timeout_s = drain_timeout_s
@@ -178,7 +178,7 @@ class Handoff:
             def deadline() -> float:  # no later than the shutdown's drain (which may come now)
                 return own_deadline if self._stop_by is None else min(own_deadline, self._stop_by)
 
-            hand_back = self._waiting.hand_back(revoked, self._sink)
+            hand_back = self._waiting.hand_back(revoked, self._result_writer)
             await bounded(hand_back, deadline() - self._monotonic(), "writing held retries back")
             self._batcher.hurry()
             while self._assignment.pending_in(revoked) and self._monotonic() < deadline():

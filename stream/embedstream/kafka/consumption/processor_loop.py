@@ -220,7 +220,7 @@ class Processor:
             waiting_task.cancel()
             await bounded(waiting_task, CANCEL_GRACE_S, "the held retries' end")
             # Part of the drain: a broker that takes no write holds the rest back no longer.
-            hand_back = p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.sink)
+            hand_back = p.waiting.hand_back({s.tp for s in p.assignment}, p.outcomes.result_writer)
             await bounded(hand_back, p.settings.drain_timeout_s, "writing held retries back")
             await self._drain(batcher_task, deadline)
             if p.batch_lane is not None:  # its forming jobs close, recorded before the commit

@@ -134,12 +134,12 @@ class ChunkChangelog:
 
     def __init__(
         self,
-        sink: ResultWriter,
+        result_writer: ResultWriter,
         changelog_topic: str,
         loader: ChunkCountsLoader,
         values: ChangelogValues | None = None,
     ) -> None:
-        self._sink = sink
+        self._result_writer = result_writer
         self.topic = changelog_topic
         self.loader = loader
         self.values: ChangelogValues = values or ConnectJsonValues()
@@ -175,7 +175,7 @@ class ChunkChangelog:
         ]  # fmt: skip
         outputs += [self._output(origin, state, chunk_id(generation, run.doc_id, seq), None)
                     for seq in change.gone]  # fmt: skip
-        await self._sink.write_outputs(outputs)
+        await self._result_writer.write_outputs(outputs)
         await self._write_state(origin, state, run.doc_id, change.counts)
         counts.keep(run.doc_id, change.counts)
         self.release(run)
@@ -189,7 +189,7 @@ class ChunkChangelog:
         gone = [chunk_id(generation, run.doc_id, seq)
                 for generation, count in sorted(had.items()) for seq in range(count)]  # fmt: skip
         outputs = [self._output(run.origin, run.state, key, None) for key in gone]
-        await self._sink.write_outputs(outputs)
+        await self._result_writer.write_outputs(outputs)
         await self._write_state(run.origin, run.state, run.doc_id, None)
         counts.forget(run.doc_id)
 
@@ -205,7 +205,7 @@ class ChunkChangelog:
         value = None if counts is None else encode_state(counts)
         key = state_key(tp.topic, tp.partition, doc_id)
         partition = self.loader.state_partition(tp)
-        await self._sink.write_outputs(
+        await self._result_writer.write_outputs(
             [Output(origin, self.loader.state_topic, key, value, [], state, partition=partition)]
         )
 

@@ -199,7 +199,7 @@ class DocumentFlow:
 
     def __init__(
         self,
-        sink: ResultWriter,
+        result_writer: ResultWriter,
         observer: DocumentObserver,
         *,
         include_text: bool,
@@ -208,7 +208,7 @@ class DocumentFlow:
         changelog: ChunkChangelog | None = None,
         dual_writes: DualWrites | None = None,
     ) -> None:
-        self._sink = sink
+        self._result_writer = result_writer
         self.dual_writes = dual_writes  # a migration's other generations (None: never any)
         self._observer = observer
         self.include_text = include_text
@@ -317,10 +317,15 @@ class DocumentFlow:
                     await self.changelog.complete(run, final.chunk_count)
                 else:
                     self.changelog.release(run)
-            value = self._sink.end_value(record)
-            await self._sink.document_record(record.key, value, run.start.origin, run.state,
-                                             run.start.span.traceparent(),
-                                             _lane_headers(run.backfill))  # fmt: skip
+            value = self._result_writer.end_value(record)
+            await self._result_writer.document_record(
+                record.key,
+                value,
+                run.start.origin,
+                run.state,
+                run.start.span.traceparent(),
+                _lane_headers(run.backfill),
+            )
         except OutputUnwritable:
             log.error("final record of document %s not written; it stays unfinished", run.doc_id)
             return
@@ -339,7 +344,7 @@ class DocumentFlow:
                 await self.changelog.deleted(run)
             for generation in run.generations or (self.generations.default_id,):
                 deleted = DocumentDeleted(run.doc_id, generation)
-                await self._sink.document_record(
+                await self._result_writer.document_record(
                     deleted.key, None, run.origin, run.state, run.traceparent,
                     deleted.headers() + _lane_headers(run.backfill),
                 )  # fmt: skip

@@ -70,12 +70,12 @@ class ResultObserver(EngineObserver, Protocol):
 class KafkaOutcomes(Outcomes[WorkItem]):
     def __init__(
         self,
-        sink: ResultWriter,
+        result_writer: ResultWriter,
         observer: ResultObserver,
         documents: DocumentFlow,
         clock: Clock,
     ) -> None:
-        self.sink = sink
+        self.result_writer = result_writer
         self.documents = documents
         self._observer = observer
         self._clock_ms = clock.wall_ms
@@ -182,7 +182,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         for offsets, size in held.items():
             offsets.hold_written(size)
         try:
-            await self.sink.write_outputs(outputs)
+            await self.result_writer.write_outputs(outputs)
         finally:
             for offsets, size in held.items():
                 offsets.hold_written(-size)
@@ -190,7 +190,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
     def _encoded(self, rows: list[_Row], now: int) -> list[Output]:
         """The records of a slice of results."""
         outputs: list[Output] = []
-        result_output = self.sink.result_output
+        result_output = self.result_writer.result_output
         for job, model, vector, dims, tokens, cached, generation in rows:
             latency_ms = float(now - job.timestamp_ms)
             chunk = job.chunk
@@ -200,7 +200,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             else:
                 result = self._chunk_result(job, chunk, model, vector, dims, tokens,
                                             latency_ms, cached)  # fmt: skip
-                output = self.sink.chunk_output(job, result)
+                output = self.result_writer.chunk_output(job, result)
             outputs.append(output)
         return outputs
 
@@ -279,7 +279,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
             job.span.event(f"retry in memory ({error.reason})")
             self.documents.resubmit(job)
             return
-        await self.sink.retry(job, not_before, f"{error.reason}: {error.message}")
+        await self.result_writer.retry(job, not_before, f"{error.reason}: {error.message}")
         job.span.end("retry")
         job.finish()
 
@@ -299,12 +299,14 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         traceparent = job.span.traceparent()
         traced = [] if traceparent is None else [(TRACEPARENT, traceparent)]
         if job.chunk is None:
-            await self.sink.dead_letter(
+            await self.result_writer.dead_letter(
                 job.raw, job.request.id.encode(), failure, job.partition, traced
             )
         else:
             value, key, headers = _chunk_dead_letter(job, job.chunk)
-            await self.sink.dead_letter(value, key, failure, job.partition, headers + traced)
+            await self.result_writer.dead_letter(
+                value, key, failure, job.partition, headers + traced
+            )
         job.span.end("dead_letter")
         job.given_up()
 
@@ -318,7 +320,7 @@ class KafkaOutcomes(Outcomes[WorkItem]):
         traced = [(name, value) for name, value in record.headers or ()
                   if name == TRACEPARENT and value is not None]  # fmt: skip
         try:
-            await self.sink.dead_letter(record.value, record.key, failure, state, traced)
+            await self.result_writer.dead_letter(record.value, record.key, failure, state, traced)
         except OutputUnwritable:
             log.error("dead letter of %s-%d@%d not written; it stays unfinished", record.topic,
                       record.partition, record.offset)  # fmt: skip

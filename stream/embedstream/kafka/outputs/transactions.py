@@ -96,7 +96,7 @@ class PartitionTransactions:
         self._make_producer = make_producer
         self._partitions: dict[TopicPartition, _Partition] = {}
 
-    # The staging writer the sink uses in exactly-once mode.
+    # The staging writer the results writer uses in exactly-once mode.
     async def write(self, output: Output) -> None:
         for tp, part in self._partitions.items():
             if tp.topic == output.origin.topic and tp.partition == output.origin.partition:
