@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from embedstream.app.host import lane_children, supervises
 from embedstream.core import configured
 from embedstream.engine.formats import field_mapping
 from embedstream.errors import ConfigError, env_var
@@ -15,7 +16,8 @@ from embedstream.settings.sources import REMOVED_SETTINGS
 from embedstream.wire.field_mapping import FieldMapping
 
 REPLACEMENTS = {
-    "high_guard": "high_target_ms",
+    "high_guard": "high_process",
+    "high_target_ms": "high_process",
     "online_thread": "embedstream serve",
     "high_thread": "input_lanes",
     "id_field": "field_map=id=",
@@ -74,3 +76,16 @@ def test_target_latency_ms_above_0_makes_the_limit_adaptive_as_concurrency_mode_
     limit = configured.governor(settings, lambda: 0.0).limit
     assert limit.adaptive is adaptive
     assert limit.target_latency_s == (target_ms / 1000.0 or None)
+
+
+def test_high_process_gives_the_high_lane_a_process_of_its_own_as_high_target_ms_was_meant_to() -> (
+    None
+):
+    """high_target_ms and high_guard held low calls back to shorten the high lane's wait; with
+    high_process the high topics are read, called and committed by a processor of their own."""
+    settings = load_settings(env={}, overrides={"high_process": True})
+    assert supervises(settings)
+    children = lane_children(settings, {"high_process": True}, None, "redis://127.0.0.1:1/0")
+    lanes = {c.name: c.args[c.args.index("--input-lanes") + 1] for c in children}
+    assert lanes == {"high": "high", "bulk": "bulk"}
+    assert all(c.command == "run" and "--no-high-process" in c.args for c in children)

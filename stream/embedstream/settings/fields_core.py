@@ -217,14 +217,6 @@ class CoreFields:
         ge=0,
         lt=1,
     )
-    high_target_ms: float = setting(
-        0.0,
-        "The high lane's latency target: while high items take longer from arrival to answer, "
-        "low calls are cut to smaller sizes (grown back under half of it); 0 leaves them alone.",
-        _B,
-        ge=0,
-        le=_HOUR_S * 1000,
-    )
 
     max_input_tokens: int = setting(8_192, "Most estimated tokens in one input.", _L, gt=0)
     max_concurrency: int = setting(4, "Most embeddings calls in flight.", _L, gt=0)

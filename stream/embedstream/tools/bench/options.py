@@ -33,7 +33,6 @@ BENCH_SETTINGS = (
     "max_wait_ms",
     "scale_factor",
     "min_low_share",
-    "high_target_ms",
     "online_target_ms",
     "cache",
     "max_concurrency",
