@@ -53,7 +53,7 @@ def test_openai_fallback_variables() -> None:
         ({"EMBEDSTREAM_LOG_FORMAT": "xml"}, "log_format"),
         ({"EMBEDSTREAM_METRICS_PORT": "70000"}, "metrics_port"),
         ({"EMBEDSTREAM_BASE_URL": "ftp://x"}, "base_url"),
-        ({"EMBEDSTREAM_MAX_BUFFERED_ITEMS": "10"}, "max_buffered_items"),
+        ({"EMBEDSTREAM_MAX_BUFFERED_BYTES": "1000"}, "max_buffered_bytes"),  # < max_event_bytes
     ],
 )
 def test_bad_values_name_the_setting(env: dict[str, str], setting: str) -> None:

@@ -18,6 +18,7 @@ from embedstream.wire.field_mapping import FieldMapping
 REPLACEMENTS = {
     "high_guard": "high_process",
     "high_target_ms": "high_process",
+    "max_buffered_items": "max_buffered_bytes",
     "online_thread": "embedstream serve",
     "high_thread": "input_lanes",
     "id_field": "field_map=id=",
@@ -89,3 +90,19 @@ def test_high_process_gives_the_high_lane_a_process_of_its_own_as_high_target_ms
     lanes = {c.name: c.args[c.args.index("--input-lanes") + 1] for c in children}
     assert lanes == {"high": "high", "bulk": "bulk"}
     assert all(c.command == "run" and "--no-high-process" in c.args for c in children)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "items"),
+    [
+        ({}, 5_000),  # the defaults: what max_buffered_items defaulted to
+        ({"max_buffered_bytes": 500 * 1024, "max_event_bytes": 4096}, 500),  # a small buffer
+        ({"max_batch_size": 2048, "max_concurrency": 8}, 32_768),  # two full calls a slot
+        ({"max_batch_size": 2048, "max_concurrency": 8, "max_buffered_bytes": 2**20}, 2048),
+    ],
+)
+def test_the_item_bound_max_buffered_items_set_is_derived_from_the_bytes_and_the_batches(
+    overrides: dict[str, int], items: int
+) -> None:
+    """What the fetcher, the online lane and the backfill bound their items by."""
+    assert load_settings(env={}, overrides=overrides).buffered_items_limit == items

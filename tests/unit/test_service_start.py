@@ -99,7 +99,12 @@ async def test_a_consumer_that_cannot_find_its_topics_is_closed_and_named() -> N
         ({"cache_max_items": 6_000}, False),
         ({"cache_max_items": 100, "cache": "off"}, False),
         (
-            {"cache_max_items": 2_000, "max_buffered_items": 500, "max_document_chunks": 1_500},
+            {
+                "cache_max_items": 2_000,
+                "max_document_chunks": 1_500,
+                "max_buffered_bytes": 500 * 1024,
+                "max_event_bytes": 64 * 1024,
+            },  # 500 items
             False,
         ),
     ],
@@ -115,9 +120,9 @@ def test_a_cache_smaller_than_the_work_in_hand_is_warned_of_at_start(
     warnings = [r.getMessage() for r in caplog.records if "cache_max_items" in r.getMessage()]
     if warned:
         assert warnings == [
-            "cache_max_items (5999) is below max_buffered_items (5000) plus max_document_chunks "
-            "(1000): the in-process cache may drop vectors of the work in hand before their "
-            "texts come back; raise it to at least 6000"
+            "cache_max_items (5999) is below the buffer's item bound (5000) plus "
+            "max_document_chunks (1000): the in-process cache may drop vectors of the work in "
+            "hand before their texts come back; raise it to at least 6000"
         ]
     else:
         assert warnings == []

@@ -352,7 +352,7 @@ def undersized_warning(settings: Settings) -> str | None:
     if settings.cache_max_items >= in_hand:
         return None
     return (
-        f"cache_max_items ({settings.cache_max_items}) is below max_buffered_items "
+        f"cache_max_items ({settings.cache_max_items}) is below the buffer's item bound "
         f"({settings.buffered_items_limit}) plus max_document_chunks "
         f"({settings.max_document_chunks}): the in-process cache may drop vectors of the work "
         f"in hand before their texts come back; raise it to at least {in_hand}"

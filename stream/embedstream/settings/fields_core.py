@@ -244,18 +244,12 @@ class CoreFields:
         _L,
         secret=True,
     )
-    max_buffered_items: int | None = setting(
-        None,
-        "Most items held in memory; above it fetching pauses. Unset: two full calls per slot "
-        "(2 x max_batch_size x max_concurrency, at least 5000, at least one batch) within "
-        "max_buffered_bytes.",
-        _L,
-        gt=0,
-    )
     max_buffered_bytes: int = setting(
         64 * 1024 * 1024,
         "Most bytes held in memory (request bytes plus about 1 KiB per item for what it costs "
-        "in Python, and each result's bytes until the broker has it); above it fetching pauses.",
+        "in Python, and each result's bytes until the broker has it); above it fetching pauses. "
+        "The items held follow from it: two full calls per slot (2 x max_batch_size x "
+        "max_concurrency, at least 5000, at least one batch) within it at 1 KiB an item.",
         _L,
         gt=0,
     )

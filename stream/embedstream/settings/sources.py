@@ -67,6 +67,8 @@ REMOVED_SETTINGS: Mapping[str, str] = {
     "online_api_key": "give `embedstream sink search` --online-key-file, a file holding the key",
     "schema_registry_cache_size": "every schema read is kept (an id's schema never changes); "
     "delete the setting",
+    "max_buffered_items": "memory is bounded by max_buffered_bytes; the item count follows "
+    "from max_batch_size x max_concurrency (two full calls per slot, at least 5000)",
     "high_target_ms": "it did not shorten the high lane's wait, which was not in the calls "
     "(docs/benchmarks/lanes.md); set high_process=true, the high lane in a process of its own",
 }

@@ -39,7 +39,7 @@ BENCH_SETTINGS = (
     "target_latency_ms",
     "rate_limit_rpm",
     "rate_limit_tpm",
-    "max_buffered_items",
+    "max_buffered_bytes",
     "compression_type",
     "fetch_max_wait_ms",
     "request_timeout_s",
