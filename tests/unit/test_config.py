@@ -327,7 +327,7 @@ def test_the_cache_url_from_a_file(tmp_path: Path) -> None:
         ),
         ({"EMBEDSTREAM_CACHE": "disk"}, "cache", "must be one of off, memory, redis"),
         ({"EMBEDSTREAM_CACHE_TTL_S": "-1"}, "cache_ttl_s", "must be >= 0"),
-        ({"EMBEDSTREAM_CACHE_MAX_ITEMS": "0"}, "cache_max_items", "must be > 0"),
+        ({"EMBEDSTREAM_CACHE_MAX_BYTES": "0"}, "cache_max_bytes", "must be > 0"),
         ({"EMBEDSTREAM_CACHE_TIMEOUT_MS": "nan"}, "cache_timeout_ms", "finite"),
     ],
 )

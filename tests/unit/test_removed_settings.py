@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from embedstream.app.host import lane_children, supervises
 from embedstream.core import configured
+from embedstream.engine.cache_tiers import SIZING_ENTRY_BYTES, MemoryTier, memory_tier_entries
 from embedstream.engine.formats import field_mapping
 from embedstream.errors import ConfigError, env_var
 from embedstream.settings import load_settings
@@ -19,6 +20,7 @@ REPLACEMENTS = {
     "high_guard": "high_process",
     "high_target_ms": "high_process",
     "max_buffered_items": "max_buffered_bytes",
+    "cache_max_items": "cache_max_bytes",
     "online_thread": "embedstream serve",
     "high_thread": "input_lanes",
     "id_field": "field_map=id=",
@@ -106,3 +108,14 @@ def test_the_item_bound_max_buffered_items_set_is_derived_from_the_bytes_and_the
 ) -> None:
     """What the fetcher, the online lane and the backfill bound their items by."""
     assert load_settings(env={}, overrides=overrides).buffered_items_limit == items
+
+
+async def test_cache_max_bytes_bounds_the_entries_as_cache_max_items_did() -> None:
+    """The count the refusal quotes is the default's, and a byte bound of n entries keeps n
+    (small ones: the count binds) and evicts past them."""
+    assert memory_tier_entries(load_settings(env={}).cache_max_bytes) == 10_319
+    assert "(10,319 in 64 MiB)" in REMOVED_SETTINGS["cache_max_items"]
+    settings = load_settings(env={}, overrides={"cache_max_bytes": 3 * SIZING_ENTRY_BYTES})
+    tier = MemoryTier(settings.cache_ttl_s, max_bytes=settings.cache_max_bytes)  # build_cache's
+    await tier.put_many([(f"k{i}", bytes(16)) for i in range(10)])
+    assert len(tier) == 3 and tier.bytes_held < settings.cache_max_bytes / 10

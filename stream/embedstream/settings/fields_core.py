@@ -280,7 +280,7 @@ class CoreFields:
 
     cache: CacheMode = setting(
         "memory",
-        "Embedding cache: memory (in-process, bounded by cache_max_items and cache_max_bytes), "
+        "Embedding cache: memory (in-process, bounded by cache_max_bytes), "
         "redis (shared; memory in front), or off.",
         _C,
     )
@@ -294,16 +294,11 @@ class CoreFields:
     cache_ttl_s: float = setting(
         7 * 24 * 3600.0, "Seconds a cached vector is kept; 0 keeps it until evicted.", _C, ge=0
     )
-    cache_max_items: int = setting(
-        10_000,
-        "Most vectors in the in-process tier (W-TinyLFU: a scan does not flush it).",
-        _C,
-        gt=0,
-    )
     cache_max_bytes: int = setting(
         64 * 1024 * 1024,
         "Most bytes the in-process tier holds: each vector (4 bytes a dimension), its key and "
-        "about 280 bytes of bookkeeping.",
+        "about 280 bytes of bookkeeping. It keeps at most as many vectors as fit at 1536 "
+        "dimensions (10,319 by default; W-TinyLFU: a scan does not flush it).",
         _C,
         gt=0,
     )

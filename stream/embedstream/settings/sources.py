@@ -69,6 +69,8 @@ REMOVED_SETTINGS: Mapping[str, str] = {
     "delete the setting",
     "max_buffered_items": "memory is bounded by max_buffered_bytes; the item count follows "
     "from max_batch_size x max_concurrency (two full calls per slot, at least 5000)",
+    "cache_max_items": "the in-process tier keeps as many vectors as cache_max_bytes holds at "
+    "1536 dimensions (10,319 in 64 MiB); size it in bytes with cache_max_bytes",
     "high_target_ms": "it did not shorten the high lane's wait, which was not in the calls "
     "(docs/benchmarks/lanes.md); set high_process=true, the high lane in a process of its own",
 }
