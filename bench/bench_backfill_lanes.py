@@ -196,7 +196,7 @@ async def main() -> None:
     )
     parser.add_argument("--processor-arg", action="append", default=[], metavar="ARG",
                         help="one more argument of `embedstream run`, after an equals sign "
-                        "(--processor-arg=--high-target-ms=100)")  # fmt: skip
+                        "(--processor-arg=--online-target-ms=60)")  # fmt: skip
     args = parser.parse_args()
     simulator = SimulatorConfig(base_ms=40.0, per_token_ms=0.02, capacity=8)
     with start_postgres() as postgres:

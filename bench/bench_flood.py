@@ -44,7 +44,6 @@ SETTINGS: dict[str, Any] = {
     "max_batch_size": 2048,
     "max_batch_tokens": 300_000,
     "max_concurrency": 8,
-    "max_buffered_items": 16_384,
     "encoding_format": "base64",
 }
 # What high keeps from low: one slot always; while high traffic is recent, a second slot and

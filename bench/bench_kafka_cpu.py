@@ -96,7 +96,7 @@ def bench_settings(**overrides: Any) -> Settings:
     """`embedstream bench`'s engine settings against a provider of 8 slots."""
     return load_settings(env={}, overrides={
         "max_batch_size": PROVIDER_MAX_INPUTS, "max_batch_tokens": PROVIDER_MAX_TOKENS,
-        "max_concurrency": 8, "max_buffered_items": 8 * PROVIDER_MAX_INPUTS,
+        "max_concurrency": 8,
         "log_level": "WARNING", "metrics_port": 0, **overrides,
     })  # fmt: skip
 

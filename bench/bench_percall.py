@@ -135,7 +135,6 @@ async def timeline(items: int, encoding_format: str) -> None:
         "max_batch_size": 2048,
         "max_batch_tokens": 300_000,
         "max_concurrency": 8,
-        "max_buffered_items": 16_384,
         "encoding_format": encoding_format,
     }
     with simulator(40.0, 0.02) as url:

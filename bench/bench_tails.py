@@ -114,7 +114,6 @@ def engine_settings(model: LatencyModel, base_url: str, overrides: dict[str, obj
             "max_batch_size": PROVIDER_MAX_INPUTS,
             "max_batch_tokens": PROVIDER_MAX_TOKENS,
             "max_concurrency": model.capacity,
-            "max_buffered_items": model.capacity * PROVIDER_MAX_INPUTS,
             "log_level": "WARNING",
             "base_url": base_url,
             **overrides,

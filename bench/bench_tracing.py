@@ -77,7 +77,7 @@ async def drain(items: int, tracer: Any) -> float:
         cluster.produce(NAMES.requests_low, value, f"r{i}".encode())
     settings = load_settings(env={}, overrides={
         "topic_prefix": "bench.", "metrics_port": 0, "max_batch_size": 256, "max_wait_ms": 5,
-        "max_buffered_items": 20_000, "commit_interval_ms": 50,
+        "commit_interval_ms": 50,
     })  # fmt: skip
     traced: dict[str, Any] = {} if tracer is None else {"tracer": tracer}  # main has none
     service = build_service(

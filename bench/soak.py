@@ -133,7 +133,8 @@ async def soak(args: argparse.Namespace, log_dir: Path) -> Figures:
     try:
         options = ProcessorOptions(
             args.bootstrap, prefix, prefix + "group", simulator.url,
-            max_buffered_items=5000, max_batch_size=256, max_concurrency=4,
+            max_buffered_bytes=64 * 2**20, max_event_bytes=2**20,  # the defaults: 5000 items
+            max_batch_size=256, max_concurrency=4,
             session_timeout_ms=10_000, heartbeat_interval_ms=3000, commit_interval_ms=500,
         )  # fmt: skip
         async with Fleet(options, log_dir) as fleet:

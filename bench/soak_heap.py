@@ -145,7 +145,8 @@ async def soak_heap(args: argparse.Namespace, log_dir: Path) -> list[dict[str, A
     base_url = f"http://127.0.0.1:{port}/v1"
     options = ProcessorOptions(
         args.bootstrap, prefix, prefix + "group", base_url,
-        max_buffered_items=5000, max_batch_size=256, max_concurrency=4,
+        max_buffered_bytes=64 * 2**20, max_event_bytes=2**20,  # the defaults: 5000 items
+        max_batch_size=256, max_concurrency=4,
         session_timeout_ms=10_000, heartbeat_interval_ms=3000, commit_interval_ms=500,
     )  # fmt: skip
     # A snapshot stops the loop for seconds: a longer session than the harness's keeps this
@@ -158,7 +159,7 @@ async def soak_heap(args: argparse.Namespace, log_dir: Path) -> list[dict[str, A
             "metrics_port": 0, "session_timeout_ms": 45_000,
             "heartbeat_interval_ms": options.heartbeat_interval_ms,
             "commit_interval_ms": options.commit_interval_ms, "fetch_max_wait_ms": 50,
-            "max_wait_ms": 20, "max_buffered_items": options.max_buffered_items,
+            "max_wait_ms": 20, "max_buffered_bytes": options.max_buffered_bytes,
             "max_batch_size": options.max_batch_size,
             "max_concurrency": options.max_concurrency,
         },

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from embedstream.settings import load_settings
+from embedstream.settings.derived import ITEM_RESIDENT_BYTES, buffered_items_bound
 
 DEFAULT_MODEL = load_settings(env={}).model
 ASSIGNED = "partitions assigned:"
@@ -53,13 +54,22 @@ class ProcessorOptions:
     prefix: str
     group: str
     base_url: str
-    max_buffered_items: int = 500
+    # The buffer's byte bound, from which its item bound is derived (1 KiB an item): 500 items.
+    max_buffered_bytes: int = 500 * ITEM_RESIDENT_BYTES
+    max_event_bytes: int = 4096  # the feeders' requests are far smaller
     max_batch_size: int = 64
     max_concurrency: int = 4
     session_timeout_ms: int = 6000
     heartbeat_interval_ms: int = 1000
     commit_interval_ms: int = 200
     extra_args: tuple[str, ...] = ()
+
+    @property
+    def buffered_items(self) -> int:
+        """The most items a processor holds: the bound derived from these settings."""
+        return buffered_items_bound(
+            self.max_batch_size, self.max_concurrency, self.max_buffered_bytes, ITEM_RESIDENT_BYTES
+        )
 
     @property
     def in_flight_items(self) -> int:
@@ -105,7 +115,8 @@ class ProcessorProcess:
             "--session-timeout-ms", str(o.session_timeout_ms),
             "--heartbeat-interval-ms", str(o.heartbeat_interval_ms),
             "--commit-interval-ms", str(o.commit_interval_ms),
-            "--max-buffered-items", str(o.max_buffered_items),
+            "--max-buffered-bytes", str(o.max_buffered_bytes),
+            "--max-event-bytes", str(o.max_event_bytes),
             "--max-batch-size", str(o.max_batch_size),
             "--max-concurrency", str(o.max_concurrency),
             "--fetch-max-wait-ms", "50",

@@ -114,13 +114,13 @@ async def test_fairness_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path)
 
 
 async def test_mixed_scenario_on_apache_kafka(bootstrap: str, tmp_path: Path) -> None:
-    """A tiny kafka-mixed with a high latency target (its path on a real broker): both drains
-    finish, every high item is acknowledged in each, and the high requests' stages are there
-    (their times are not asserted: a speed)."""
+    """A tiny kafka-mixed (its path on a real broker): both drains finish, every high item is
+    acknowledged in each, and the high requests' stages are there (their times are not
+    asserted: a speed)."""
     out = tmp_path / "bench.json"
     done = bench(
         "--scenarios", "kafka-mixed", "--bootstrap", bootstrap, "--mixed-items", "400",
-        "--timeline", "--high-target-ms", "150", "--json", str(out),
+        "--timeline", "--json", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from embedsim.server import SimulatorServer
 from embedstream.kafka.client.admin import create_topics, load_topic_specs
+from embedstream.settings.derived import ITEM_RESIDENT_BYTES
 from embedstream.tools.embedded import free_port
 
 from tests.e2e.chaos import Fleet, ProcessorOptions
@@ -39,12 +40,13 @@ async def _create_topics(bootstrap: str, prefix: str) -> None:
 
 
 def _options(
-    bootstrap: str, prefix: str, base_url: str, *, max_buffered_items: int,
+    bootstrap: str, prefix: str, base_url: str, *, buffered_items: int,
     extra_args: tuple[str, ...] = (),
 ) -> ProcessorOptions:  # fmt: skip
+    """Processors whose buffer holds at most ``buffered_items``: the byte bound it derives from."""
     return ProcessorOptions(
-        bootstrap, prefix, prefix + "group", base_url, max_buffered_items=max_buffered_items,
-        extra_args=extra_args,
+        bootstrap, prefix, prefix + "group", base_url,
+        max_buffered_bytes=buffered_items * ITEM_RESIDENT_BYTES, extra_args=extra_args,
     )  # fmt: skip
 
 
@@ -56,8 +58,8 @@ async def test_sigkills_of_members_lose_nothing(
     requests flow, and restarted. Proves that a crash loses nothing (every id has a result),
     never attributes a vector to the wrong request, never both results and dead-letters an id,
     and re-delivers at most what the dead member held: duplicates <= kills x
-    (max_buffered_items + max_concurrency x max_batch_size)."""
-    options = _options(bootstrap, unique_prefix, simulator.url, max_buffered_items=500)
+    (the buffer's item bound + max_concurrency x max_batch_size)."""
+    options = _options(bootstrap, unique_prefix, simulator.url, buffered_items=500)
     await _create_topics(bootstrap, unique_prefix)
     async with Fleet(options, tmp_path) as fleet, RssMonitor(lambda: fleet.processes) as rss:
         members = await fleet.start(3)
@@ -77,7 +79,7 @@ async def test_sigkills_of_members_lose_nothing(
                 bootstrap, unique_prefix, options.group, feeder, timeout_s=150,
                 describe=fleet.log_tails,
             )  # fmt: skip
-        bound = KILLS * (options.max_buffered_items + options.in_flight_items)
+        bound = KILLS * (options.buffered_items + options.in_flight_items)
         report = drained.report
         report_figures(
             f"sigkill x{KILLS}", feeder, drained, kills=KILLS, duplicate_bound=bound,
@@ -98,7 +100,7 @@ async def test_rolling_sigterm_restarts_lose_and_duplicate_nothing(
     with SIGTERM while requests flow. A clean stop drains, commits and leaves the group, and
     the members that stay hand their partitions over without re-running work: nothing lost,
     no duplicate at all (max_duplicates=0), and every SIGTERM exits 0."""
-    options = _options(bootstrap, unique_prefix, simulator.url, max_buffered_items=500)
+    options = _options(bootstrap, unique_prefix, simulator.url, buffered_items=500)
     await _create_topics(bootstrap, unique_prefix)
     async with Fleet(options, tmp_path) as fleet, RssMonitor(lambda: fleet.processes) as rss:
         members = await fleet.start(3)
@@ -144,7 +146,7 @@ async def test_group_churn_keeps_commits_monotonic_and_loses_nothing(
     member that stays throughout. Proves that rebalances lose nothing, that no commit error
     goes unhandled (no traceback, no "Task exception was never retrieved" in any log), and that
     the group's committed offsets never move backwards."""
-    options = _options(bootstrap, unique_prefix, simulator.url, max_buffered_items=500)
+    options = _options(bootstrap, unique_prefix, simulator.url, buffered_items=500)
     await _create_topics(bootstrap, unique_prefix)
     async with (
         Fleet(options, tmp_path) as fleet,
@@ -210,7 +212,7 @@ async def test_broker_sigkills_and_restarts_lose_nothing(
     the broker is back; vectors still match their requests."""
     bootstrap = private_broker.bootstrap
     prefix = "chaos.broker."
-    options = _options(bootstrap, prefix, simulator.url, max_buffered_items=500)
+    options = _options(bootstrap, prefix, simulator.url, buffered_items=500)
     await _create_topics(bootstrap, prefix)
     async with Fleet(options, tmp_path) as fleet, RssMonitor(lambda: fleet.processes) as rss:
         members = await fleet.start(2)
@@ -249,15 +251,16 @@ async def test_provider_down_pauses_within_memory_and_dead_letters_nothing(
 ) -> None:
     """The provider goes away for OUTAGE_S (the simulator stops; a new one starts on the same port
     later) while requests keep arriving. Proves that backpressure holds through a long outage:
-    the items held never exceed max_buffered_items, partitions are paused during the outage,
+    the items held never exceed the buffer's item bound, partitions are paused during the outage,
     resident memory stays within RSS_BUDGET_MIB, nothing is dead-lettered for a transient
     outage, and after recovery the committed lag drains to 0 with nothing lost."""
     port = free_port()
-    max_buffered = 1000
+    max_buffered = 1000  # the item bound, derived from a byte bound of 1000 KiB
     first = SimulatorServer()
     await first.start(port=port)
     second = SimulatorServer()
-    options = _options(bootstrap, unique_prefix, first.url, max_buffered_items=max_buffered)
+    options = _options(bootstrap, unique_prefix, first.url, buffered_items=max_buffered)
+    assert options.buffered_items == max_buffered
     await _create_topics(bootstrap, unique_prefix)
     try:
         async with Fleet(options, tmp_path) as fleet, RssMonitor(lambda: fleet.processes) as rss:
@@ -286,7 +289,7 @@ async def test_provider_down_pauses_within_memory_and_dead_letters_nothing(
             dead_letter_metric = metrics.last("embedstream_dead_letters_total")
             report_figures(
                 "provider down", feeder, drained, outage_s=round(outage_end - outage_start, 1),
-                scrapes=len(metrics.samples), max_buffered_items=max_buffered,
+                scrapes=len(metrics.samples), buffered_items_bound=max_buffered,
                 peak_buffered_items=int(peak_buffered),
                 peak_buffered_during_outage=int(buffered_during_outage),
                 peak_paused_during_outage=int(paused_during_outage),

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from embedsim import SimulatorConfig, SimulatorServer
 from embedstream.kafka.client.admin import create_topics, load_topic_specs
+from embedstream.settings.derived import ITEM_RESIDENT_BYTES
 from embedstream.tools.verify.app import read_back
 
 from tests.e2e.chaos import DEFAULT_MODEL, Fleet, ProcessorOptions, figures
@@ -55,7 +56,8 @@ async def test_sigkill_while_documents_flow_ends_every_version_as_the_contract_s
     async with SimulatorServer(config) as simulator:
         options = ProcessorOptions(
             bootstrap, unique_prefix, unique_prefix + "group", simulator.url,
-            max_buffered_items=200, max_batch_size=16, commit_interval_ms=1000,
+            max_buffered_bytes=200 * ITEM_RESIDENT_BYTES,  # an item bound of 200
+            max_batch_size=16, commit_interval_ms=1000,
             extra_args=(*CHUNK_ARGS, "--delivery", delivery),
         )  # fmt: skip
         await create_topics(bootstrap, load_topic_specs(unique_prefix))
@@ -83,7 +85,7 @@ async def test_sigkill_while_documents_flow_ends_every_version_as_the_contract_s
     report = drained.report
     documents = report.documents
     assert documents is not None, report.summary()
-    bound = 0 if exactly_once else KILLS * (options.max_buffered_items + options.in_flight_items)
+    bound = 0 if exactly_once else KILLS * (options.buffered_items + options.in_flight_items)
     figures(
         f"documents sigkill x{KILLS} ({delivery})", events=len(plan.events),
         versions=plan.versions, tombstones=plan.tombstones, poisoned=plan.poisoned,

@@ -39,7 +39,7 @@ async def _stop_tidily(fleet: Fleet) -> None:
 def _options(bootstrap: str, prefix: str, base_url: str) -> ProcessorOptions:
     return ProcessorOptions(
         bootstrap=bootstrap, prefix=prefix, group=prefix + "group", base_url=base_url,
-        max_buffered_items=500, extra_args=("--delivery", "exactly_once"),
+        extra_args=("--delivery", "exactly_once"),
     )  # fmt: skip
 
 

@@ -94,7 +94,6 @@ async def test_each_lane_process_killed_is_started_again_and_nothing_is_lost(
     online_port = free_port()
     options = ProcessorOptions(
         bootstrap, unique_prefix, unique_prefix + "group", simulator.url,
-        max_buffered_items=500,
         extra_args=("--http-port", str(online_port), "--delivery", delivery),
     )  # fmt: skip
     await create_topics(bootstrap, load_topic_specs(unique_prefix))

@@ -21,6 +21,7 @@ import orjson
 import pytest
 from embedsim.server import SimulatorServer
 from embedstream.kafka.client.admin import create_topics, load_topic_specs
+from embedstream.settings.derived import ITEM_RESIDENT_BYTES
 from embedstream.tools.embedded import free_port
 
 from tests.e2e.chaos import Fleet, ProcessorOptions
@@ -78,7 +79,7 @@ async def test_an_outage_with_max_attempts_2_dead_letters_nothing_and_readyz_fol
     await provider.start(port=port)
     options = ProcessorOptions(
         bootstrap, unique_prefix, unique_prefix + "group", provider.url,
-        max_buffered_items=1000, extra_args=("--max-attempts", "2"),
+        max_buffered_bytes=1000 * ITEM_RESIDENT_BYTES, extra_args=("--max-attempts", "2"),
     )  # fmt: skip
     await create_topics(bootstrap, load_topic_specs(unique_prefix))
     try:

@@ -17,7 +17,7 @@ from embedsim.server import SimulatorServer
 from embedstream.core.cachekeys import cache_key, provider_identity
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.engine.cache import EmbeddingCache
-from embedstream.engine.cache_tiers import MemoryTier, RedisTier
+from embedstream.engine.cache_tiers import SIZING_ENTRY_BYTES, MemoryTier, RedisTier
 from embedstream.engine.client import BatchingClient
 from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
@@ -38,6 +38,7 @@ pytestmark = pytest.mark.integration
 
 MODEL = "text-embedding-3-small"
 DIMS = 256  # the simulator's default
+ONE_ENTRY = SIZING_ENTRY_BYTES  # a byte bound that keeps one vector in the in-process tier
 
 
 def cache_settings(
@@ -46,7 +47,7 @@ def cache_settings(
     values: dict[str, Any] = {
         "cache": "redis",
         "cache_url": redis.url,
-        "cache_max_items": 1,  # the in-process tier holds almost nothing: hits come from Redis
+        "cache_max_bytes": ONE_ENTRY,  # the in-process tier holds almost nothing: hits from Redis
         "max_batch_size": 64,
         **more,
     }
@@ -157,7 +158,7 @@ async def test_a_client_whose_redis_is_down_embeds_from_the_provider(
         model=MODEL,
         cache="redis",
         cache_url=redis_server.url,
-        cache_max_items=1,
+        cache_max_bytes=ONE_ENTRY,
     ) as client:
         vectors = await client.embed(["one", "two", "one"])
     assert vectors == [expected_vector(MODEL, t, DIMS) for t in ["one", "two", "one"]]
@@ -173,13 +174,13 @@ async def test_vectors_computed_while_redis_was_down_or_paused_reach_it_once_it_
         "model": MODEL,
         "cache": "redis",
         "cache_url": redis_server.url,
-        "cache_max_items": 1,
+        "cache_max_bytes": ONE_ENTRY,
     }
     down = [f"while down {i}" for i in range(20)]
     back = [f"just after the restart {i}" for i in range(20)]
     cache = EmbeddingCache(
         provider_identity(simulator.url, "openai"),
-        MemoryTier(1, 0),
+        MemoryTier(0, max_bytes=ONE_ENTRY),
         RedisTier(redis_server.url, 0, 0.25),
     )
     redis_server.stop()
@@ -217,7 +218,7 @@ async def test_redis_stopped_mid_run_loses_nothing_and_hits_resume_after_a_resta
         served_before = simulator.stats.inputs
         found = await produce_and_collect(settings, during)
         # Every request answered, each with its own text's vector: from the provider, but for
-        # the one entry the in-process tier holds (cache_max_items=1).
+        # the one entry the in-process tier holds (cache_max_bytes=ONE_ENTRY).
         flags = check_results(found, during)
         from_memory = sum(flags[:50])
         assert from_memory <= 1 and flags[50:] == [False] * 50

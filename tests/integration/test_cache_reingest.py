@@ -1,5 +1,5 @@
 """The in-process cache in the processor keeps the hit rate its policy has (issue 43): a corpus
-twice the size of the default tier (W-TinyLFU, 10,000 items) re-ingested in the same order,
+twice the size of the default tier (W-TinyLFU, 10,319 entries) re-ingested in the same order,
 through the real broker's four partitions and the simulator, is about half answered from the
 cache, as `bench/cache_policy.py` gives the policy (49%). The processor used to reach the
 cache in another order on the second pass (aiokafka hands over one partition's buffer after
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from embedsim.server import SimulatorServer
+from embedstream.engine.cache_tiers import memory_tier_entries
 from embedstream.kafka.client.admin import topic_names
 from embedstream.settings import Settings
 
@@ -23,7 +24,7 @@ from tests.integration.helpers import (
 
 pytestmark = pytest.mark.integration
 
-CORPUS = 2 * Settings().cache_max_items  # the default tier, twice over
+CORPUS = 2 * memory_tier_entries(Settings().cache_max_bytes)  # the default tier, twice over
 
 
 async def test_a_same_order_reingest_twice_the_cache_is_half_answered_from_it(

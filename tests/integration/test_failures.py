@@ -273,7 +273,8 @@ async def test_rejected_key_pauses_without_dead_letters_and_never_leaks_the_key(
     async with SimulatorServer(config) as simulator:
         settings = settings_for(
             bootstrap, unique_prefix, simulator.url, api_key=canary, max_batch_size=64,
-            retry_backoff_base_ms=100, retry_backoff_cap_ms=300, max_buffered_items=200,
+            retry_backoff_base_ms=100, retry_backoff_cap_ms=300,
+            max_buffered_bytes=200 * 1024, max_event_bytes=4096,  # an item bound of 200
         )  # fmt: skip
         names = topic_names(unique_prefix)
         await create_all_topics(settings)

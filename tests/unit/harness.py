@@ -20,6 +20,7 @@ from embedstream.engine.clock import SYSTEM_CLOCK
 from embedstream.kafka.client.admin import topic_names
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import load_settings
+from embedstream.settings.derived import ITEM_RESIDENT_BYTES
 from embedstream.testing import eventually, vector_for
 from embedstream.testing.backends import texts_of
 from embedstream.testing.kafka import (
@@ -35,6 +36,14 @@ HIGH = TopicPartition(NAMES.requests_high, 0)
 LOW = TopicPartition(NAMES.requests_low, 0)
 RETRY = TopicPartition(NAMES.retry, 0)
 INPUTS = (HIGH, LOW, RETRY)
+
+
+def item_bound(items: int) -> dict[str, Any]:
+    """Settings under which the buffer's derived item bound is ``items`` (never under
+    max_batch_size): the byte bound at ITEM_RESIDENT_BYTES an item, which ``items`` small
+    requests fill, and events of at most 4 KiB (the fetcher assumes a quarter of the largest
+    before it has seen any: larger, and a tiny bound would let too few be fetched to fill it)."""
+    return {"max_buffered_bytes": items * ITEM_RESIDENT_BYTES, "max_event_bytes": 4096}
 
 
 @dataclass
@@ -141,7 +150,7 @@ async def running(
         settings["delivery"] = "exactly_once"
     values: dict[str, Any] = {
         "topic_prefix": "t.", "metrics_port": 0, "commit_interval_ms": 10, "max_wait_ms": 0,
-        "max_batch_size": 1, "max_buffered_items": 100, **settings,
+        "max_batch_size": 1, **settings,
     }  # fmt: skip
     consumer, producer = FakeConsumer(cluster), FakeProducer(cluster)
     service = build_service(

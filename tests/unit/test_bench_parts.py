@@ -92,7 +92,7 @@ def test_engine_settings_default_to_what_reaching_the_bound_takes() -> None:
     assert settings.max_batch_size == 2048
     assert settings.max_batch_tokens == 300_000
     assert settings.max_concurrency == 6
-    assert settings.max_buffered_items == 6 * 2048
+    assert settings.buffered_items_limit == 2 * 6 * 2048  # two full calls per slot
     assert settings.max_wait_ms == 50.0  # the library's default
 
 

@@ -14,7 +14,7 @@ from embedstream.core.cachekeys import cache_key
 from embedstream.core.lanes import BucketKey, Priority
 from embedstream.engine import cache as cache_module
 from embedstream.engine.cache import REDIS_PAUSE_S, WARN_INTERVAL_S, EmbeddingCache
-from embedstream.engine.cache_tiers import MemoryTier
+from embedstream.engine.cache_tiers import SIZING_ENTRY_BYTES, MemoryTier
 from embedstream.engine.jobs import Job
 from embedstream.ops.metrics import Metrics
 from embedstream.testing import FakeClock
@@ -117,9 +117,10 @@ def metrics(registry: CollectorRegistry) -> Metrics:
 
 
 def make(
-    metrics: Metrics, shared: FakeShared | None, clock: FakeClock, max_items: int = 100
+    metrics: Metrics, shared: FakeShared | None, clock: FakeClock, entries: int = 100
 ) -> EmbeddingCache:
-    memory = MemoryTier(max_items, ttl_s=60, clock=clock)
+    """A cache whose memory tier keeps ``entries`` vectors: the bytes of that many."""
+    memory = MemoryTier(ttl_s=60, clock=clock, max_bytes=entries * SIZING_ENTRY_BYTES)
     return EmbeddingCache("p", memory, shared, timeout_s=0.05, observer=metrics, clock=clock)
 
 
@@ -128,7 +129,7 @@ async def test_hits_misses_and_tokens_saved_are_counted_per_tier(
 ) -> None:
     clock = FakeClock()
     shared = FakeShared()
-    cache = make(metrics, shared, clock, max_items=1)
+    cache = make(metrics, shared, clock, entries=1)
     await stored(cache, KEY, ["aa", "bbbb"], [[1.0], [2.0]])  # memory keeps only "bbbb"
     hits, misses = await cache.look_up([job("aa"), job("bbbb"), job("new")], key_of)
     assert [(h.job.text, h.vector, h.dimensions) for h in hits] == [
@@ -203,7 +204,7 @@ async def test_the_shared_tier_is_used_again_once_it_answers(
 ) -> None:
     clock = FakeClock()
     shared = FakeShared(fail=ConnectionError("down"))
-    cache = make(metrics, shared, clock, max_items=1)
+    cache = make(metrics, shared, clock, entries=1)
     await stored(cache, KEY, ["a"], [[1.0]])  # the write fails: memory only
     assert counted(registry, "embedstream_cache_errors_total", operation="write") == 1
     shared.fail = None
@@ -221,7 +222,7 @@ async def test_vectors_stored_while_redis_fails_or_pauses_are_written_once_it_an
     go to the memory tier only (other processors paid for those texts again)."""
     clock = FakeClock()
     shared = FakeShared(fail=ConnectionError("restarting"))
-    cache = make(metrics, shared, clock, max_items=1)
+    cache = make(metrics, shared, clock, entries=1)
     await stored(cache, KEY, ["failed"], [[1.0]])  # the write fails: Redis is paused
     shared.fail = None  # Redis is back, but the cache leaves it alone for the pause
     for text in ["paused-1", "paused-2"]:
@@ -254,7 +255,7 @@ async def test_the_backlog_for_redis_keeps_the_newest_entries_up_to_its_bound(
 
 async def test_writes_go_to_redis_in_the_background_and_coalesce(metrics: Metrics) -> None:
     shared = FakeShared(gate=asyncio.Event())
-    cache = EmbeddingCache("p", MemoryTier(100, 60), shared, timeout_s=5.0, observer=metrics)
+    cache = EmbeddingCache("p", MemoryTier(60), shared, timeout_s=5.0, observer=metrics)
     await cache.store(KEY, ["first"], [[1.0]])  # returns at once: its write waits meanwhile
     await asyncio.sleep(0)
     for i in range(10):
@@ -299,7 +300,8 @@ async def test_evictions_are_counted_and_the_first_one_is_logged_once(
     registry: CollectorRegistry, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = FakeClock()
-    memory = MemoryTier(2, ttl_s=60, clock=clock, observer=Metrics(registry))
+    room = 2 * SIZING_ENTRY_BYTES  # two entries
+    memory = MemoryTier(ttl_s=60, clock=clock, observer=Metrics(registry), max_bytes=room)
     evictions = ("embedstream_cache_evictions_total", {"tier": "memory"})
     await memory.put_many([("a", b"1"), ("b", b"2")])  # fits: nothing dropped, nothing said
     assert not registry.get_sample_value(*evictions)
@@ -311,7 +313,6 @@ async def test_evictions_are_counted_and_the_first_one_is_logged_once(
     assert await memory.get_many(["a", "b", "c", "d", "e", "f"]) == [b"1"] + [None] * 4 + [b"6"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
-        "in-process embedding cache full (cache_max_items=2, cache_max_bytes=67108864): from "
-        "now on a vector stays only if its text is asked for more often than the one it would "
-        "replace"
+        f"in-process embedding cache full (cache_max_bytes={room}): from now on a vector stays "
+        "only if its text is asked for more often than the one it would replace"
     ]

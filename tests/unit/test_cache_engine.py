@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import orjson
 from embedstream.engine.cache import EmbeddingCache, build_cache
-from embedstream.engine.cache_tiers import MemoryTier
+from embedstream.engine.cache_tiers import SIZING_ENTRY_BYTES, MemoryTier, memory_tier_entries
 from embedstream.engine.client import BatchingClient
 from embedstream.settings import load_settings
 from embedstream.testing import RecordingBackend, eventually, vector_for
@@ -26,11 +26,12 @@ def results_by_id(records: Sequence[object]) -> dict[str, dict[str, object]]:
     return out
 
 
-def test_the_defaults_build_a_memory_cache_bounded_in_items_and_bytes() -> None:
+def test_the_defaults_build_a_memory_cache_bounded_in_bytes_and_the_entries_they_size() -> None:
     settings = load_settings(env={})
     cache = build_cache(settings)
     assert cache is not None and cache.tiers == ("memory",)
-    assert (settings.cache_max_items, settings.cache_max_bytes) == (10_000, 64 * 1024 * 1024)
+    assert settings.cache_max_bytes == 64 * 1024 * 1024
+    assert memory_tier_entries(settings.cache_max_bytes) == 10_319  # at 1536 dimensions
     assert build_cache(load_settings(env={"EMBEDSTREAM_CACHE": "off"})) is None
 
 
@@ -117,7 +118,7 @@ class CountingTier:
 
 
 def shared_cache(tier: CountingTier) -> EmbeddingCache:
-    return EmbeddingCache("p", MemoryTier(1, 60), tier)
+    return EmbeddingCache("p", MemoryTier(60, max_bytes=SIZING_ENTRY_BYTES), tier)  # one entry
 
 
 async def test_the_client_serves_repeats_from_the_cache_in_either_encoding() -> None:

@@ -148,7 +148,7 @@ async def test_the_memory_tier_counts_each_vector_and_key_against_its_bytes() ->
     key, vector = "k" * 79, bytes(1536 * 4)
     assert entry_bytes(key, vector) == 79 + 6144 + ENTRY_OVERHEAD_BYTES
     room = 3 * entry_bytes(key, vector)
-    tier = MemoryTier(1000, 0, max_bytes=room)
+    tier = MemoryTier(0, max_bytes=room)
     await tier.put_many([(f"{i:079d}", vector) for i in range(10)])
     assert len(tier) == 3
     assert tier.bytes_held <= room

@@ -14,7 +14,7 @@ from embedstream.testing.backends import texts_of
 from embedstream.testing.kafka import FakeCluster
 from embedstream.tools.bench.baselines import calls_fifo
 
-from tests.unit.harness import NAMES, Harness, running
+from tests.unit.harness import NAMES, Harness, item_bound, running
 
 FLOOD, TRICKLE = "t.flood", "t.trickle"
 
@@ -51,7 +51,7 @@ async def calls_of(*, fifo: bool = False, **settings: Any) -> list[tuple[str, ..
     every call let through one at a time. The texts of each call, in order."""
     backend = OneCallAtATime()
     async with running(backend, cluster=cluster(), topic_requests_low=f"{FLOOD},{TRICKLE}",
-                       max_batch_size=8, max_concurrency=2, max_buffered_items=400,
+                       max_batch_size=8, max_concurrency=2, **item_bound(400),
                        **settings) as h:  # fmt: skip
         batcher = h.service.processor.parts.batcher
         if fifo:
@@ -110,7 +110,7 @@ async def test_a_trickle_beside_a_flood_gets_a_call_of_its_own() -> None:
     settings: dict[str, Any] = {
         "max_batch_size": 8,
         "max_concurrency": 2,
-        "max_buffered_items": 400,
+        **item_bound(400),
     }
     lanes = f"{FLOOD},{TRICKLE}"
     async with running(backend, cluster=cluster(), topic_requests_low=lanes, **settings) as h:

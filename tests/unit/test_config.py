@@ -53,7 +53,7 @@ def test_openai_fallback_variables() -> None:
         ({"EMBEDSTREAM_LOG_FORMAT": "xml"}, "log_format"),
         ({"EMBEDSTREAM_METRICS_PORT": "70000"}, "metrics_port"),
         ({"EMBEDSTREAM_BASE_URL": "ftp://x"}, "base_url"),
-        ({"EMBEDSTREAM_MAX_BUFFERED_ITEMS": "10"}, "max_buffered_items"),
+        ({"EMBEDSTREAM_MAX_BUFFERED_BYTES": "1000"}, "max_buffered_bytes"),  # < max_event_bytes
     ],
 )
 def test_bad_values_name_the_setting(env: dict[str, str], setting: str) -> None:
@@ -327,7 +327,7 @@ def test_the_cache_url_from_a_file(tmp_path: Path) -> None:
         ),
         ({"EMBEDSTREAM_CACHE": "disk"}, "cache", "must be one of off, memory, redis"),
         ({"EMBEDSTREAM_CACHE_TTL_S": "-1"}, "cache_ttl_s", "must be >= 0"),
-        ({"EMBEDSTREAM_CACHE_MAX_ITEMS": "0"}, "cache_max_items", "must be > 0"),
+        ({"EMBEDSTREAM_CACHE_MAX_BYTES": "0"}, "cache_max_bytes", "must be > 0"),
         ({"EMBEDSTREAM_CACHE_TIMEOUT_MS": "nan"}, "cache_timeout_ms", "finite"),
     ],
 )

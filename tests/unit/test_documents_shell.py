@@ -32,7 +32,7 @@ from embedstream.wire.result_records import (
     PlainResult,
 )
 
-from tests.unit.harness import LOW, NAMES, GatedBackend, Harness, running
+from tests.unit.harness import LOW, NAMES, GatedBackend, Harness, item_bound, running
 
 # Small chunks, so a few short paragraphs make several chunks.
 SMALL: dict[str, Any] = {"chunk_max_tokens": 40, "chunk_overlap_tokens": 0, "chunk_min_tokens": 0}
@@ -244,7 +244,7 @@ async def test_plain_requests_and_documents_share_a_topic() -> None:
 
 async def test_backpressure_counts_a_documents_chunks() -> None:
     backend = GatedBackend()
-    async with running(backend, max_buffered_items=10, max_batch_size=8, **SMALL) as h:
+    async with running(backend, **item_bound(10), max_batch_size=8, **SMALL) as h:
         publish(h, "big", paragraphs(*(f"SLOW{i}" for i in range(12))))
         await eventually(lambda: h.service.processor.held >= 12)
         await eventually(lambda: h.service.processor.paused_count() >= 1)

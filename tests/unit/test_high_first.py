@@ -14,6 +14,8 @@ from embedstream.settings import Settings
 from embedstream.testing.kafka import FakeCluster, FakeConsumer
 
 HIGH, LOW = TopicPartition("high", 0), TopicPartition("low", 0)
+# A buffer whose derived item bound is 1000: the byte bound at 1 KiB an item.
+THOUSAND_ITEMS = Settings(max_buffered_bytes=1000 * 1024, max_event_bytes=4096)
 
 
 def lane_of(topic: str) -> InputLane:
@@ -87,7 +89,7 @@ async def flooded_lane() -> tuple[FakeConsumer, Assignment]:
 
 async def test_a_trickle_under_its_share_is_handed_over_before_a_floods_backlog() -> None:
     consumer, assignment = await flooded_lane()
-    fetcher = Fetcher(consumer, assignment, Settings(max_buffered_items=1000))
+    fetcher = Fetcher(consumer, assignment, THOUSAND_ITEMS)
     fetcher.apply_backpressure(provider_blocked=False)  # the shares decide who goes first
     fetched = await fetcher.fetch(10, asyncio.Event())
     assert fetched is not None
@@ -105,7 +107,7 @@ async def test_with_the_lane_idle_nobody_is_put_first() -> None:
     assert state is not None
     for offset in range(50):
         state.offsets.complete(offset)
-    fetcher = Fetcher(consumer, assignment, Settings(max_buffered_items=1000))
+    fetcher = Fetcher(consumer, assignment, THOUSAND_ITEMS)
     fetcher.apply_backpressure(provider_blocked=False)
     fetched = await fetcher.fetch(10, asyncio.Event())
     assert fetched is not None
@@ -126,8 +128,7 @@ async def test_low_results_waiting_for_the_broker_leave_high_its_reserve() -> No
     for offset in range(100):
         low.offsets.track(offset, size=10)
         low.offsets.hold_bytes(offset, 20_000)  # its result, waiting for the ack: 2 MB in all
-    settings = Settings(max_buffered_items=1000, max_buffered_bytes=1_000_000, max_event_bytes=4096)
-    fetcher = Fetcher(consumer, assignment, settings)
+    fetcher = Fetcher(consumer, assignment, THOUSAND_ITEMS)
     assert fetcher.pressure > 1000 and fetcher.high_pressure == 0
     fetcher.apply_backpressure(provider_blocked=False)
     high = assignment.get(HIGH)

@@ -13,7 +13,7 @@ import orjson
 from embedstream.testing import eventually, settled
 from embedstream.wire import RetryState, headers_dict
 
-from tests.unit.harness import HIGH, LOW, NAMES, RETRY, GatedBackend, running
+from tests.unit.harness import HIGH, LOW, NAMES, RETRY, GatedBackend, item_bound, running
 
 
 async def test_every_request_gets_a_result_keyed_by_id_and_offsets_commit_to_the_end() -> None:
@@ -116,7 +116,7 @@ async def test_a_retry_due_later_waits_without_blocking_its_partition() -> None:
 
 async def test_backpressure_pauses_fetching_and_resumes_once_work_finishes() -> None:
     backend = GatedBackend()
-    async with running(backend, max_buffered_items=10, max_concurrency=2) as h:
+    async with running(backend, **item_bound(10), max_concurrency=2) as h:
         for i in range(40):
             h.request(LOW, f"s{i}", f"SLOW {i}")
         await eventually(lambda: LOW in h.consumer.paused)

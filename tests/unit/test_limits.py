@@ -18,7 +18,7 @@ from embedstream.core.limits import (
     profile,
 )
 from embedstream.settings import ProviderProfile
-from embedstream.settings.derived import default_buffered_items
+from embedstream.settings.derived import buffered_items_bound
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -240,7 +240,7 @@ def test_batch_violations_agree_with_each_limit(counts: list[int]) -> None:
         (32, 1, 64 * 2**20, 1024, 5_000),
     ],
 )
-def test_the_default_buffer_fills_the_asked_batches(
+def test_the_buffers_item_bound_fills_the_asked_batches(
     batch: int, slots: int, max_bytes: int, item_bytes: int, expected: int
 ) -> None:
-    assert default_buffered_items(batch, slots, max_bytes, item_bytes) == expected
+    assert buffered_items_bound(batch, slots, max_bytes, item_bytes) == expected

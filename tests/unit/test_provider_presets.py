@@ -18,7 +18,7 @@ from embedstream.settings import Settings, load_settings
 from embedstream.testing import eventually
 from embedstream.wire import headers_dict
 
-from tests.unit.harness import LOW, NAMES, running
+from tests.unit.harness import LOW, NAMES, item_bound, running
 
 KEY = "sk-preset-key"
 MODEL = "served-embedder"
@@ -84,7 +84,7 @@ async def _through_kafka(settings: Settings, requests: list[dict[str, Any]]) -> 
         for name in ("provider_profile", "api_key", "model", "base_url", "azure_endpoint")
     }
     async with running(
-        backend, max_batch_size=256, max_buffered_items=1000, max_wait_ms=20, **overrides
+        backend, max_batch_size=256, **item_bound(1000), max_wait_ms=20, **overrides
     ) as h:
         for doc in requests:
             h.cluster.produce(LOW.topic, orjson.dumps(doc), doc["id"].encode(), [], partition=0)

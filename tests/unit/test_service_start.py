@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
 from embedstream.app.processor import build_service
+from embedstream.engine.cache_tiers import SIZING_ENTRY_BYTES
 from embedstream.errors import ConfigError
 from embedstream.settings import load_settings
 from embedstream.testing.kafka import FakeCluster, FakeConsumer, FakeProducer
@@ -94,12 +95,17 @@ async def test_a_consumer_that_cannot_find_its_topics_is_closed_and_named() -> N
 @pytest.mark.parametrize(
     ("overrides", "warned"),
     [
-        ({}, False),  # the defaults: 10,000 slots for 5,000 buffered plus 1,000 chunks
-        ({"cache_max_items": 5_999}, True),
-        ({"cache_max_items": 6_000}, False),
-        ({"cache_max_items": 100, "cache": "off"}, False),
+        ({}, False),  # the defaults: 10,319 entries for 5,000 buffered plus 1,000 chunks
+        ({"cache_max_bytes": 5_999 * SIZING_ENTRY_BYTES}, True),
+        ({"cache_max_bytes": 6_000 * SIZING_ENTRY_BYTES}, False),
+        ({"cache_max_bytes": 100 * SIZING_ENTRY_BYTES, "cache": "off"}, False),
         (
-            {"cache_max_items": 2_000, "max_buffered_items": 500, "max_document_chunks": 1_500},
+            {
+                "cache_max_bytes": 2_000 * SIZING_ENTRY_BYTES,
+                "max_document_chunks": 1_500,
+                "max_buffered_bytes": 500 * 1024,
+                "max_event_bytes": 64 * 1024,
+            },  # 500 items
             False,
         ),
     ],
@@ -112,12 +118,13 @@ def test_a_cache_smaller_than_the_work_in_hand_is_warned_of_at_start(
     build_service(
         settings, GatedBackend(), consumer=FakeConsumer(cluster), producer=FakeProducer(cluster)
     )
-    warnings = [r.getMessage() for r in caplog.records if "cache_max_items" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if "cache_max_bytes" in r.getMessage()]
     if warned:
         assert warnings == [
-            "cache_max_items (5999) is below max_buffered_items (5000) plus max_document_chunks "
-            "(1000): the in-process cache may drop vectors of the work in hand before their "
-            "texts come back; raise it to at least 6000"
+            f"cache_max_bytes ({5_999 * SIZING_ENTRY_BYTES}) keeps at most 5999 vectors, fewer "
+            "than the buffer's item bound (5000) plus max_document_chunks (1000): the in-process "
+            "cache may drop vectors of the work in hand before their texts come back; raise it "
+            f"to at least {6_000 * SIZING_ENTRY_BYTES}"
         ]
     else:
         assert warnings == []

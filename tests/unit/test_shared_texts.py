@@ -52,7 +52,7 @@ class Gated:
 
 
 def memory_cache(metrics: Metrics | None = None) -> EmbeddingCache:
-    return EmbeddingCache("p", MemoryTier(100, 60), observer=metrics)
+    return EmbeddingCache("p", MemoryTier(60), observer=metrics)
 
 
 async def until(check: object) -> None:

@@ -69,17 +69,12 @@ ONLINE_LANE = LaneTerms(reserved_slots=2, lower_call_items=ONLINE_LOWER_CALL_ITE
 
 
 def lane_targets(settings: Settings) -> dict[Priority, LaneTarget]:
-    """The lanes held to a latency target: online (when served) and high, each unless 0."""
+    """The lanes held to a latency target: online, when served and online_target_ms is not 0."""
     max_items = batch_limits(settings).max_items
     targets: dict[Priority, LaneTarget] = {}
     if settings.http_port and settings.online_target_ms > 0:
         targets[Priority.ONLINE] = LaneTarget(
             settings.online_target_ms / 1000.0, max_items, start_items=ONLINE_LOWER_CALL_ITEMS
-        )
-    if settings.high_target_ms > 0:
-        # From full-size calls: low is cut only once high items are seen to wait.
-        targets[Priority.HIGH] = LaneTarget(
-            settings.high_target_ms / 1000.0, max_items, start_items=max_items
         )
     return targets
 

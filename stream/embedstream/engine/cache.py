@@ -32,12 +32,14 @@ from embedstream.core.cachekeys import CacheKeys, provider_identity
 from embedstream.core.lanes import BucketKey
 from embedstream.core.observer import CacheObserver, NullObserver
 from embedstream.engine.cache_tiers import (
+    SIZING_ENTRY_BYTES,
     WRITE_TIMEOUT_FACTOR,
     ClaimingTier,
     MemoryTier,
     RedisTier,
     Tier,
     TierFailed,
+    memory_tier_entries,
 )
 from embedstream.engine.inflight import TextsInFlight
 from embedstream.engine.jobs import Hit, Job
@@ -321,13 +323,7 @@ def build_cache(
     provider = provider_identity(
         configured.provider_endpoint(settings), settings.provider_profile, settings.extra_body_map
     )
-    memory = MemoryTier(
-        settings.cache_max_items,
-        settings.cache_ttl_s,
-        clock,
-        observer,
-        max_bytes=settings.cache_max_bytes,
-    )
+    memory = MemoryTier(settings.cache_ttl_s, clock, observer, max_bytes=settings.cache_max_bytes)
     shared: RedisTier | None = None
     timeout_s = settings.cache_timeout_ms / 1000.0
     if settings.cache == "redis":
@@ -349,11 +345,13 @@ def undersized_warning(settings: Settings) -> str | None:
     if settings.cache == "off":
         return None
     in_hand = settings.buffered_items_limit + settings.max_document_chunks
-    if settings.cache_max_items >= in_hand:
+    entries = memory_tier_entries(settings.cache_max_bytes)
+    if entries >= in_hand:
         return None
     return (
-        f"cache_max_items ({settings.cache_max_items}) is below max_buffered_items "
-        f"({settings.buffered_items_limit}) plus max_document_chunks "
-        f"({settings.max_document_chunks}): the in-process cache may drop vectors of the work "
-        f"in hand before their texts come back; raise it to at least {in_hand}"
+        f"cache_max_bytes ({settings.cache_max_bytes}) keeps at most {entries} vectors, fewer "
+        f"than the buffer's item bound ({settings.buffered_items_limit}) plus "
+        f"max_document_chunks ({settings.max_document_chunks}): the in-process cache may drop "
+        f"vectors of the work in hand before their texts come back; raise it to at least "
+        f"{in_hand * SIZING_ENTRY_BYTES}"
     )

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from embedstream.core.cachekeys import KEY_PREFIX
 from embedstream.core.observer import CacheObserver, NullObserver
 from embedstream.core.tinylfu import TinyLfuCache
 
@@ -22,6 +23,21 @@ WRITE_TIMEOUT_FACTOR = 4
 # and bytes objects, the entry and its places in two dicts (measured with tracemalloc: about
 # 357 bytes with a 79-character key, CPython 3.12).
 ENTRY_OVERHEAD_BYTES = 280
+
+# The entry the in-process tier's count is sized by (its bound in entries, its frequency
+# sketch and the sketch's samples: cache_max_bytes over this): a vector of the default
+# model's 1536 dimensions, a key (the prefix and a blake2b-256 digest in hex) and the
+# bookkeeping. Sized by vectors of 256 instead (4.7x the count), its window grew so much
+# slower that re-sends of 1536-dimension vectors 2,000 texts apart hit 4% rather than 100%
+# over the second half of a 200,000-text stream (bench/cache_policy.py's resend).
+SIZING_ENTRY_BYTES = 4 * 1536 + len(KEY_PREFIX) + 64 + ENTRY_OVERHEAD_BYTES
+
+
+def memory_tier_entries(max_bytes: int) -> int:
+    """How many entries an in-process tier of ``max_bytes`` keeps at most (fewer when its
+    entries are larger than SIZING_ENTRY_BYTES: the bytes bind first)."""
+    return max(1, max_bytes // SIZING_ENTRY_BYTES)
+
 
 # One command stores a whole batch, each key with the TTL (ARGV[1], ms; 0: none), and ends the
 # claims on them (a vector stored is what the processes watching a claim wait for).
@@ -112,15 +128,15 @@ class TierFailed(OSError):
 
 class MemoryTier:
     """The in-process tier: W-TinyLFU (`core/tinylfu.py`), so a corpus re-ingested in the same
-    order still finds what the tier kept of it; bounded by entries and by bytes (each entry's
-    vector, key and bookkeeping), each kept for the TTL at most. Its first eviction is logged
-    once (counted in `embedstream_cache_evictions_total` after that)."""
+    order still finds what the tier kept of it; bounded by bytes (each entry's vector, key and
+    bookkeeping) and by the count of entries those bytes size (`memory_tier_entries`), each
+    kept for the TTL at most. Its first eviction is logged once (counted in
+    `embedstream_cache_evictions_total` after that)."""
 
     name = "memory"
 
     def __init__(
         self,
-        max_items: int,
         ttl_s: float,
         clock: Callable[[], float] = time.monotonic,
         observer: CacheObserver | None = None,
@@ -128,9 +144,8 @@ class MemoryTier:
         max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self._entries: TinyLfuCache[str, bytes] = TinyLfuCache(
-            max_items, max_bytes, ttl_s, entry_bytes
+            memory_tier_entries(max_bytes), max_bytes, ttl_s, entry_bytes
         )
-        self._max_items = max_items
         self._max_bytes = max_bytes
         self._clock = clock
         self._observer = observer or NullObserver()
@@ -159,10 +174,8 @@ class MemoryTier:
         if not self._evicted_before:
             self._evicted_before = True
             log.warning(
-                "in-process embedding cache full (cache_max_items=%d, cache_max_bytes=%d): "
-                "from now on a vector stays only if its text is asked for more often than "
-                "the one it would replace",
-                self._max_items,
+                "in-process embedding cache full (cache_max_bytes=%d): from now on a vector "
+                "stays only if its text is asked for more often than the one it would replace",
                 self._max_bytes,
             )
 

@@ -188,8 +188,7 @@ class Metrics:
         self._cache_evictions = Counter(
             "embedstream_cache_evictions_total",
             "Entries the in-process cache dropped (or did not admit) to stay within "
-            "cache_max_items and cache_max_bytes; steady growth while re-ingesting: raise "
-            "them, or use Redis.",
+            "cache_max_bytes; steady growth while re-ingesting: raise it, or use Redis.",
             ["tier"],
             registry=r,
         )

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from embedstream.settings.derived import ITEM_RESIDENT_BYTES, default_buffered_items
+from embedstream.settings.derived import ITEM_RESIDENT_BYTES, buffered_items_bound
 from embedstream.settings.fields_batch import BatchFields
 from embedstream.settings.fields_core import CoreFields
 from embedstream.settings.fields_documents import DocumentFields
@@ -50,10 +50,9 @@ class Settings(
 
     @property
     def buffered_items_limit(self) -> int:
-        """max_buffered_items, or its derived default when unset."""
-        if self.max_buffered_items is not None:
-            return self.max_buffered_items
-        return default_buffered_items(
+        """The most items held in memory, derived (no setting of its own: memory is bounded
+        by max_buffered_bytes, the count follows from max_batch_size x max_concurrency)."""
+        return buffered_items_bound(
             self.max_batch_size, self.max_concurrency, self.max_buffered_bytes, ITEM_RESIDENT_BYTES
         )
 

@@ -217,14 +217,6 @@ class CoreFields:
         ge=0,
         lt=1,
     )
-    high_target_ms: float = setting(
-        0.0,
-        "The high lane's latency target: while high items take longer from arrival to answer, "
-        "low calls are cut to smaller sizes (grown back under half of it); 0 leaves them alone.",
-        _B,
-        ge=0,
-        le=_HOUR_S * 1000,
-    )
 
     max_input_tokens: int = setting(8_192, "Most estimated tokens in one input.", _L, gt=0)
     max_concurrency: int = setting(4, "Most embeddings calls in flight.", _L, gt=0)
@@ -252,18 +244,12 @@ class CoreFields:
         _L,
         secret=True,
     )
-    max_buffered_items: int | None = setting(
-        None,
-        "Most items held in memory; above it fetching pauses. Unset: two full calls per slot "
-        "(2 x max_batch_size x max_concurrency, at least 5000, at least one batch) within "
-        "max_buffered_bytes.",
-        _L,
-        gt=0,
-    )
     max_buffered_bytes: int = setting(
         64 * 1024 * 1024,
         "Most bytes held in memory (request bytes plus about 1 KiB per item for what it costs "
-        "in Python, and each result's bytes until the broker has it); above it fetching pauses.",
+        "in Python, and each result's bytes until the broker has it); above it fetching pauses. "
+        "The items held follow from it: two full calls per slot (2 x max_batch_size x "
+        "max_concurrency, at least 5000, at least one batch) within it at 1 KiB an item.",
         _L,
         gt=0,
     )
@@ -294,7 +280,7 @@ class CoreFields:
 
     cache: CacheMode = setting(
         "memory",
-        "Embedding cache: memory (in-process, bounded by cache_max_items and cache_max_bytes), "
+        "Embedding cache: memory (in-process, bounded by cache_max_bytes), "
         "redis (shared; memory in front), or off.",
         _C,
     )
@@ -308,16 +294,11 @@ class CoreFields:
     cache_ttl_s: float = setting(
         7 * 24 * 3600.0, "Seconds a cached vector is kept; 0 keeps it until evicted.", _C, ge=0
     )
-    cache_max_items: int = setting(
-        10_000,
-        "Most vectors in the in-process tier (W-TinyLFU: a scan does not flush it).",
-        _C,
-        gt=0,
-    )
     cache_max_bytes: int = setting(
         64 * 1024 * 1024,
         "Most bytes the in-process tier holds: each vector (4 bytes a dimension), its key and "
-        "about 280 bytes of bookkeeping.",
+        "about 280 bytes of bookkeeping. It keeps at most as many vectors as fit at 1536 "
+        "dimensions (10,319 by default; W-TinyLFU: a scan does not flush it).",
         _C,
         gt=0,
     )

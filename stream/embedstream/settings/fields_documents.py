@@ -36,7 +36,7 @@ class DocumentFields:
     max_document_chunks: int = setting(
         1_000,
         "Most chunks of one document (more is dead-lettered as too_many_chunks); a document is "
-        "admitted whole, so the buffer may exceed max_buffered_items by this much.",
+        "admitted whole, so the buffer may exceed its item bound by this much.",
         _DOC,
         gt=0,
     )

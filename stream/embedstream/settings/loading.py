@@ -63,8 +63,6 @@ def validate(s: Settings) -> None:
         raise ConfigError("group_id", "must not be empty")
     if s.heartbeat_interval_ms >= s.session_timeout_ms:
         raise ConfigError("heartbeat_interval_ms", "must be below session_timeout_ms")
-    if s.max_buffered_items is not None and s.max_buffered_items < s.max_batch_size:
-        raise ConfigError("max_buffered_items", "must be at least max_batch_size")
     if s.max_buffered_bytes < s.max_event_bytes:
         raise ConfigError("max_buffered_bytes", "must be at least max_event_bytes")
     if s.max_input_tokens > s.max_batch_tokens:

@@ -49,8 +49,8 @@ TOOL_VARIABLES: Mapping[str, str] = {
 # Settings that existed once, and what replaced each: refused with that in one line, rather
 # than as an unknown name, so an old deployment's setting says what to use now.
 REMOVED_SETTINGS: Mapping[str, str] = {
-    "high_guard": "use high_target_ms, a latency target for the high lane that cuts low calls "
-    "only while high items wait longer (e.g. 150)",
+    "high_guard": "set high_process=true: the high lane runs in a process of its own, its "
+    "fetch, calls and commits waiting for nothing of the bulk's; delete the setting",
     "high_results_producer": "high results share the one producer (a second one measured no "
     "gain); delete the setting",
     "online_thread": "embedstream run with http_port runs the online lane as a process of its "
@@ -67,6 +67,12 @@ REMOVED_SETTINGS: Mapping[str, str] = {
     "online_api_key": "give `embedstream sink search` --online-key-file, a file holding the key",
     "schema_registry_cache_size": "every schema read is kept (an id's schema never changes); "
     "delete the setting",
+    "max_buffered_items": "memory is bounded by max_buffered_bytes; the item count follows "
+    "from max_batch_size x max_concurrency (two full calls per slot, at least 5000)",
+    "cache_max_items": "the in-process tier keeps as many vectors as cache_max_bytes holds at "
+    "1536 dimensions (10,319 in 64 MiB); size it in bytes with cache_max_bytes",
+    "high_target_ms": "it did not shorten the high lane's wait, which was not in the calls "
+    "(docs/benchmarks/lanes.md); set high_process=true, the high lane in a process of its own",
 }
 
 

@@ -78,14 +78,13 @@ def latency_model(ns: argparse.Namespace) -> LatencyModel:
 
 def engine_settings(ns: argparse.Namespace, model: LatencyModel) -> Settings:
     """The engine's settings: the library's defaults, then the bench's (what reaching the
-    bound takes: the provider's largest batch, one call per provider slot, room to buffer a
-    full batch for every slot), then --config, then the flags. The environment is not read:
+    bound takes: the provider's largest batch, one call per provider slot; the buffer then
+    holds two full batches a slot), then --config, then the flags. The environment is not read:
     a run is reproducible from its command line."""
     bench_defaults: dict[str, Any] = {
         "max_batch_size": PROVIDER_MAX_INPUTS,
         "max_batch_tokens": PROVIDER_MAX_TOKENS,
         "max_concurrency": model.capacity,
-        "max_buffered_items": model.capacity * PROVIDER_MAX_INPUTS,
         "log_level": "WARNING",
     }
     in_file = _file_keys(ns.config)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
+from embedstream.engine.cache_tiers import SIZING_ENTRY_BYTES
 from embedstream.kafka.client.clients import connection_for, producer_for
 from embedstream.ops.metrics import Metrics
 from embedstream.settings import Settings, validate
@@ -93,10 +94,10 @@ def results_written(metrics: Metrics) -> float:
 
 
 def cached_settings(base: Settings, items: int) -> Settings:
-    """``base`` with an in-process cache that holds every chunk of the first pass."""
-    settings = dataclasses.replace(
-        base, cache="memory", cache_max_items=max(base.cache_max_items, 2 * items)
-    )
+    """``base`` with an in-process cache that holds every chunk of the first pass (vectors of
+    up to 1536 dimensions)."""
+    room = max(base.cache_max_bytes, 2 * items * SIZING_ENTRY_BYTES)
+    settings = dataclasses.replace(base, cache="memory", cache_max_bytes=room)
     validate(settings)
     return settings
 
