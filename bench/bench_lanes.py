@@ -17,6 +17,9 @@ a process of their own; each latency from its scheduled time to its answer):
   supervisor's ledger: the one-host budget measured against Redis.
 Goals: lane P99 <= 1.25 x idle P99 and <= 0.5 x direct P99; lane drain >= 85% of alone.
 
+An arm may carry settings of its own after ``@`` (``lane@online_target_ms=0``, several as
+``@k=v@k2=v2``): a trade-off measured beside the defaults in the same rounds.
+
 **flood** (high events at ``--high-rate`` per second, published by a process of their own;
 each latency from its scheduled publication to its result's record timestamp, read back
 after the arm):
@@ -147,10 +150,27 @@ async def host(name: str, values: dict[str, object], log_dir: Path) -> Any:
         await asyncio.to_thread(proc.stop)
 
 
+def arm_settings(arm: str) -> tuple[str, dict[str, object]]:
+    """An arm's name and the settings it carries after ``@`` (``lane@online_target_ms=0``)."""
+    name, *pairs = arm.split("@")
+    extra: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"arm {arm!r}: a setting after @ is key=value, got {pair!r}")
+        extra[key] = value
+    return name, extra
+
+
+def _dir_name(arm: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in arm)
+
+
 async def online_arm(
-    args: argparse.Namespace, arm: str, round_: int, redis: RedisServer | None = None
+    args: argparse.Namespace, arm_label: str, round_: int, redis: RedisServer | None = None
 ) -> Row:
-    log_dir = Path(args.log_dir) / f"online-r{round_}-{arm}"
+    arm, extra = arm_settings(arm_label)
+    log_dir = Path(args.log_dir) / f"online-r{round_}-{_dir_name(arm_label)}"
     log_dir.mkdir(parents=True, exist_ok=True)
     simulator = SimulatorProcess(PROVIDER, dimensions=256, burst_s=60.0, log_dir=log_dir)
     await simulator.start()
@@ -160,7 +180,7 @@ async def online_arm(
     texts = make_texts(items, seed=round_)
     http_port = free_port() if arm in ("lane", "idle", "lane-redis") else 0
     budget_url = redis.url if arm == "lane-redis" and redis is not None else None
-    values = run_values(settings, http_port=http_port or None, budget_url=budget_url)
+    values = run_values(settings, http_port=http_port or None, budget_url=budget_url, **extra)
     specs = _specs(prefix)
     try:
         async with scenario_topics(settings, specs) as names, host(arm, values, log_dir) as proc:
@@ -192,14 +212,15 @@ async def online_arm(
         simulator.stop()
     latencies = figures.latencies_s
     return Row(
-        "online", arm, round_, items, round(seconds, 2),
+        "online", arm_label, round_, items, round(seconds, 2),
         ms(quantile(latencies, 0.5)), ms(quantile(latencies, 0.99)), len(latencies),
         {status: len(took) for status, took in figures.refused.items()}, round(cpu, 1),
     )  # fmt: skip
 
 
-async def flood_arm(args: argparse.Namespace, arm: str, round_: int) -> Row:
-    log_dir = Path(args.log_dir) / f"flood-r{round_}-{arm}"
+async def flood_arm(args: argparse.Namespace, arm_label: str, round_: int) -> Row:
+    arm, extra = arm_settings(arm_label)
+    log_dir = Path(args.log_dir) / f"flood-r{round_}-{_dir_name(arm_label)}"
     log_dir.mkdir(parents=True, exist_ok=True)
     simulator = SimulatorProcess(PROVIDER, dimensions=256, burst_s=60.0, log_dir=log_dir)
     await simulator.start()
@@ -207,7 +228,7 @@ async def flood_arm(args: argparse.Namespace, arm: str, round_: int) -> Row:
     settings = base_settings(args, prefix, simulator)
     items = 0 if arm == "quiet" else args.flood_items
     texts = make_texts(items, seed=round_)
-    values = run_values(settings, high_process=arm.startswith("split") or None)
+    values = run_values(settings, high_process=arm.startswith("split") or None, **extra)
     high_rate = 0.0 if arm == "alone" else args.high_rate
     wall_offset = time.time() - time.monotonic()
     try:
@@ -254,7 +275,7 @@ async def flood_arm(args: argparse.Namespace, arm: str, round_: int) -> Row:
         if rid in written
     ]
     return Row(
-        "flood", arm, round_, items, round(seconds, 2), ms(quantile(latencies, 0.5)),
+        "flood", arm_label, round_, items, round(seconds, 2), ms(quantile(latencies, 0.5)),
         ms(quantile(latencies, 0.99)), len(latencies), {}, round(cpu, 1),
     )  # fmt: skip
 
@@ -323,8 +344,8 @@ async def main_async(args: argparse.Namespace) -> int:
         if redis is not None:
             redis.remove()
     summary = {
-        "online": _summary(rows, "online", ONLINE_ARMS),
-        "flood": _summary(rows, "flood", FLOOD_ARMS),
+        "online": _summary(rows, "online", args.online_arms.split(",")),
+        "flood": _summary(rows, "flood", args.flood_arms.split(",")),
     }
     for name, arms_of in summary.items():
         for arm, figures in arms_of.items():
