@@ -21,6 +21,9 @@ from embedstream.tools.bench import BenchError
 READY = "ready"
 STOP = "stop"
 START_TIMEOUT_S = 30.0
+# The figures' one line holds every answer's times: a long run of online callers passes the
+# stream's default 64 KiB line limit many times over.
+FIGURES_LINE_LIMIT = 256 * 1024 * 1024
 
 
 async def stdin_lines() -> asyncio.StreamReader:
@@ -56,6 +59,7 @@ class BenchChild:
         self._process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", self._module, *self._args,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=self._env,
+            limit=FIGURES_LINE_LIMIT,
         )  # fmt: skip
         assert self._process.stdout is not None
         line = await asyncio.wait_for(self._process.stdout.readline(), START_TIMEOUT_S)
