@@ -82,7 +82,7 @@ def test_the_lane_target_and_the_adaptive_limit_each_keep_to_their_knob() -> Non
     governor = configured.governor(settings, lambda: now[0])
     governor.saw(ON)
     governor.on_success(0.05, {})  # fast calls: the limit stays
-    for step in range(4):
+    for step in range(6):  # halved from 1,024 to its floor of 32
         now[0] = step * 0.5
         governor.started(ON)
         governor.finished(ON, 0.4)  # online items wait 400 ms: over its 100 ms target

@@ -65,7 +65,7 @@ class OnlineFields:
         100.0,
         "The online lane's latency target: while its requests' items take longer from arrival "
         "to answer, the Kafka lanes' calls are cut to smaller sizes (grown back under half of "
-        "it); 0 holds them at 256 inputs instead.",
+        "it); 0 holds them at 1,024 inputs instead.",
         _ON,
         ge=0,
         le=_HOUR_S * 1000,
