@@ -52,7 +52,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent.parent))
 import aiohttp
 from embedstream.kafka.client.admin import load_topic_specs
-from embedstream.kafka.client.clients import connection_for, make_reader, partitions_of
 from embedstream.settings import Settings, load_settings
 from embedstream.testing.redis import RedisServer
 from embedstream.tools.bench.figures import LatencyModel
@@ -64,6 +63,7 @@ from embedstream.tools.bench.hosts import (
     until_results,
 )
 from embedstream.tools.bench.kafka_scenarios import publish, scenario_topics, unique_prefix
+from embedstream.tools.bench.lane_stages import lane_stages, record_stages, record_times
 from embedstream.tools.bench.processes import ProcessorProcess, SimulatorProcess
 from embedstream.tools.bench.remote_callers import CallersChild
 from embedstream.tools.bench.remote_publisher import PublisherChild
@@ -103,6 +103,7 @@ class Row:
     answered: int = 0
     refused: dict[str, int] = dataclasses.field(default_factory=dict)
     cpu_s: float = 0.0
+    stages: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
     @property
     def items_per_s(self) -> float:
@@ -265,7 +266,10 @@ async def flood_arm(args: argparse.Namespace, arm_label: str, round_: int) -> Ro
                     await until_results(
                         session, [proc.metrics_url], "high", len(published), timeout_s=60
                     )
-            written = await _result_times(settings, names.results, "high-")
+                async with session.get(proc.metrics_url) as answer:
+                    metrics_text = await answer.text()
+            written = await record_times(settings, names.results, "high-")
+            requested = await record_times(settings, names.requests_high, "high-")
     finally:
         simulator.stop()
     scheduled = {rid: start + offset for offset, rid, _ in publisher.plan if rid in published}
@@ -274,9 +278,12 @@ async def flood_arm(args: argparse.Namespace, arm_label: str, round_: int) -> Ro
         for rid, due in scheduled.items()
         if rid in written
     ]
+    stages = record_stages(scheduled, requested, written, wall_offset)
+    if arm.startswith("split"):  # the high lane's own process: its calls are high's alone
+        stages.update(lane_stages(metrics_text, "high", "high"))
     return Row(
         "flood", arm_label, round_, items, round(seconds, 2), ms(quantile(latencies, 0.5)),
-        ms(quantile(latencies, 0.99)), len(latencies), {}, round(cpu, 1),
+        ms(quantile(latencies, 0.99)), len(latencies), {}, round(cpu, 1), stages,
     )  # fmt: skip
 
 
@@ -285,28 +292,6 @@ def _specs(prefix: str) -> list[Any]:
         dataclasses.replace(s, partitions=PARTITIONS) if s.key == "requests_low" else s
         for s in load_topic_specs(prefix)
     ]
-
-
-async def _result_times(settings: Settings, topic: str, prefix: str) -> dict[str, int]:
-    """The record timestamp (ms) of each result whose key starts with ``prefix``."""
-    reader = make_reader(connection_for(settings), fetch_max_bytes=64 * 1024 * 1024)
-    await reader.start()
-    found: dict[str, int] = {}
-    try:
-        partitions = await partitions_of(reader, topic)
-        reader.assign(partitions)
-        ends = await reader.end_offsets(partitions)
-        await reader.seek_to_beginning(*partitions)
-        while [p for p in partitions if await reader.position(p) < ends[p]]:
-            batches = await reader.getmany(timeout_ms=500, max_records=10_000)
-            for records in batches.values():
-                for record in records:
-                    key = (record.key or b"").decode()
-                    if key.startswith(prefix):
-                        found.setdefault(key, record.timestamp)
-    finally:
-        await reader.stop()
-    return found
 
 
 def _median(values: Sequence[float | None]) -> float | None:
