@@ -63,7 +63,13 @@ from embedstream.tools.bench.hosts import (
     until_results,
 )
 from embedstream.tools.bench.kafka_scenarios import publish, scenario_topics, unique_prefix
-from embedstream.tools.bench.lane_stages import lane_stages, record_stages, record_times
+from embedstream.tools.bench.lane_stages import (
+    lane_stages,
+    ms,
+    quantile,
+    record_stages,
+    record_times,
+)
 from embedstream.tools.bench.processes import ProcessorProcess, SimulatorProcess
 from embedstream.tools.bench.remote_callers import CallersChild
 from embedstream.tools.bench.remote_publisher import PublisherChild
@@ -78,17 +84,6 @@ QUIET_S = 30.0  # the high lane's own P99: this long with no flood
 PROVIDER = LatencyModel(base_ms=40.0, per_token_ms=0.02, capacity=8)
 ONLINE_ARMS = ("alone", "lane", "idle", "direct", "lane-redis")
 FLOOD_ARMS = ("alone", "one", "split", "split-nice", "quiet")
-
-
-def quantile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 1)
 
 
 @dataclasses.dataclass

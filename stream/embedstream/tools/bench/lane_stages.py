@@ -63,10 +63,10 @@ def lane_stages(text: str, lane: str, process: str | None) -> dict[str, float | 
     waited = histogram_of(text, "embedstream_item_wait_seconds", {"lane": lane, **where})
     calls = histogram_of(text, "embedstream_api_latency_seconds", where)
     stages: dict[str, float | None] = {
-        "batcher_wait_p99_ms": _ms(waited.quantile(0.99)),
-        "batcher_wait_mean_ms": _ms(waited.sum / waited.count if waited.count else None),
-        "call_p99_ms": _ms(calls.quantile(0.99)),
-        "call_mean_ms": _ms(calls.sum / calls.count if calls.count else None),
+        "batcher_wait_p99_ms": ms(waited.quantile(0.99)),
+        "batcher_wait_mean_ms": ms(waited.sum / waited.count if waited.count else None),
+        "call_p99_ms": ms(calls.quantile(0.99)),
+        "call_mean_ms": ms(calls.sum / calls.count if calls.count else None),
         "calls": calls.count,
     }
     waits = counts_by(text, "embedstream_budget_waits", "reason", {"lane": lane, **where})
@@ -115,18 +115,19 @@ def record_stages(
         if rid in requested and rid in written
     ]
     return {
-        "published_p99_ms": _ms(_quantile(published_s, 0.99)),
-        "processed_p50_ms": _ms(_quantile(processed_s, 0.5)),
-        "processed_p99_ms": _ms(_quantile(processed_s, 0.99)),
+        "published_p99_ms": ms(quantile(published_s, 0.99)),
+        "processed_p50_ms": ms(quantile(processed_s, 0.5)),
+        "processed_p99_ms": ms(quantile(processed_s, 0.99)),
     }
 
 
-def _quantile(values: Sequence[float], q: float) -> float | None:
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The sample at rank ``q`` (no interpolation: a P99 of a few hundred is a real answer)."""
     if not values:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _ms(seconds: float | None) -> float | None:
+def ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
