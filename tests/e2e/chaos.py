@@ -307,6 +307,9 @@ class Fleet:
         """SIGTERM every running processor, one after another; their exit codes."""
         return [await proc.sigterm(timeout_s) for proc in self.alive]
 
+    def log_paths(self) -> list[Path]:
+        return [p.log_path for p in self.processes]
+
     def log_tails(self, chars: int = LOG_TAIL_CHARS) -> str:
         return "\n".join(p.log_tail(chars) for p in self.processes)
 

@@ -9,8 +9,9 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ from embedstream.tools.verify.app import verify
 from embedstream.tools.verify.report import VerificationReport
 
 from tests.e2e.chaos import DEFAULT_MODEL, figures
+from tests.e2e.lost_diagnosis import diagnose_lost
 from tests.integration.helpers import committed_lag
 
 
@@ -209,6 +211,11 @@ class Drained:
     drain_s: float  # from the feeder's last acknowledgement to the verdict
     verifications: int
     notes: list[str] = field(default_factory=list)
+    diagnosis: str = ""  # where the lost requests went (tests/e2e/lost_diagnosis.py)
+
+    def explain(self) -> str:
+        """The verdict, and where the lost requests went: the failure message."""
+        return f"{self.report.summary()}\n{self.diagnosis}"
 
 
 async def run_until_drained(
@@ -222,12 +229,14 @@ async def run_until_drained(
     max_duplicates: int = 10**9,
     default_model: str = DEFAULT_MODEL,
     describe: Callable[[], str] = lambda: "",
+    logs: Sequence[Path] = (),
 ) -> Drained:
     """Wait until the feeder is done, the group's committed lag on the input topics (both
     request lanes and the retry topic) is 0 and the verifier reports no lost ids; all within
     `timeout_s`. Lag 0 with ids still lost twice in a row, some seconds apart, is a verdict
     (commits moved past requests without an outcome): the report is returned for the test to
-    assert on. Raises AssertionError when the time runs out, with `describe()` appended."""
+    assert on, with a diagnosis (`logs`: the members' log files to pick lines from). Raises
+    AssertionError when the time runs out, with `describe()` appended."""
     started = time.monotonic()
     deadline = started + timeout_s
     await feeder.wait(max(1.0, deadline - time.monotonic()))
@@ -261,7 +270,12 @@ async def run_until_drained(
             return Drained(report, lag, round(time.monotonic() - fed, 1), verifications, notes)
         now = time.monotonic()
         if lost_at_zero_lag is not None and now - lost_at_zero_lag >= 3.0:
-            return Drained(report, lag, round(now - fed, 1), verifications, notes)
+            try:
+                diagnosis = await diagnose_lost(bootstrap, prefix, group, report.lost, logs)
+            except Exception as exc:  # the verdict stands without it
+                diagnosis = f"no diagnosis: {exc!r}"
+            print(f"\n[chaos] lost requests:\n{diagnosis}", flush=True)
+            return Drained(report, lag, round(now - fed, 1), verifications, notes, diagnosis)
         lost_at_zero_lag = lost_at_zero_lag or now
         await asyncio.sleep(1.0)
     summary = report.summary() if report is not None else "never verified (lag never 0)"

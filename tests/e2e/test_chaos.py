@@ -77,7 +77,7 @@ async def test_sigkills_of_members_lose_nothing(
                 await victim.wait_assigned(timeout_s=60)
             drained = await run_until_drained(
                 bootstrap, unique_prefix, options.group, feeder, timeout_s=150,
-                describe=fleet.log_tails,
+                describe=fleet.log_tails, logs=fleet.log_paths(),
             )  # fmt: skip
         bound = KILLS * (options.buffered_items + options.in_flight_items)
         report = drained.report
@@ -85,7 +85,7 @@ async def test_sigkills_of_members_lose_nothing(
             f"sigkill x{KILLS}", feeder, drained, kills=KILLS, duplicate_bound=bound,
             peak_rss_mib=rss.peak_mib, unhandled=_unhandled(fleet),
         )  # fmt: skip
-        assert report.lost == (), report.summary()
+        assert report.lost == (), drained.explain()
         assert report.misattributed == (), report.summary()
         assert report.in_both == (), report.summary()
         assert report.duplicate_results <= bound, report.summary()
@@ -118,7 +118,7 @@ async def test_rolling_sigterm_restarts_lose_and_duplicate_nothing(
                     await member.wait_assigned(timeout_s=60)
             drained = await run_until_drained(
                 bootstrap, unique_prefix, options.group, feeder, timeout_s=150, max_duplicates=0,
-                describe=fleet.log_tails,
+                describe=fleet.log_tails, logs=fleet.log_paths(),
             )  # fmt: skip
         report = drained.report
         report_figures(
@@ -129,7 +129,7 @@ async def test_rolling_sigterm_restarts_lose_and_duplicate_nothing(
         assert codes == [0] * (SCALE.rolling_rounds * len(members)), codes
         # A request the feeder had to publish twice would be a duplicate of its own making.
         assert feeder.resent == 0 and not report.repeated_requests, report.repeated_requests
-        assert report.lost == (), report.summary()
+        assert report.lost == (), drained.explain()
         assert report.misattributed == (), report.summary()
         assert report.in_both == (), report.summary()
         assert report.duplicate_results == 0, report.summary()
@@ -182,7 +182,7 @@ async def test_group_churn_keeps_commits_monotonic_and_loses_nothing(
                         await asyncio.sleep(1.0)
             drained = await run_until_drained(
                 bootstrap, unique_prefix, options.group, feeder, timeout_s=150,
-                describe=fleet.log_tails,
+                describe=fleet.log_tails, logs=fleet.log_paths(),
             )  # fmt: skip
         rebalances = len(anchor.assignments()) - 1  # its first assignment was the initial join
         report = drained.report
@@ -194,7 +194,7 @@ async def test_group_churn_keeps_commits_monotonic_and_loses_nothing(
             unhandled=_unhandled(fleet),
         )  # fmt: skip
         assert rebalances >= membership_changes - 2, (rebalances, membership_changes)
-        assert report.lost == (), report.summary()
+        assert report.lost == (), drained.explain()
         assert report.misattributed == (), report.summary()
         assert report.in_both == (), report.summary()
         assert errors == {}, errors
@@ -230,7 +230,7 @@ async def test_broker_sigkills_and_restarts_lose_nothing(
                 assert not dead, f"exited while the broker was down: {dead}\n{fleet.log_tails()}"
             drained = await run_until_drained(
                 bootstrap, prefix, options.group, feeder, timeout_s=150,
-                describe=fleet.log_tails,
+                describe=fleet.log_tails, logs=fleet.log_paths(),
             )  # fmt: skip
         report = drained.report
         report_figures(
@@ -239,7 +239,7 @@ async def test_broker_sigkills_and_restarts_lose_nothing(
             send_errors=feeder.send_errors, peak_rss_mib=rss.peak_mib,
             alive=sum(p.alive for p in members), unhandled=_unhandled(fleet),
         )  # fmt: skip
-        assert report.lost == (), report.summary()
+        assert report.lost == (), drained.explain()
         assert report.misattributed == (), report.summary()
         assert report.in_both == (), report.summary()
         assert all(p.alive for p in members), [(p.name, p.returncode) for p in members]
@@ -279,7 +279,7 @@ async def test_provider_down_pauses_within_memory_and_dead_letters_nothing(
                 outage_end = time.monotonic()
                 drained = await run_until_drained(
                     bootstrap, unique_prefix, options.group, feeder, timeout_s=150,
-                    describe=fleet.log_tails,
+                    describe=fleet.log_tails, logs=fleet.log_paths(),
                 )  # fmt: skip
             report = drained.report
             during = {"since": outage_start, "until": outage_end}
@@ -302,7 +302,7 @@ async def test_provider_down_pauses_within_memory_and_dead_letters_nothing(
             assert paused_during_outage > 0, "no partition paused while the provider was down"
             assert report.dead_letters == 0, report.summary()
             assert dead_letter_metric == 0, dead_letter_metric
-            assert report.lost == (), report.summary()
+            assert report.lost == (), drained.explain()
             assert report.misattributed == (), report.summary()
             assert report.in_both == (), report.summary()
             assert drained.lag == dict.fromkeys(drained.lag, 0), drained.lag

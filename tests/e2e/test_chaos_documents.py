@@ -77,7 +77,7 @@ async def test_sigkill_while_documents_flow_ends_every_version_as_the_contract_s
                     await victim.wait_assigned(timeout_s=40)
                 drained = await run_until_drained(
                     bootstrap, unique_prefix, options.group, feeder, timeout_s=60,
-                    describe=fleet.log_tails,
+                    describe=fleet.log_tails, logs=fleet.log_paths(),
                 )  # fmt: skip
             found = await read_back(bootstrap, unique_prefix, timeout_s=30)
             endings = check_endings(plan, found.document_records, model=DEFAULT_MODEL)

@@ -68,11 +68,11 @@ async def test_exactly_once_survives_member_sigkills_without_duplicates(
                 await victim.wait_assigned(timeout_s=60)
             drained = await run_until_drained(
                 bootstrap, unique_prefix, options.group, feeder, timeout_s=180,
-                max_duplicates=0, describe=fleet.log_tails,
+                max_duplicates=0, describe=fleet.log_tails, logs=fleet.log_paths(),
             )  # fmt: skip
         report = drained.report
         report_figures(f"eos sigkill x{KILLS}", feeder, drained, kills=KILLS)
-        assert report.lost == (), report.summary()
+        assert report.lost == (), drained.explain()
         assert report.duplicates == {}, report.summary()
         assert report.misattributed == () and report.in_both == (), report.summary()
         await _stop_tidily(fleet)
@@ -101,12 +101,12 @@ async def test_exactly_once_fences_a_paused_zombie(
             zombie.sigcont()
             drained = await run_until_drained(
                 bootstrap, unique_prefix, options.group, feeder, timeout_s=180,
-                max_duplicates=0, describe=fleet.log_tails,
+                max_duplicates=0, describe=fleet.log_tails, logs=fleet.log_paths(),
             )  # fmt: skip
         report = drained.report
         fenced = "fenced" in zombie.log_text(current_only=False).lower()
         report_figures("eos zombie", feeder, drained, zombie_saw_fencing=fenced)
-        assert report.lost == (), report.summary()
+        assert report.lost == (), drained.explain()
         assert report.duplicates == {}, report.summary()
         assert all(p.alive for p in members)
         await _stop_tidily(fleet)
@@ -141,7 +141,7 @@ async def test_exactly_once_survives_broker_sigkills_without_duplicates(
                 assert not dead, f"exited while the broker was down: {dead}\n{fleet.log_tails()}"
             drained = await run_until_drained(
                 bootstrap, prefix, options.group, feeder, timeout_s=200,
-                max_duplicates=0, describe=fleet.log_tails,
+                max_duplicates=0, describe=fleet.log_tails, logs=fleet.log_paths(),
             )  # fmt: skip
         report = drained.report
         report_figures(
@@ -149,7 +149,7 @@ async def test_exactly_once_survives_broker_sigkills_without_duplicates(
             outages_s=outages, send_errors=feeder.send_errors,
             repeated_requests=len(report.repeated_requests),
         )  # fmt: skip
-        assert report.lost == (), report.summary()
+        assert report.lost == (), drained.explain()
         # A request the feeder had to publish twice (its send failed with the broker) is two
         # requests: two results for it are not a duplicate of the processors' making.
         extra = {i: n for i, n in report.duplicates.items()

@@ -119,7 +119,7 @@ async def test_a_fleet_on_one_budget_stays_within_the_providers_slots_through_ki
                     redis.start()  # empty: the heartbeats put the leases back
                     drained = await run_until_drained(
                         bootstrap, unique_prefix, options.group, feeder, timeout_s=120,
-                        describe=fleet.log_tails,
+                        describe=fleet.log_tails, logs=fleet.log_paths(),
                     )  # fmt: skip
                 stop.set()
                 await online
@@ -131,7 +131,7 @@ async def test_a_fleet_on_one_budget_stays_within_the_providers_slots_through_ki
                     online=dict(statuses), drain_s=drained.drain_s,
                 )  # fmt: skip
                 report = drained.report
-                assert report.lost == (), report.summary()
+                assert report.lost == (), drained.explain()
                 assert report.misattributed == () and report.in_both == (), report.summary()
                 # Within the provider's slots but for a moment after Redis came back empty
                 # (at most a heartbeat until every member's leases are registered again).

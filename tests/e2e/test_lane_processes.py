@@ -123,7 +123,7 @@ async def test_each_lane_process_killed_is_started_again_and_nothing_is_lost(
             drained = await run_until_drained(
                 bootstrap, unique_prefix, options.group, feeder, timeout_s=150,
                 max_duplicates=0 if delivery == "exactly_once" else 10**9,
-                describe=fleet.log_tails,
+                describe=fleet.log_tails, logs=fleet.log_paths(),
             )  # fmt: skip
         stop.set()
         await online
@@ -135,7 +135,7 @@ async def test_each_lane_process_killed_is_started_again_and_nothing_is_lost(
         f"lane processes killed ({delivery})", lost=len(report.lost),
         duplicates=len(report.duplicates), online=dict(statuses), exit=status,
     )  # fmt: skip
-    assert report.lost == (), report.summary()
+    assert report.lost == (), drained.explain()
     assert report.misattributed == () and report.in_both == (), report.summary()
     if delivery == "exactly_once":
         assert report.duplicates == {}, report.summary()

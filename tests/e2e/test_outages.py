@@ -106,7 +106,7 @@ async def test_an_outage_with_max_attempts_2_dead_letters_nothing_and_readyz_fol
                 outage_end = time.monotonic()
                 drained = await run_until_drained(
                     bootstrap, unique_prefix, options.group, feeder, timeout_s=150,
-                    describe=fleet.log_tails,
+                    describe=fleet.log_tails, logs=fleet.log_paths(),
                 )  # fmt: skip
             report = drained.report
             down_at = readyz.first(503, outage_start)
@@ -117,7 +117,7 @@ async def test_an_outage_with_max_attempts_2_dead_letters_nothing_and_readyz_fol
                 ready_again_after_s=round(up_at - outage_end, 1) if up_at else None,
             )  # fmt: skip
             assert report.dead_letters == 0, report.summary()
-            assert report.lost == (), report.summary()
+            assert report.lost == (), drained.explain()
             assert report.misattributed == () and report.in_both == (), report.summary()
             assert 200 in readyz.between(0.0, outage_start)  # ready before
             assert down_at is not None and down_at - outage_start <= DOWN_WITHIN_S, down_at

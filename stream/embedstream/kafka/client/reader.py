@@ -62,15 +62,18 @@ async def read_topics(
     timeout_s: float = 120.0,
     client_id: str = "embedstream-verify",
     pick: Callable[[list[TopicPartition]], list[TopicPartition]] | None = None,
+    isolation_level: str = "read_committed",
 ) -> AsyncGenerator[TopicRecord, None]:
     """Like :func:`read_topic` for several topics through one consumer; with ``pick``, only
-    the partitions it picks of each topic's (given in partition order)."""
+    the partitions it picks of each topic's (given in partition order). ``read_uncommitted``
+    reads to the high watermark: records of open and aborted transactions too."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     bootstrap = as_connection(kafka).bootstrap_servers
     consumer = make_reader(
         kafka,
         client_id=client_id,
+        isolation_level=isolation_level,
         request_timeout_ms=max(1000, min(40_000, int(timeout_s * 1000))),
     )
     try:
@@ -95,7 +98,11 @@ async def read_topics(
         while True:
             for tp in list(pending):
                 if tp not in ends:
-                    end = consumer.last_stable_offset(tp)
+                    end = (
+                        consumer.last_stable_offset(tp)
+                        if isolation_level == "read_committed"
+                        else consumer.highwater(tp)
+                    )
                     if end is None:
                         continue  # no fetch response for it yet
                     ends[tp] = end
