@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from embedstream.app.processor import input_topics_of
 from embedstream.kafka.client.admin import configured_topics, load_topic_specs
 from embedstream.settings import Settings, load_settings
 
@@ -22,6 +23,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DEPLOYMENT = ROOT / "ops" / "k8s" / "deployment.yaml"
 SCALED_OBJECT = ROOT / "ops" / "k8s" / "keda-scaledobject.yaml"
+HIGH = ROOT / "ops" / "k8s" / "high.yaml"
 SERVICE_MONITOR = ROOT / "ops" / "k8s" / "servicemonitor.yaml"
 DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "embedstream.json"
 GRAFANA_DATASOURCE = ROOT / "ops" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
@@ -315,25 +317,91 @@ def _with_keys_file(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     return {**env, "EMBEDSTREAM_HTTP_API_KEYS_FILE": str(keys)}
 
 
-def test_keda_scales_on_the_request_topics_the_settings_name(
+def _high(k8s: dict[str, Any]) -> dict[str, Any]:
+    """high.yaml's documents by kind: the high lane's processors."""
+    return _documents_by_kind(HIGH)
+
+
+def _lanes_env(deployment: dict[str, Any]) -> str:
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    return str(env.get("EMBEDSTREAM_INPUT_LANES", "all"))
+
+
+def test_keda_scales_each_processor_deployment_on_the_topics_it_reads(
     k8s: dict[str, Any], tmp_path: Path
 ) -> None:
     config = k8s["ConfigMap"]["data"]
-    # The topics as the processor resolves them from its ConfigMap, not assumed names.
-    names = configured_topics(load_settings(env=_with_keys_file(config, tmp_path)))
-    triggers = k8s["ScaledObject"]["spec"]["triggers"]
-    assert {t["type"] for t in triggers} == {"kafka"}
-    by_topic = {t["metadata"]["topic"]: t["metadata"] for t in triggers}
-    assert sorted(by_topic) == sorted(names.requests)
-    for meta in by_topic.values():
-        assert meta["consumerGroup"] == DEFAULTS.group_id
-        assert meta["consumerGroup"] == config.get("EMBEDSTREAM_GROUP_ID", DEFAULTS.group_id)
-        assert meta["bootstrapServers"] == config["EMBEDSTREAM_BOOTSTRAP_SERVERS"]
-        assert meta.get("offsetResetPolicy", "latest") == "earliest"  # as the consumer resets
-        assert str(meta.get("allowIdleConsumers", "false")).lower() == "false"
-    high = min(int(by_topic[topic]["lagThreshold"]) for topic in names.high)
-    low = min(int(by_topic[topic]["lagThreshold"]) for topic in names.low)
-    assert 0 < high <= low, "interactive traffic should scale out no later than bulk traffic"
+    high = _high(k8s)
+    all_topics = set(configured_topics(load_settings(env=_with_keys_file(config, tmp_path))).inputs)
+    reads: dict[str, set[str]] = {}
+    for deployment, scaled in ((k8s["Deployment"], k8s["ScaledObject"]),
+                               (high["Deployment"], high["ScaledObject"])):  # fmt: skip
+        assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+        # The topics as the processor resolves them from its ConfigMap and lanes, not assumed.
+        env = _with_keys_file({**config, "EMBEDSTREAM_INPUT_LANES": _lanes_env(deployment)},
+                              tmp_path)  # fmt: skip
+        settings = load_settings(env=env)
+        names = configured_topics(settings)
+        read = set(input_topics_of(settings, names))
+        reads[deployment["metadata"]["name"]] = read
+        triggers = scaled["spec"]["triggers"]
+        assert {t["type"] for t in triggers} == {"kafka"}
+        by_topic = {t["metadata"]["topic"]: t["metadata"] for t in triggers}
+        # A trigger for every request topic it reads (the retry topic follows the low lane).
+        assert sorted(by_topic) == sorted(read & set(names.requests))
+        for meta in by_topic.values():
+            assert meta["consumerGroup"] == DEFAULTS.group_id
+            assert meta["consumerGroup"] == config.get("EMBEDSTREAM_GROUP_ID", DEFAULTS.group_id)
+            assert meta["bootstrapServers"] == config["EMBEDSTREAM_BOOTSTRAP_SERVERS"]
+            assert meta.get("offsetResetPolicy", "latest") == "earliest"  # as the consumer resets
+            assert str(meta.get("allowIdleConsumers", "false")).lower() == "false"
+    # One group, every input topic read by exactly one of the two Deployments.
+    bulk, high_reads = reads["embedstream"], reads["embedstream-high"]
+    assert bulk | high_reads == all_topics and not bulk & high_reads
+    assert high_reads == set(
+        configured_topics(load_settings(env=_with_keys_file(config, tmp_path))).high
+    )
+    high_threshold = min(int(t["metadata"]["lagThreshold"])
+                         for t in high["ScaledObject"]["spec"]["triggers"])  # fmt: skip
+    low_threshold = min(int(t["metadata"]["lagThreshold"])
+                        for t in k8s["ScaledObject"]["spec"]["triggers"])  # fmt: skip
+    assert 0 < high_threshold <= low_threshold, "interactive traffic should scale out first"
+
+
+def test_the_high_lane_processors_are_the_bulk_ones_but_for_their_lanes(
+    k8s: dict[str, Any],
+) -> None:
+    """high.yaml's pods run as deployment.yaml's (same image, command, ConfigMap, key, probes,
+    security, resources and drain), in pods of their own: selectors that never overlap, their
+    own disruption budget and metrics Service."""
+    high = _high(k8s)
+    bulk_pod = k8s["Deployment"]["spec"]["template"]
+    high_pod = high["Deployment"]["spec"]["template"]
+
+    def without_lanes(pod: dict[str, Any]) -> dict[str, Any]:
+        spec = json.loads(json.dumps(pod["spec"]))
+        [container] = spec["containers"]
+        container["env"] = [e for e in container["env"] if e["name"] != "EMBEDSTREAM_INPUT_LANES"]
+        return dict(spec)
+
+    assert without_lanes(high_pod) == without_lanes(bulk_pod)
+    assert (_lanes_env(k8s["Deployment"]), _lanes_env(high["Deployment"])) == ("bulk", "high")
+    bulk_labels = _pod_labels(k8s)
+    high_labels = high["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert high_labels == high_pod["metadata"]["labels"]
+    assert not high_labels.items() <= bulk_labels.items()
+    assert not bulk_labels.items() <= high_labels.items()
+    assert high["PodDisruptionBudget"]["spec"] == {
+        "maxUnavailable": 1, "selector": {"matchLabels": high_labels}
+    }  # fmt: skip
+    assert high["Service"]["spec"]["selector"] == high_labels
+    assert high["Service"]["spec"]["ports"] == k8s["Service"]["spec"]["ports"]
+    assert high["Service"]["spec"]["publishNotReadyAddresses"] is True
+    assert "replicas" not in high["Deployment"]["spec"]
+    assert high["ScaledObject"]["spec"]["maxReplicaCount"] <= min(
+        spec.partitions for spec in load_topic_specs("embed.") if spec.key == "requests_high"
+    )
 
 
 def test_keda_replicas_stay_within_partitions(k8s: dict[str, Any]) -> None:
@@ -415,12 +483,26 @@ def test_service_monitor_scrapes_the_metrics_port_of_every_processor(k8s: dict[s
     assert port["targetPort"] == "metrics"
     assert {p["name"] for p in _container(k8s)["ports"]} >= {"metrics"}
     assert port["port"] == _metrics_port(k8s)
-    selector = monitor["spec"]["selector"]["matchLabels"]
-    assert selector.items() <= service["metadata"]["labels"].items()
+    # It selects both processor Services (deployment.yaml's and high.yaml's), nothing else.
+    for labels in (service["metadata"]["labels"], _high(k8s)["Service"]["metadata"]["labels"]):
+        assert _selects(monitor["spec"]["selector"], labels), labels
+    online = _documents_by_kind(ROOT / "ops" / "k8s" / "online.yaml")["Service"]
+    assert not _selects(monitor["spec"]["selector"], online["metadata"]["labels"])
     [endpoint] = monitor["spec"]["endpoints"]
     assert (endpoint["port"], endpoint["path"]) == (port["name"], "/metrics")
     interval = int(endpoint["interval"].removesuffix("s"))
     assert int(endpoint["scrapeTimeout"].removesuffix("s")) < interval
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector's matchLabels and matchExpressions (In, NotIn) against ``labels``."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        value, values = labels.get(expression["key"]), expression["values"]
+        if (expression["operator"] == "In") != (value in values):
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- Grafana
@@ -507,12 +589,18 @@ KEDA_SASL = {"PLAIN": "plaintext", "SCRAM-SHA-256": "scram_sha256", "SCRAM-SHA-5
 def sasl() -> dict[str, Any]:
     kustomization = _load_yaml(SASL_DIR / "kustomization.yaml")
     patches = {doc["kind"]: doc for doc in _load_all_yaml(SASL_DIR / "processor-sasl.yaml")}
-    [json_patch] = [p for p in kustomization["patches"] if "target" in p]
+    [pod_patch] = [
+        p for p in kustomization["patches"] if p.get("target", {}).get("kind") == "Deployment"
+    ]
+    patches["Deployment"] = _load_yaml(SASL_DIR / pod_patch["path"])
+    json_patches = {p["target"]["name"]: p for p in kustomization["patches"]
+                    if "patch" in p and p["target"]["kind"] == "ScaledObject"}  # fmt: skip
     return {
         "kustomization": kustomization,
         "trigger_auth": _load_yaml(SASL_DIR / "keda-trigger-auth.yaml"),
         "patches": patches,
-        "json_patch": json_patch,
+        "pod_patch": pod_patch,
+        "json_patches": json_patches,
     }
 
 
@@ -557,24 +645,34 @@ def _apply_json_patch(document: Any, operations: list[dict[str, Any]]) -> Any:
 def test_sasl_overlay_keda_and_processor_agree(k8s: dict[str, Any], sasl: dict[str, Any]) -> None:
     config = {**k8s["ConfigMap"]["data"], **sasl["patches"]["ConfigMap"]["data"]}
     assert sasl["patches"]["ConfigMap"]["metadata"]["name"] == k8s["ConfigMap"]["metadata"]["name"]
-    json_patch = sasl["json_patch"]
-    assert json_patch["target"] == {"kind": "ScaledObject", "name": "embedstream"}
-    scaled = _apply_json_patch(
-        json.loads(json.dumps(k8s["ScaledObject"])), yaml.safe_load(json_patch["patch"])
-    )
+    json_patches = sasl["json_patches"]
+    base = {k8s["ScaledObject"]["metadata"]["name"]: k8s["ScaledObject"]}
+    base[_high(k8s)["ScaledObject"]["metadata"]["name"]] = _high(k8s)["ScaledObject"]
+    assert set(json_patches) == set(base)  # every ScaledObject's triggers log in
     auth_name = sasl["trigger_auth"]["metadata"]["name"]
     tls = config["EMBEDSTREAM_SECURITY_PROTOCOL"] in ("SSL", "SASL_SSL")
-    for trigger in scaled["spec"]["triggers"]:
-        assert trigger["authenticationRef"] == {"name": auth_name}
-        assert trigger["metadata"]["sasl"] == KEDA_SASL[config["EMBEDSTREAM_SASL_MECHANISM"]]
-        assert trigger["metadata"]["tls"] == ("enable" if tls else "disable")
+    for name, json_patch in json_patches.items():
+        scaled = _apply_json_patch(
+            json.loads(json.dumps(base[name])), yaml.safe_load(json_patch["patch"])
+        )
+        for trigger in scaled["spec"]["triggers"]:
+            assert trigger["authenticationRef"] == {"name": auth_name}
+            assert trigger["metadata"]["sasl"] == KEDA_SASL[config["EMBEDSTREAM_SASL_MECHANISM"]]
+            assert trigger["metadata"]["tls"] == ("enable" if tls else "disable")
 
 
 def test_sasl_overlay_mounts_the_password_the_settings_read(
     k8s: dict[str, Any], sasl: dict[str, Any], tmp_path: Path
 ) -> None:
     patch = sasl["patches"]["Deployment"]
-    assert patch["metadata"]["name"] == k8s["Deployment"]["metadata"]["name"]
+    # Patched into both processor Deployments, chosen by their labels.
+    selector = sasl["pod_patch"]["target"]["labelSelector"]
+    key, _, values = selector.partition(" in ")
+    chosen = {v.strip() for v in values.strip("()").split(",")}
+    for deployment in (k8s["Deployment"], _high(k8s)["Deployment"]):
+        assert deployment["metadata"]["labels"][key] in chosen, deployment["metadata"]["name"]
+    online = _documents_by_kind(ROOT / "ops" / "k8s" / "online.yaml")["Deployment"]
+    assert online["metadata"]["labels"][key] not in chosen
     pod = patch["spec"]["template"]["spec"]
     base_pod = k8s["Deployment"]["spec"]["template"]["spec"]
     assert pod["securityContext"]["fsGroup"] == base_pod["securityContext"]["runAsGroup"]
@@ -616,7 +714,15 @@ def test_sasl_overlay_renders_with_kubectl() -> None:
     assert rendered.returncode == 0, rendered.stderr
     docs = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered.stdout) if doc}
     assert {"ConfigMap", "Deployment", "ScaledObject", "TriggerAuthentication"} <= set(docs)
-    assert all("authenticationRef" in t for t in docs["ScaledObject"]["spec"]["triggers"])
+    rendered_docs = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    scaled = [doc for doc in rendered_docs if doc["kind"] == "ScaledObject"]
+    assert len(scaled) == 2
+    assert all("authenticationRef" in t for s in scaled for t in s["spec"]["triggers"])
+    processors = [d for d in rendered_docs if d["kind"] == "Deployment"
+                  and d["metadata"]["name"] in ("embedstream", "embedstream-high")]  # fmt: skip
+    for deployment in processors:
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert "EMBEDSTREAM_SASL_USERNAME" in {e["name"] for e in container["env"]}
 
 
 def test_the_dashboard_shows_the_cache() -> None:

@@ -252,7 +252,7 @@ def build_service(
     )  # fmt: skip
     processor = Processor(
         Parts(
-            settings=settings, topics=_inputs(settings, names), consumer=consumer,
+            settings=settings, topics=input_topics_of(settings, names), consumer=consumer,
             producer=producer, assignment=assignment,
             fetcher=Fetcher(consumer, assignment, settings), admission=admission,
             outcomes=out.outcomes, batcher=batcher, caller=engine.caller,
@@ -315,7 +315,7 @@ def _watch(
     return watch
 
 
-def _inputs(settings: Settings, names: TopicNames) -> list[str]:
+def input_topics_of(settings: Settings, names: TopicNames) -> list[str]:
     """The input topics of ``settings.input_lanes``."""
     if settings.input_lanes == "high":
         return list(names.high)
