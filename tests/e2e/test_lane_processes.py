@@ -1,7 +1,9 @@
 """`embedstream run` with the online lane on: its lanes as processes of their own (`serve` and a
 processor) under one supervising command. Each child SIGKILLed while requests flow is started
 again and nothing is lost (no duplicate under exactly-once); the host serves one /metrics and
-one /readyz; a child failing at start with a mistake stops the whole command with its line."""
+one /readyz; a child failing at start with a mistake stops the whole command with its line.
+With `high_process` the Kafka lanes are two processors (high, and bulk), each SIGKILLed in
+turn under exactly-once: the same verdict."""
 
 from __future__ import annotations
 
@@ -47,6 +49,22 @@ def lane_children(parent: int) -> dict[str, int]:
             for command in ("serve", "run"):
                 if command.encode() in argv:
                     found[command] = int(entry.name)
+    return found
+
+
+def processors_by_lanes(parent: int) -> dict[str, int]:
+    """The supervisor's processor children by their `--input-lanes` (high, bulk), from /proc."""
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) != parent:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"--input-lanes" in argv:
+                found[argv[argv.index(b"--input-lanes") + 1].decode()] = int(entry.name)
     return found
 
 
@@ -144,6 +162,52 @@ async def test_each_lane_process_killed_is_started_again_and_nothing_is_lost(
     assert metrics.get("embedstream_results_total", 0) > 0  # the children's, through the host
     assert status == 0, host.log_tail()
     assert statuses["200"] > 0 and not {s for s in statuses if s.startswith("5")}, statuses
+
+
+@pytest.mark.timeout(240)
+async def test_the_high_and_bulk_processes_killed_are_started_again_exactly_once(
+    bootstrap: str, unique_prefix: str, simulator: SimulatorServer, tmp_path: Path
+) -> None:
+    options = ProcessorOptions(
+        bootstrap, unique_prefix, unique_prefix + "group", simulator.url,
+        extra_args=("--high-process", "--delivery", "exactly_once"),
+    )  # fmt: skip
+    await create_topics(bootstrap, load_topic_specs(unique_prefix))
+    async with Fleet(options, tmp_path) as fleet:
+        host = fleet.add("host", metrics_port=free_port())
+        await host.start()
+        await host.wait_assigned(count=2, nonempty=True)  # the high and the bulk processor
+        assert host.pid is not None
+        first = processors_by_lanes(host.pid)
+        assert first.keys() == {"high", "bulk"}
+        await eventually(lambda: _ready(host), timeout_s=30, poll_s=0.2)
+        ready = orjson.loads(await _get(host.metrics_port, "/readyz"))
+        assert ready == {"ready": True, "checks": {"high": True, "bulk": True}}
+        feeder = Feeder(bootstrap, unique_prefix, count=3000, rate_per_s=400, id_prefix="h")
+        async with feeder:
+            await asyncio.sleep(1.5)
+            os.kill(first["high"], signal.SIGKILL)  # mid-work, each in turn
+            await eventually(lambda: _restarted(host, "high"), timeout_s=20, poll_s=0.2)
+            await eventually(lambda: _ready(host), timeout_s=60, poll_s=0.2)
+            os.kill(processors_by_lanes(host.pid)["bulk"], signal.SIGKILL)
+            await eventually(lambda: _restarted(host, "bulk"), timeout_s=20, poll_s=0.2)
+            drained = await run_until_drained(
+                bootstrap, unique_prefix, options.group, feeder, timeout_s=150,
+                max_duplicates=0, describe=fleet.log_tails, logs=fleet.log_paths(),
+            )  # fmt: skip
+        again = processors_by_lanes(host.pid)
+        metrics = await scrape_metrics(host.metrics_port)
+        status = await host.sigterm(timeout_s=90)
+    report = drained.report
+    figures(
+        "high and bulk processes killed (exactly_once)", lost=len(report.lost),
+        duplicates=len(report.duplicates), exit=status,
+    )  # fmt: skip
+    assert report.lost == (), drained.explain()
+    assert report.duplicates == {} and report.misattributed == (), report.summary()
+    assert again.keys() == {"high", "bulk"} and set(again.values()).isdisjoint(first.values())
+    assert metrics["embedstream_lane_process_restarts_total"] == 2
+    assert status == 0, host.log_tail()
 
 
 async def _ready(host: ProcessorProcess) -> bool:
