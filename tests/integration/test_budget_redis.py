@@ -48,7 +48,7 @@ async def test_the_lua_store_decides_exactly_as_the_reference_ledger(
     held: dict[str, list[str]] = {member: [] for member in MEMBERS}
     serial = 0
     terms = _terms(rng, 8)
-    decided = {"granted": 0, "slots": 0, "gate": 0, "rates": 0}
+    decided = {"granted": 0, "slots": 0, "gate": 0, "rates": 0, "room": 0}
     try:
         for _ in range(400):
             now += rng.choice([0, 0, 1, 3, 20, 150, 700, 2500])
@@ -69,6 +69,8 @@ async def test_the_lua_store_decides_exactly_as_the_reference_ledger(
                     decided["granted"] += 1
                 else:
                     decided[got.reason] += 1
+                    # Held by the pace kept for an upper lane (nothing else blocks the fleet).
+                    decided["room"] += got.reason == "rates" and got.snapshot.blocked_ms == 0
             elif op < 0.75 and held[member]:
                 name = held[member].pop(rng.randrange(len(held[member])))
                 assert await store.release(name) == ledger.release(now, name)
@@ -94,6 +96,7 @@ async def test_the_lua_store_decides_exactly_as_the_reference_ledger(
     # The sequence exercised every kind of answer, so the equality above means something.
     assert decided["granted"] > 20 and decided["slots"] >= 3
     assert decided["gate"] + decided["rates"] > 5
+    assert decided["room"] >= 2, decided
 
 
 def _member(url: str, name: str, namespace: str, limit: int = 4) -> SharedBudget:

@@ -148,3 +148,27 @@ def test_the_backfill_keeps_one_slot_while_low_is_active() -> None:
     assert isinstance(fleet.ask(1, Priority.BACKFILL, member="b")[1], Granted)
     _, second = fleet.ask(2, Priority.BACKFILL, member="b")
     assert isinstance(second, Denied) and second.reason == "slots"
+
+
+def test_a_lower_lane_takes_no_pace_debt_while_an_upper_lane_is_active() -> None:
+    """The buckets' debt is a queue: a low call taking 4,000 tokens of debt would hold the
+    online caller behind it for 40 s. While online is active the low call waits instead,
+    reserving nothing, and the online call goes at once."""
+    t = terms(tpm=6000.0, tpm_burst=1000.0)  # 100 tokens a second, 1,000 at once
+    alone = Fleet()
+    _, low = alone.ask(0, Priority.LOW, member="a", tokens=5000, t=t)
+    assert isinstance(low, Granted) and low.go_in_ms == 40_000  # nobody above: the FIFO pace
+    fleet = Fleet()
+    fleet.ask(0, Priority.ONLINE, member="gateway", tokens=100, t=t)  # online is active
+    _, low = fleet.ask(1, Priority.LOW, member="a", tokens=5000, t=t)
+    # A call larger than the burst waits for a full bucket, then goes with the rest as debt.
+    assert isinstance(low, Denied) and (low.reason, low.wait_ms) == ("rates", 999)  # 900.1 held
+    _, small = fleet.ask(1, Priority.LOW, member="a", tokens=500, t=t)  # fits: goes, no debt
+    assert isinstance(small, Granted) and small.go_in_ms == 0
+    _, online = fleet.ask(2, Priority.ONLINE, member="gateway", tokens=300, t=t)
+    assert isinstance(online, Granted) and online.go_in_ms == 0
+    _, high = fleet.ask(3, Priority.HIGH, member="b", tokens=900, t=t)  # below online too
+    assert isinstance(high, Denied) and (high.reason, high.wait_ms) == ("rates", 7997)
+    # Online and high quiet past their recent window (1 s): low queues in the FIFO again.
+    _, later = fleet.ask(2500, Priority.LOW, member="a", tokens=5000, t=t)
+    assert isinstance(later, Granted) and later.go_in_ms == 46_500

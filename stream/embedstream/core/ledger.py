@@ -15,7 +15,9 @@ gets a slot when the fleet has fewer calls in flight than the limit and the lane
 cap, which the member passes as a table indexed by the lanes active anywhere
 (`core/reservations.py`: ``Reservations.slot_table``), so the reservation rule is written once.
 A lease commits one request and its tokens to the buckets and may come with a pace to hold
-first (``go_in_ms``), as the in-process budget's does.
+first (``go_in_ms``), as the in-process budget's does. The buckets' debt is a queue in the
+order of asking, so while a lane above it is active a call takes no debt: it waits, reserving
+nothing, until the buckets hold it whole, and the upper lane's calls never queue behind it.
 """
 
 from __future__ import annotations
@@ -140,6 +142,10 @@ class FleetLedger:
         cap = terms.slot_table[lane * MASKS + mask]
         if sum(counts) >= terms.limit or counts[lane] >= cap:
             return Denied(SLOT_RECHECK_MS, "slots", self.snapshot(now_ms))
+        if mask & ((1 << lane) - 1):  # an upper lane is active: no debt it would queue behind
+            room_ms = self._room_wait(tokens, now_ms)
+            if room_ms > 0:
+                return Denied(room_ms, "rates", self.snapshot(now_ms))
         go_in_ms = self._reserve(tokens, now_ms)
         self.leases[lease] = now_ms + terms.lease_ttl_ms + go_in_ms
         return Granted(go_in_ms, self.snapshot(now_ms))
@@ -256,6 +262,18 @@ class FleetLedger:
         if gate >= pace_ms:
             return gate, "gate"
         return pace_ms, "rates"
+
+    def _room_wait(self, tokens: int, now_ms: int) -> int:
+        """Milliseconds until the buckets hold a call of ``tokens`` (a bucket's burst at most)
+        without debt: a lower lane's call waits for that, reserving nothing meanwhile, so the
+        upper lane's next call never waits behind it (the buckets' debt is a FIFO queue)."""
+        now = now_ms / 1000.0
+        wait = 0.0
+        if self._requests is not None:
+            wait = max(wait, self._requests.wait(1, now))
+        if self._tokens is not None:
+            wait = max(wait, self._tokens.wait(min(tokens, self._tokens.burst), now))
+        return math.ceil(wait * 1000)
 
     def _reserve(self, tokens: int, now_ms: int) -> int:
         now = now_ms / 1000.0

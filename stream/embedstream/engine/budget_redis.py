@@ -164,9 +164,21 @@ if total >= tonumber(ARGV[4]) or c[lane + 1] >= cap then
   for _, v in ipairs(snapshot(now)) do out[#out + 1] = v end
   return out
 end
-local delay = 0
 local secs = now / 1000
 local r, t = bucket('r_'), bucket('t_')
+if mask % (2 ^ lane) > 0 then
+  -- an upper lane is active: wait, reserving nothing, until the call fits without debt
+  local room = 0
+  if r then room = math.max(room, b_wait(r, 1, secs)) end
+  if t then room = math.max(room, b_wait(t, math.min(tonumber(ARGV[3]), t.burst), secs)) end
+  local room_ms = math.ceil(room * 1000)
+  if room_ms > 0 then
+    local out = {0, room_ms, 'rates'}
+    for _, v in ipairs(snapshot(now)) do out[#out + 1] = v end
+    return out
+  end
+end
+local delay = 0
 if r then delay = math.max(delay, b_reserve(r, 1, secs)); put('r_', r) end
 if t then delay = math.max(delay, b_reserve(t, tonumber(ARGV[3]), secs)); put('t_', t) end
 local go_in = math.ceil(delay * 1000)
