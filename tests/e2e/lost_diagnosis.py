@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 from aiokafka import TopicPartition
 from embedstream.kafka.client.admin import topic_names
+from embedstream.kafka.client.clients import consumer_for, partitions_of
 from embedstream.kafka.client.reader import read_topics
 
 from tests.integration.helpers import group_offsets
@@ -46,9 +47,30 @@ async def diagnose_lost(
     hidden = await _uncommitted_results(bootstrap, names.results, lost_ids)
     committed = await group_offsets(bootstrap, group)
     lines = [f"lost {len(lost_ids)}; {len(hidden)} of them have a result in an uncommitted read"]
+    if still_open := await open_transactions(bootstrap, names.results):
+        lines.append(f"  transactions still open on {still_open} (records above the LSO)")
     lines += _by_partition(where, committed)
     lines += _telling_lines(logs)
     return "\n".join(lines)
+
+
+async def open_transactions(bootstrap: str, topic: str) -> dict[str, int]:
+    """The partitions of ``topic`` whose last stable offset is below the high watermark, with
+    how far: a transaction still open there hides every record after its first one from a
+    committed read, results of transactions committed since included."""
+    ends: list[dict[TopicPartition, int]] = []
+    for isolation in ("read_committed", "read_uncommitted"):
+        consumer = consumer_for(bootstrap, enable_auto_commit=False, isolation_level=isolation)
+        await consumer.start()
+        try:
+            tps = sorted(await partitions_of(consumer, topic), key=lambda tp: tp.partition)
+            ends.append(await consumer.end_offsets(tps))
+        finally:
+            await consumer.stop()
+    stable, high = ends
+    ordered = sorted(high, key=lambda tp: tp.partition)
+    return {f"{tp.topic}-{tp.partition}": high[tp] - stable[tp]
+            for tp in ordered if stable[tp] < high[tp]}  # fmt: skip
 
 
 def _by_partition(

@@ -13,7 +13,7 @@ from embedstream.kafka.client.admin import create_topics, load_topic_specs, topi
 from embedstream.kafka.client.clients import consumer_for, producer_for
 from embedstream.kafka.client.reader import read_topics
 
-from tests.e2e.lost_diagnosis import diagnose_lost
+from tests.e2e.lost_diagnosis import diagnose_lost, open_transactions
 from tests.integration.helpers import publish, request
 
 pytestmark = pytest.mark.integration
@@ -58,3 +58,26 @@ async def test_lost_requests_are_placed_and_hidden_results_found(
     assert "ERROR giving up x (transaction failed)" in text and "traffic" not in text, text
     committed_read = [r async for r in read_topics(bootstrap, [names.results], timeout_s=30)]
     assert committed_read == []
+
+
+async def test_an_open_transaction_is_found_until_it_ends(
+    bootstrap: str, unique_prefix: str
+) -> None:
+    """A transaction left open on the results topic hides what follows it from a committed
+    read: the drain helper waits it out rather than call the hidden results lost."""
+    await create_topics(bootstrap, load_topic_specs(unique_prefix))
+    names = topic_names(unique_prefix)
+    producer = producer_for(bootstrap, transactional_id=f"open-{uuid.uuid4().hex}",
+                            enable_idempotence=True, acks="all")  # fmt: skip
+    await producer.start()
+    try:
+        assert await open_transactions(bootstrap, names.results) == {}
+        await producer.begin_transaction()
+        sent = await producer.send_and_wait(names.results, b"{}", key=b"r0")
+        await publish(bootstrap, names.results, [(b"r0", b"{}")])  # behind it, hidden
+        opened = await open_transactions(bootstrap, names.results)
+        assert opened == {f"{names.results}-{sent.partition}": 2}
+        await producer.abort_transaction()
+        assert await open_transactions(bootstrap, names.results) == {}
+    finally:
+        await producer.stop()
