@@ -194,6 +194,15 @@ class Governor:
         if oldest_s is not None:
             self.reservations.observe(lane, oldest_s, self._clock())
 
+    def room_wait(self, lane: Priority, tokens: int) -> float:
+        """Seconds a call of ``lane`` waits, reserving nothing, for the RPM/TPM buckets to hold
+        it whole while a lane above it is active (0: it may reserve now). The buckets' debt is
+        a queue in the order of reserving: a bulk call's would hold the high lane behind it."""
+        now = self._clock()
+        if not any(self.reservations.active(upper, now) for upper in Priority if upper < lane):
+            return 0.0
+        return max(self.rates.room_wait(tokens, now), self.announced.limits.room_wait(tokens, now))
+
     def reserve(self, tokens: int) -> float:
         """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""
         now = self._clock()

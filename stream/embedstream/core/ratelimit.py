@@ -109,6 +109,17 @@ class RateLimits:
         """How many calls the requests budget admits at once right now (inf if unlimited)."""
         return self.requests.available(now) if self.requests is not None else math.inf
 
+    def room_wait(self, tokens: int, now: float) -> float:
+        """Seconds until both buckets hold a call of ``tokens`` (a bucket's burst at most)
+        without debt: what a lower lane's call waits, reserving nothing, while an upper lane
+        is active, so that lane's calls never queue behind its tokens."""
+        return max(
+            self.requests.wait(1, now) if self.requests is not None else 0.0,
+            self.tokens.wait(min(tokens, self.tokens.burst), now)
+            if self.tokens is not None
+            else 0.0,
+        )
+
 
 # Pace at this share of what the provider announces: it counts a call when it arrives, we
 # when we send it, and network jitter can bunch calls we spaced out.

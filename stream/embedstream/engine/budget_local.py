@@ -1,7 +1,9 @@
 """The provider budget of a process alone: the governor's rule, decided at once.
 
 Every call is admitted by the batcher's plan (`Governor.pick`), so the lease is given at the
-cut, with the RPM/TPM pace as its ``go_in_s``; nothing is ever waited for here.
+cut, with the RPM/TPM pace as its ``go_in_s``; but a call of a lane below an active one,
+when the buckets are short of it, reserves nothing and waits for them to hold it whole
+(:meth:`Governor.room_wait`), so the upper lane's calls never queue behind its tokens.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ class LocalBudget:
     def plan(self) -> Governor:
         return self._governor
 
-    def admit(self, lane: Priority, inputs: int, tokens: int) -> Lease:
+    def admit(self, lane: Priority, inputs: int, tokens: int) -> Lease | None:
         self._governor.started(lane)
+        if self._governor.room_wait(lane, tokens) > 0:
+            return None  # below an active lane, the pace short: asked again until it fits
         return Lease(lane, go_in_s=self._governor.reserve(tokens))
 
     async def ask(self, lane: Priority, inputs: int, tokens: int) -> Lease | LeaseWait:
-        # Never needed (admit always leases); kept so the port is whole.
-        return Lease(lane)
+        wait = self._governor.room_wait(lane, tokens)
+        if wait > 0:
+            return LeaseWait(wait, "rates")
+        return Lease(lane, go_in_s=self._governor.reserve(tokens))
 
     async def woken(self, wait: LeaseWait) -> None:
         await asyncio.sleep(wait.seconds)
