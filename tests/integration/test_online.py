@@ -124,6 +124,10 @@ async def test_callers_get_the_providers_vectors_beside_kafka_work(
             seen = await wait_for_ids(
                 bootstrap, names.results, {f"low-{i}" for i in range(3000)}, timeout_s=120
             )
+            # The pace learnt the provider's count from the calls' usage: the simulator
+            # counts words and punctuation, under our bytes / 3 estimate.
+            ratio = plan.calibration.ratio
+            assert ratio is not None and 0.2 < ratio < 0.9, ratio
             sample = gateway.metrics.registry.get_sample_value
             online_200 = sample(
                 "embedstream_online_requests_total", {"key": "rag", "status": "200"}

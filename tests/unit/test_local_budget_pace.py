@@ -55,3 +55,17 @@ async def test_below_an_active_lane_a_call_waits_unreserved_and_the_upper_lane_g
     clock.now += 5.0  # high quiet past its recent window: low queues in the FIFO again
     queued = budget.admit(Priority.LOW, 100, 2000)
     assert isinstance(queued, Lease) and round(queued.go_in_s, 6) == 15.0
+
+
+def test_the_pace_counts_tokens_as_the_provider_reports_them() -> None:
+    """Our estimates run about twice the provider's count: once a call reports its usage,
+    the pace reserves the calibrated count (`core/calibration.py`), so a TPM budget is spent
+    as the provider counts it."""
+    clock = Clock()
+    governor, budget = _budget(clock)
+    governor.saw(Priority.LOW)
+    budget.counted(2000, 1000)  # a call estimated at 2,000 tokens, counted 1,000
+    first = budget.admit(Priority.LOW, 100, 8000)  # counts 4,200: within the minute's burst
+    assert isinstance(first, Lease) and first.go_in_s == 0
+    second = budget.admit(Priority.LOW, 100, 4000)  # 2,100 more: 300 owed at 100 a second
+    assert isinstance(second, Lease) and round(second.go_in_s, 6) == 3.0

@@ -107,6 +107,11 @@ class ProviderBudget(Protocol):
         """A provider call failed (a 429's retry-after closes the gate for everyone)."""
         ...
 
+    def counted(self, estimated_tokens: int, reported_tokens: int) -> None:
+        """A call estimated at ``estimated_tokens`` was counted ``reported_tokens`` by the
+        provider: the pace's calibration (`core/calibration.py`)."""
+        ...
+
     def hold(self, seconds: float) -> None:
         """Nobody calls for ``seconds`` (the provider refuses everyone, or is down)."""
         ...

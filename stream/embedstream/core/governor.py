@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Collection, Mapping
 
 from embedstream.core.budget import FleetView
+from embedstream.core.calibration import TokenCalibration
 from embedstream.core.concurrency import ConcurrencyLimit, ProviderGate
 from embedstream.core.lanes import Priority
 from embedstream.core.outage import OutageDetector
@@ -75,6 +76,7 @@ class Governor:
         self.gate = ProviderGate()
         self.rates = RateLimits(rpm or None, tpm or None)
         self.announced = AnnouncedBudget()
+        self.calibration = TokenCalibration()  # the pace counts tokens as the provider does
         self.in_flight = 0
         self._lane_in_flight: dict[Priority, int] = dict.fromkeys(Priority, 0)
         self._outage = OutageDetector()  # when the provider counts as down (see core/outage)
@@ -201,12 +203,16 @@ class Governor:
         now = self._clock()
         if not any(self.reservations.active(upper, now) for upper in Priority if upper < lane):
             return 0.0
-        return max(self.rates.room_wait(tokens, now), self.announced.limits.room_wait(tokens, now))
+        counted = self.calibration.scale(tokens)
+        return max(
+            self.rates.room_wait(counted, now), self.announced.limits.room_wait(counted, now)
+        )
 
     def reserve(self, tokens: int) -> float:
         """Seconds to hold a call so RPM/TPM limits are kept (0 when unlimited)."""
         now = self._clock()
-        return max(self.rates.reserve(tokens, now), self.announced.reserve(tokens, now))
+        counted = self.calibration.scale(tokens)
+        return max(self.rates.reserve(counted, now), self.announced.reserve(counted, now))
 
     def on_success(self, latency_s: float, headers: Mapping[str, str]) -> None:
         now = self._clock()

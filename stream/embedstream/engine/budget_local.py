@@ -49,6 +49,9 @@ class LocalBudget:
     def failed(self, error: EmbedStreamError) -> None:
         self._governor.on_failure(error)
 
+    def counted(self, estimated_tokens: int, reported_tokens: int) -> None:
+        self._governor.calibration.observe(estimated_tokens, reported_tokens)
+
     def hold(self, seconds: float) -> None:
         self._governor.hold(seconds)
 

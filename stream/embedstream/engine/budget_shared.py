@@ -115,7 +115,8 @@ class SharedBudget:
         started = self._monotonic()
         try:
             async with asyncio.timeout(self._timeout_s):
-                answer = await self._store.ask(self.member, name, tokens, self._terms())
+                counted = self._governor.calibration.scale(tokens)
+                answer = await self._store.ask(self.member, name, counted, self._terms())
         except (OSError, TimeoutError) as exc:
             self._observer.observe_budget_round_trip(self._monotonic() - started, ok=False)
             self._fall_back(exc)
@@ -156,6 +157,9 @@ class SharedBudget:
     def failed(self, error: EmbedStreamError) -> None:
         self._governor.on_failure(error)
         self._tell_gate()
+
+    def counted(self, estimated_tokens: int, reported_tokens: int) -> None:
+        self._governor.calibration.observe(estimated_tokens, reported_tokens)
 
     def hold(self, seconds: float) -> None:
         self._governor.hold(seconds)

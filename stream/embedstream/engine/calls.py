@@ -242,6 +242,7 @@ class BatchCaller(Generic[J]):
                 )
             self._observer.observe_call(outcome.latency_s, ok=True)
             self._budget.succeeded(outcome.latency_s, outcome.headers)
+            self._budget.counted(sum(map(_tokens, batch)), outcome.total_tokens)
             self.probe_key = key
             self._holds.served(key.model)
             await self._succeeded(key, batch, mapping, outcome)
