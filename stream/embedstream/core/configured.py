@@ -60,14 +60,14 @@ def batch_limits(settings: Settings) -> BatchLimits:
     )
 
 
-# While online callers are active (a request within the last second, or one waiting): two call
-# slots kept free of the Kafka lanes' calls, and those calls hold at most 1,024 inputs (or what
+# While online callers are active (a request within the last second, or one waiting): a call
+# slot kept free of the Kafka lanes' calls, and those calls hold at most 1,024 inputs (or what
 # online_target_ms steers them to), so a query's call never queues behind the provider's work
 # on a call of thousands. With the lanes as processes, calls of 1,024 drained a backlog beside
-# online callers 1.19x as fast as calls of 256, for the same online P99
-# (docs/benchmarks/processes.md); the two kept slots are the rest of the cost.
+# online callers 1.19x as fast as calls of 256, and one kept slot 1.19x as fast as two, each
+# for the same online P99 (docs/benchmarks/processes.md).
 ONLINE_LOWER_CALL_ITEMS = 1024
-ONLINE_LANE = LaneTerms(reserved_slots=2, lower_call_items=ONLINE_LOWER_CALL_ITEMS)
+ONLINE_LANE = LaneTerms(reserved_slots=1, lower_call_items=ONLINE_LOWER_CALL_ITEMS)
 
 
 def lane_targets(settings: Settings) -> dict[Priority, LaneTarget]:
