@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -34,38 +35,34 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 STREAM = Path(__file__).resolve().parents[2] / "stream"
 
 
-def lane_children(parent: int) -> dict[str, int]:
-    """The supervisor's children by lane command (`serve`, `run`), from /proc."""
-    found: dict[str, int] = {}
+def children_of(parent: int) -> Iterator[tuple[int, list[bytes]]]:
+    """Each process whose parent is ``parent``, with its command line, from /proc."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
             stat = (entry / "stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            if ppid != parent:
-                continue
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            for command in ("serve", "run"):
-                if command.encode() in argv:
-                    found[command] = int(entry.name)
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
+                yield int(entry.name), (entry / "cmdline").read_bytes().split(b"\0")
+
+
+def lane_children(parent: int) -> dict[str, int]:
+    """The supervisor's children by lane command (`serve`, `run`)."""
+    found: dict[str, int] = {}
+    for pid, argv in children_of(parent):
+        for command in ("serve", "run"):
+            if command.encode() in argv:
+                found[command] = pid
     return found
 
 
 def processors_by_lanes(parent: int) -> dict[str, int]:
-    """The supervisor's processor children by their `--input-lanes` (high, bulk), from /proc."""
-    found: dict[str, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            stat = (entry / "stat").read_text()
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) != parent:
-                continue
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"--input-lanes" in argv:
-                found[argv[argv.index(b"--input-lanes") + 1].decode()] = int(entry.name)
-    return found
+    """The supervisor's processor children by their `--input-lanes` (high, bulk)."""
+    return {
+        argv[argv.index(b"--input-lanes") + 1].decode(): pid
+        for pid, argv in children_of(parent)
+        if b"--input-lanes" in argv
+    }
 
 
 async def restarts(proc: ProcessorProcess, lane: str) -> float:
