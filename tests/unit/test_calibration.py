@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import pytest
 from embedstream.core.calibration import TokenCalibration
+from embedstream.engine.build import build_budget
+from embedstream.engine.clock import SystemClock
+from embedstream.ops.budget_metrics import BudgetMetrics
+from embedstream.settings import load_settings
+from prometheus_client import CollectorRegistry
 
 
 def test_estimates_go_as_they_are_until_a_call_reports_its_usage() -> None:
@@ -42,3 +47,13 @@ def test_an_estimate_that_errs_low_is_scaled_up_and_oddities_are_bounded() -> No
 def test_bad_terms_are_refused(smoothing: float, margin: float) -> None:
     with pytest.raises(ValueError, match="smoothing"):
         TokenCalibration(smoothing, margin)
+
+
+def test_the_ratio_is_a_gauge_read_at_each_scrape() -> None:
+    """`embedstream_budget_token_ratio`: 1 until a call reports usage, then the learnt share
+    (the metric reads the governor's calibration; the budget's builder wires it)."""
+    registry = CollectorRegistry()
+    budget = build_budget(load_settings(env={}), SystemClock(), observer=BudgetMetrics(registry))
+    assert registry.get_sample_value("embedstream_budget_token_ratio") == 1.0
+    budget.counted(2000, 1400)
+    assert registry.get_sample_value("embedstream_budget_token_ratio") == 0.7

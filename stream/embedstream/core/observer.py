@@ -7,7 +7,7 @@ in-process client without metrics, unit tests). Pure: a Protocol and a no-op.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 
@@ -92,6 +92,10 @@ class BudgetObserver(Protocol):
     def observe_budget_round_trip(self, seconds: float, *, ok: bool) -> None:
         """One decision asked of the store."""
 
+    def watch_token_ratio(self, read: Callable[[], float | None]) -> None:
+        """The pace's calibration (`core/calibration.py`): ``read`` gives the share of our
+        token estimates the provider counts (None before any call reported it)."""
+
 
 class NullBudgetObserver:
     def set_budget_fleet(
@@ -106,4 +110,7 @@ class NullBudgetObserver:
         return None
 
     def observe_budget_round_trip(self, seconds: float, *, ok: bool) -> None:
+        return None
+
+    def watch_token_ratio(self, read: Callable[[], float | None]) -> None:
         return None

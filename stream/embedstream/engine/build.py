@@ -75,6 +75,8 @@ def build_budget(
     """The provider budget the settings ask for: the process's own, or with ``budget_url``
     the fleet's in Redis, this process a member of it as ``role`` (processor, gateway)."""
     governor = configured.governor(settings, clock.monotonic)
+    if observer is not None:
+        observer.watch_token_ratio(lambda: governor.calibration.ratio)
     if not settings.budget_url:
         return LocalBudget(governor)
     from embedstream.core.ledger import BudgetStore

@@ -7,7 +7,7 @@ fleet's use from any member and each member's share from its own series.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -21,6 +21,7 @@ BUDGET_METRIC_NAMES: frozenset[str] = frozenset(
         "embedstream_budget_on_own_share",
         "embedstream_budget_waits_total",
         "embedstream_budget_store_seconds",
+        "embedstream_budget_token_ratio",
     }
 )
 WAIT_REASONS = ("slots", "gate", "rates")
@@ -67,6 +68,14 @@ class BudgetMetrics:
             buckets=STORE_BUCKETS,
             registry=registry,
         )
+        self._token_ratio = Gauge(
+            "embedstream_budget_token_ratio",
+            "The share of our token estimates the provider counts, from its reported usage, "
+            "smoothed over calls: the RPM/TPM pace counts estimates at this share (plus 5%); "
+            "1 until a call reported usage.",
+            registry=registry,
+        )
+        self._token_ratio.set(1)
         for lane in Priority:
             self._fleet.labels(lane.label)
             self._leases.labels(lane.label)
@@ -90,3 +99,6 @@ class BudgetMetrics:
 
     def observe_budget_round_trip(self, seconds: float, *, ok: bool) -> None:
         self._round_trips.labels("ok" if ok else "failed").observe(seconds)
+
+    def watch_token_ratio(self, read: Callable[[], float | None]) -> None:
+        self._token_ratio.set_function(lambda: read() or 1.0)
