@@ -330,3 +330,22 @@ async def test_usage_is_the_estimate_when_a_call_carried_other_requests_too() ->
     assert [list(c.texts) for c in backend.calls][1] == ["abcdefgh", "ijklmnop"]
     estimate = estimate_tokens("abcdefgh")
     assert [body["usage"]["prompt_tokens"] for _, body, _ in answers] == [1, estimate, estimate]
+
+
+async def test_a_gate_closing_past_a_waiting_requests_deadline_answers_429_at_once() -> None:
+    """A request already waiting when a 429 with a retry-after of a minute closes the gate
+    cannot be answered within its 30 s: a 429 with that Retry-After within a gate check,
+    never a 504 half a minute later, and its unsent inputs never go."""
+    backend = HeldBackend()
+    async with gateway(backend, online_timeout_s=30.0, max_concurrency=1, max_batch_size=1) as (
+        service,
+        url,
+    ):
+        request = asyncio.create_task(post(url, {"input": ["a", "b"]}))
+        await eventually(lambda: len(backend.calls) == 1)  # "a" at the provider, "b" waiting
+        service._engine.governor.hold(60.0)  # another call's 429: retry after a minute
+        status, body, headers = await asyncio.wait_for(request, 2.0)
+        backend.release.set()
+    assert status == 429 and body["error"]["type"] == "rate_limit_error"
+    assert 55 <= int(headers["Retry-After"]) <= 60
+    assert [list(c.texts) for c in backend.calls] == [["a"]]

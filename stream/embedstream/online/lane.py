@@ -3,9 +3,10 @@ against its deadline, queued in the top lane of the engine and answered in input
 
 Every way a request can fail maps to OpenAI's statuses here: a bad field or input is a 400
 naming it (``input[i]``), an unknown model a 404, a key over its limits or a lane that cannot
-answer in time a 429 with Retry-After, at once; a provider failing beyond the retries a 503, a
-deadline passed a 504. The provider's refusal of the request itself (a model it does not
-serve, a field it refuses: `RequestRefused`) is passed on with its status and message.
+answer in time a 429 with Retry-After, at once (also when a 429's retry-after met while it
+waited outlasts its deadline); a provider failing beyond the retries a 503, a deadline passed
+a 504. The provider's refusal of the request itself (a model it does not serve, a field it
+refuses: `RequestRefused`) is passed on with its status and message.
 Inputs share calls only with other online inputs (the lane has buckets of its own), the cache
 and the provider budget with every lane; `usage` is the provider's count when the request's
 inputs had calls of their own (`RequestUsage`), else the estimate.
@@ -47,6 +48,10 @@ from embedstream.wire.openai import (
 )
 
 log = logging.getLogger(__name__)
+
+# How often a waiting request looks at the provider's gate: a 429 met by any call while it
+# waits, with a retry-after past its deadline, is its answer within this long.
+GATE_CHECK_S = 0.25
 
 
 class OnlineObserver(Protocol):
@@ -281,9 +286,10 @@ class OnlineLane:
             futures.append(future)
         self._waiting.update(futures)
         settled = False
+        answers = asyncio.ensure_future(_answers(futures))
         try:
             async with asyncio.timeout(deadline_s):
-                vectors = [await _answer(index, future) for index, future in enumerate(futures)]
+                vectors = await self._answers_or_gate(answers, loop.time() + deadline_s)
             settled = True
             return vectors
         except TimeoutError:
@@ -298,11 +304,39 @@ class OnlineLane:
             settled = problem.status == 400
             raise
         finally:
+            answers.cancel()
             self._waiting.difference_update(futures)
             for future in futures:
                 if not settled:  # the caller is gone or out of time: unsent inputs never go
                     future.cancel()
                 future.add_done_callback(_retrieved)  # a batch-mate's failure is not news
+
+    async def _answers_or_gate(
+        self, answers: asyncio.Future[list[Vector]], deadline: float
+    ) -> list[Vector]:
+        """The request's vectors; or, once the provider's gate or pace holds every call past
+        the request's deadline (a 429's retry-after met while it waited), a 429 with that
+        Retry-After now, rather than a 504 when the deadline passes."""
+        loop = asyncio.get_running_loop()
+        while True:
+            done, _ = await asyncio.wait({answers}, timeout=GATE_CHECK_S)
+            if done:
+                return answers.result()
+            blocked = self._governor.blocked_for()
+            if blocked > deadline - loop.time():
+                retry = retry_after(blocked)
+                raise ApiProblem(
+                    429,
+                    f"the provider's rate limit holds every call for {blocked:.0f}s, past this "
+                    f"request's deadline (online_timeout_s); try again in {retry}s",
+                    error_type="rate_limit_error",
+                    code="overloaded",
+                    retry_after_s=retry,
+                )
+
+
+async def _answers(futures: list[asyncio.Future[Vector]]) -> list[Vector]:
+    return [await _answer(index, future) for index, future in enumerate(futures)]
 
 
 def _retrieved(future: asyncio.Future[Vector]) -> None:
