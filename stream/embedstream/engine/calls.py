@@ -235,14 +235,14 @@ class BatchCaller(Generic[J]):
                 reason = "held"  # the batch (or a probe of it) again, after a hold
                 continue
             span.end(input_tokens=outcome.total_tokens)
+            tokens = sum(map(_tokens, batch))
             if self._cost is not None:
-                tokens = sum(map(_tokens, batch))
                 self._cost.observe(
                     cost_key(key), tokens, len(distinct), outcome.latency_s, self._monotonic()
                 )
             self._observer.observe_call(outcome.latency_s, ok=True)
             self._budget.succeeded(outcome.latency_s, outcome.headers)
-            self._budget.counted(sum(map(_tokens, batch)), outcome.total_tokens)
+            self._budget.counted(tokens, outcome.total_tokens)  # the pace's calibration
             self.probe_key = key
             self._holds.served(key.model)
             await self._succeeded(key, batch, mapping, outcome)
